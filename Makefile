@@ -1,0 +1,40 @@
+# The README's commands. `make install` creates (or reuses) .venv and installs icmlkit into it.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+EXTRAS ?= test,plot,bench
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-all bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]" "$(TORCH)"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/icmlkit demo
+
+test: install
+	$(BIN)/python -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
+
+test-all: install
+	$(BIN)/python -m pytest -q -m "not cuda" $(PYTEST_ARGS)
+
+# make bench            -> every bench/*.py
+# make bench TOOL=name  -> bench/name.py (dashes or underscores)
+bench: install
+	@set -e; if [ -n "$(TOOL)" ]; then \
+	  $(BIN)/python bench/$(subst -,_,$(TOOL)).py; \
+	else for f in bench/*.py; do $(BIN)/python $$f; done; fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info outputs/demo

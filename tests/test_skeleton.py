@@ -1,0 +1,96 @@
+"""The toolbox's own contract: packaging, the executables, exit codes, outputs and manifests."""
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, exe, run_tool
+
+CFG = configparser.ConfigParser()
+CFG.read(REPO / "setup.cfg")
+
+
+def console_scripts() -> dict[str, str]:
+    lines = CFG["options.entry_points"]["console_scripts"].strip().splitlines()
+    return dict((s.strip() for s in line.split("=", 1)) for line in lines)
+
+
+def cli_modules() -> list[str]:
+    return sorted(p.stem for p in (REPO / "cli").glob("*.py") if not p.stem.startswith("_"))
+
+
+TOOLS = [n for n in console_scripts() if n != "icmlkit"]
+
+
+def test_every_package_folder_is_listed():
+    listed = set(CFG["options"]["packages"].split())
+    found = set()
+    for top, pkg in (("cli", "icmlkit.cli"), ("lib", "icmlkit.lib")):
+        for d in (REPO / top).rglob("*"):
+            if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
+                found.add(".".join([pkg, *d.relative_to(REPO / top).parts]))
+        found.add(pkg)
+    assert found == listed, f"setup.cfg packages differ from the folders: {found ^ listed}"
+
+
+def test_every_cli_module_has_a_script_and_a_readme_row():
+    scripts = console_scripts()
+    readme = (REPO / "README.md").read_text()
+    for mod in cli_modules():
+        name = mod.replace("_", "-")
+        assert scripts.get(name) == f"icmlkit.cli.{mod}:main", f"no console script for cli/{mod}.py"
+        if name != "icmlkit":
+            assert f"| `{name}` |" in readme, f"README.md has no table row for {name}"
+            assert (REPO / "bench" / f"{mod}.py").exists(), f"no bench/{mod}.py"
+
+
+@pytest.mark.parametrize("tool", ["icmlkit", *TOOLS])
+def test_help_and_bad_flag(tool):
+    ok = run_tool(tool, "--help")
+    assert ok.returncode == 0 and "Usage:" in ok.stdout and ok.stderr == ""
+    bad = run_tool(tool, "--no-such-flag")
+    assert bad.returncode == 2 and "No such option" in bad.stderr and bad.stdout == ""
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_help_imports_no_heavy_library(tool):
+    """--help must stay fast: the cli modules import torch, numpy and the solvers lazily."""
+    mod = console_scripts()[tool].split(":")[0]
+    code = (f"import sys; from {mod} import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'numpy', 'scipy', 'highspy', 'pandas') if m in sys.modules]\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_every_subcommand_has_help_with_examples(tool):
+    from importlib import import_module
+
+    mod, attr = console_scripts()[tool].split(":")
+    group = getattr(import_module(mod), attr).cli
+    assert "demo" in group.commands
+    assert "Example" in (group.help or "")
+    for name in group.commands:
+        r = run_tool(tool, name, "--help")
+        assert r.returncode == 0, (name, r.stderr)
+
+
+def test_version_list_and_completion():
+    v = run_tool("icmlkit", "--version")
+    assert v.returncode == 0 and "icmlkit" in v.stdout
+    listed = run_tool("icmlkit", "list", "--json")
+    names = {row["name"] for row in json.loads(listed.stdout)}
+    assert names == set(TOOLS)
+    assert all(row["description"] for row in json.loads(listed.stdout))
+    for shell in ("bash", "zsh", "fish"):
+        comp = run_tool("icmlkit", "completion", shell)
+        assert comp.returncode == 0
+        for tool in ["icmlkit", *TOOLS]:
+            assert "_" + tool.replace("-", "_").upper() + "_COMPLETE" in comp.stdout
