@@ -281,6 +281,10 @@ def emit_summary(summary: dict, as_json: bool, to_stderr: bool = False) -> None:
     stream.flush()
 
 
+class PipeClosed(Exception):
+    """The reader of stdout went away (``| head``)."""
+
+
 class ToolCommand(click.Command):
     """A subcommand with the shared options; its function gets a :class:`Run` first."""
 
@@ -303,10 +307,15 @@ class ToolCommand(click.Command):
         run.manifest.set_params(params, sources)
         try:
             summary = ctx.invoke(self.callback, run, **ctx.params)
+            run._finish(summary)
+        except BrokenPipeError:
+            # click would turn this into exit 1; the reader closing the pipe is no failure.
+            raise PipeClosed() from None
+        except CheckFailed:
+            raise
         except BaseException:
             run._rollback()
             raise
-        run._finish(summary)
         return summary
 
 
@@ -356,7 +365,7 @@ def run_cli(cli: click.Command, prog_name: str, argv: list[str] | None = None) -
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted\n")
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except (BrokenPipeError, PipeClosed):
         # The reader went away (e.g. `| head -1`): stop quietly, as head's users expect.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

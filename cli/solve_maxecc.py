@@ -140,7 +140,9 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
         write_colouring(output, H, result.sigma)
         run.wrote(output)
     summary = result.summary
-    if fail_under is not None and summary["ratio_to_lp"] < fail_under:
+    if fail_under is not None and summary["ratio_to_lp"] is None:
+        run.fail_check("--fail-under needs the LP bound, which --algorithm majority does not compute")
+    elif fail_under is not None and summary["ratio_to_lp"] < fail_under:
         run.fail_check(f"value/lp_value = {summary['ratio_to_lp']:.4f} is below --fail-under {fail_under}")
     return summary
 
