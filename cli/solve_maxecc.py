@@ -99,8 +99,8 @@ def lp(run, instance, output, lp_method, lp_time_limit):
               help="paired: try every colour pair and every LP breakpoint instead of sampling "
               "(deterministic, value >= LP/ceil(k/2)).")
 @click.option("--local-search", is_flag=True, help="Greedy recolouring afterwards; never lowers the value.")
-@click.option("--ilp", is_flag=True, help="Also solve the exact ILP with HiGHS MIP (warm-started with the "
-              "best rounding); reports ilp_value and the proven gap.")
+@click.option("--ilp", is_flag=True, help="Also solve the exact ILP with HiGHS MIP; reports ilp_value and the "
+              "proven gap (the colouring written stays the rounding's).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds for the ILP.")
 @click.option("--lp", "lp_file", default=None, help="Reuse the LP solution saved by `solve-maxecc lp -o`.")

@@ -1,0 +1,244 @@
+"""The canonical MaxECC LP relaxation, built sparse and solved with HiGHS (method sheet, "LP").
+
+    max  sum_e w_e z_e
+    s.t. sum_{c} x_{v,c} <= 1              for every vertex v
+         z_e - x_{v,c(e)} <= 0              for every edge e and every v in e
+         0 <= x, z <= 1
+
+Only *incident* pairs p = (v, c), where c colours some edge at v, get a variable x_p (the others
+are 0 without loss); the model never has n*k columns. Columns: the P pairs (sorted by v, then c),
+then the m edge variables z_e. Rows: one capacity row per vertex with at least two pairs (a vertex
+with one pair is capped by the bound x <= 1), then one row per (edge, vertex) incidence.
+:func:`build_model` writes this model once for both the LP and the ILP (``integer=True`` makes
+the x columns integer).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import display_name, load_npz, write_npz
+from icmlkit.lib.maxecc.hypergraph import Hypergraph
+
+METHODS = ("ipm", "simplex", "pdlp", "choose")
+# Measured on DAWN (2 cores, see the README): ipm with crossover is the fastest of the four.
+DEFAULT_METHOD = "ipm"
+
+
+@dataclass
+class Pairs:
+    """The incident (vertex, colour) pairs of ``H``: ``pair_v``, ``pair_c`` (int64 [P], sorted by
+    (v, c)) and ``of_entry`` (int64 [nnz]): the pair of each entry of ``H.nodes``."""
+
+    pair_v: np.ndarray
+    pair_c: np.ndarray
+    of_entry: np.ndarray
+
+    @property
+    def P(self) -> int:
+        return len(self.pair_v)
+
+
+def incident_pairs(H: Hypergraph) -> Pairs:
+    """Pairs (v, c(e)) for every incidence v in e, deduplicated (vectorised with np.unique)."""
+    keys = H.nodes * H.k + H.colour[H.edge_of]
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return Pairs(uniq // H.k, uniq % H.k, inv.astype(np.int64).reshape(-1))
+
+
+@dataclass
+class Model:
+    """A HiGHS LP (``lp``, a highspy.HighsLp) with the pair index it was built over."""
+
+    lp: object
+    pairs: Pairs
+    num_x: int
+    num_z: int
+
+
+def _highspy():
+    from icmlkit.lib.core.errors import require_module
+
+    return require_module("highspy", "test", "highspy")
+
+
+def build_model(H: Hypergraph, integer: bool = False) -> Model:
+    """Build the LP (or, with ``integer``, the ILP with binary x) as a row-wise sparse HighsLp.
+
+    All index arrays are made with numpy; no Python loop over vertices, edges or rows.
+    """
+    hs = _highspy()
+    pairs = incident_pairs(H)
+    P, m, nnz = pairs.P, H.m, len(H.nodes)
+
+    # Capacity rows: vertices with >= 2 pairs; their pairs are contiguous because pairs are sorted by v.
+    per_vertex = np.bincount(pairs.pair_v, minlength=H.n)
+    in_cap = per_vertex[pairs.pair_v] >= 2
+    cap_cols = np.flatnonzero(in_cap)
+    cap_counts = per_vertex[per_vertex >= 2]
+    n_cap = len(cap_counts)
+
+    # Incidence rows: z_e - x_p <= 0, columns sorted (p < P + e).
+    inc_cols = np.empty(2 * nnz, dtype=np.int64)
+    inc_cols[0::2] = pairs.of_entry
+    inc_cols[1::2] = P + H.edge_of
+    inc_vals = np.empty(2 * nnz)
+    inc_vals[0::2] = -1.0
+    inc_vals[1::2] = 1.0
+
+    start = np.concatenate([[0], np.cumsum(cap_counts), len(cap_cols) + 2 * np.arange(1, nnz + 1)])
+    index = np.concatenate([cap_cols, inc_cols])
+    value = np.concatenate([np.ones(len(cap_cols)), inc_vals])
+
+    lp = hs.HighsLp()
+    lp.num_col_ = P + m
+    lp.num_row_ = n_cap + nnz
+    lp.sense_ = hs.ObjSense.kMaximize
+    lp.col_cost_ = np.concatenate([np.zeros(P), H.weight])
+    lp.col_lower_ = np.zeros(P + m)
+    lp.col_upper_ = np.ones(P + m)
+    lp.row_lower_ = np.full(n_cap + nnz, -hs.kHighsInf)
+    lp.row_upper_ = np.concatenate([np.ones(n_cap), np.zeros(nnz)])
+    lp.a_matrix_.format_ = hs.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = P + m
+    lp.a_matrix_.num_row_ = n_cap + nnz
+    lp.a_matrix_.start_ = start.astype(np.int32)
+    lp.a_matrix_.index_ = index.astype(np.int32)
+    lp.a_matrix_.value_ = value
+    if integer:
+        lp.integrality_ = [hs.HighsVarType.kInteger] * P + [hs.HighsVarType.kContinuous] * m
+    return Model(lp, pairs, P, m)
+
+
+def new_highs(options: dict | None = None):
+    """A silent ``highspy.Highs``. Its one-time banner is written by C code to file descriptor 1,
+    so stdout is redirected at the descriptor level while it is created (stdout carries data)."""
+    hs = _highspy()
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            h = hs.Highs()
+            h.setOptionValue("output_flag", False)
+            h.setOptionValue("log_to_console", False)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    for key, val in (options or {}).items():
+        if h.setOptionValue(key, val) != hs.HighsStatus.kOk:
+            raise UsageError(f"HiGHS rejected the option {key}={val!r}")
+    return h
+
+
+@dataclass
+class LPSolution:
+    """An LP solution: ``x`` per incident pair (``pair_v``, ``pair_c``), ``z`` per edge (both
+    clipped to [0, 1]), ``value`` = sum w_e z_e, the HiGHS model status, and timings."""
+
+    pair_v: np.ndarray
+    pair_c: np.ndarray
+    x: np.ndarray
+    z: np.ndarray
+    value: float
+    status: str
+    optimal: bool
+    seconds_build: float
+    seconds_solve: float
+    method: str
+
+
+def _options(method: str, time_limit: float | None, threads: int | None) -> dict:
+    if method not in METHODS:
+        raise UsageError(f"LP method must be one of {', '.join(METHODS)}, not {method!r}")
+    opts: dict = {"solver": method}
+    if time_limit is not None:
+        if time_limit <= 0:
+            raise UsageError("the time limit must be positive")
+        opts["time_limit"] = float(time_limit)
+    if threads is not None:
+        opts["threads"] = int(threads)
+    return opts
+
+
+def _edge_min_x(H: Hypergraph, pairs: Pairs, x: np.ndarray) -> np.ndarray:
+    """min_{v in e} x_{v, c(e)} per edge (vectorised segment minimum)."""
+    return np.minimum.reduceat(x[pairs.of_entry], H.ptr[:-1])
+
+
+def solve_lp(
+    H: Hypergraph,
+    method: str = DEFAULT_METHOD,
+    time_limit: float | None = None,
+    threads: int | None = None,
+) -> LPSolution:
+    """Solve the LP with HiGHS (``method``: ipm, simplex, pdlp or choose, HiGHS's ``solver``).
+
+    When HiGHS stops early (time limit) the best primal point it has is returned with its status;
+    ``z`` is then lowered to min_v x_{v,c(e)} so (x, z) stays feasible and ``value`` is honest.
+    ``seconds_solve`` is the bare ``Highs.run()`` time.
+    """
+    opts = _options(method, time_limit, threads)
+    t0 = time.perf_counter()
+    model = build_model(H)
+    h = new_highs(opts)
+    h.passModel(model.lp)
+    t1 = time.perf_counter()
+    h.run()
+    t2 = time.perf_counter()
+    status = h.getModelStatus()
+    col = np.asarray(h.getSolution().col_value, dtype=np.float64)
+    if col.shape != (model.num_x + model.num_z,):
+        col = np.zeros(model.num_x + model.num_z)
+    x = np.clip(col[: model.num_x], 0.0, 1.0)
+    z = np.clip(col[model.num_x:], 0.0, 1.0)
+    z = np.minimum(z, _edge_min_x(H, model.pairs, x))
+    hs = _highspy()
+    return LPSolution(
+        pair_v=model.pairs.pair_v,
+        pair_c=model.pairs.pair_c,
+        x=x,
+        z=z,
+        value=float(H.weight @ z),
+        status=h.modelStatusToString(status),
+        optimal=status == hs.HighsModelStatus.kOptimal,
+        seconds_build=t1 - t0,
+        seconds_solve=t2 - t1,
+        method=method,
+    )
+
+
+def save_lp(path, sol: LPSolution) -> None:
+    """Save an LP solution as .npz (atomic)."""
+    write_npz(
+        path,
+        pair_v=sol.pair_v, pair_c=sol.pair_c, x=sol.x, z=sol.z,
+        value=np.float64(sol.value), status=np.str_(sol.status), optimal=np.bool_(sol.optimal),
+        seconds_build=np.float64(sol.seconds_build), seconds_solve=np.float64(sol.seconds_solve),
+        method=np.str_(sol.method),
+    )
+
+
+def load_lp(path, H: Hypergraph) -> LPSolution:
+    """Load an LP solution saved by :func:`save_lp`, checking it belongs to ``H``."""
+    d = load_npz(path, required=("pair_v", "pair_c", "x", "z", "value", "status", "optimal"))
+    name = display_name(path)
+    pairs = incident_pairs(H)
+    if not (np.array_equal(d["pair_v"], pairs.pair_v) and np.array_equal(d["pair_c"], pairs.pair_c)):
+        raise InputError("the LP's (vertex, colour) pairs do not match the instance", name)
+    if d["z"].shape != (H.m,):
+        raise InputError(f"the LP has {d['z'].shape[0]} edge values, the instance {H.m} edges", name)
+    x, z = d["x"].astype(np.float64), d["z"].astype(np.float64)
+    if x.shape != pairs.pair_v.shape or not (np.all((x >= 0) & (x <= 1)) and np.all((z >= 0) & (z <= 1))):
+        raise InputError("x and z must lie in [0, 1], one x per pair", name)
+    return LPSolution(
+        pair_v=pairs.pair_v, pair_c=pairs.pair_c, x=x, z=z, value=float(d["value"]),
+        status=str(d["status"]), optimal=bool(d["optimal"]),
+        seconds_build=float(d.get("seconds_build", 0.0)), seconds_solve=float(d.get("seconds_solve", 0.0)),
+        method=str(d.get("method", "")),
+    )
