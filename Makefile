@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
-EXTRAS ?= test,plot,bench
+EXTRAS ?= test,plot,bench,docalc-test
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all bench clean
@@ -34,7 +34,7 @@ test-all: install
 bench: install
 	@set -e; if [ -n "$(TOOL)" ]; then \
 	  $(BIN)/python bench/$(subst -,_,$(TOOL)).py; \
-	else for f in bench/*.py; do $(BIN)/python $$f; done; fi
+	else for f in bench/[!_]*.py; do $(BIN)/python $$f; done; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info outputs/demo

@@ -13,10 +13,7 @@ Run:  make bench TOOL=solve-maxecc   (or .venv/bin/python bench/solve_maxecc.py 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
@@ -24,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from icmlkit.lib.core.io import shared_data_dir, write_json, write_text
+from _common import commit, machine, target, today, write_results
+from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.maxecc import (incident_pairs, lp_argmax, majority, paired, paired_derandomized, read_instance,
                                 scaled, solve_ilp, solve_lp, threshold_order)
-from icmlkit.lib.maxecc.lp import _options, build_model, new_highs
+from icmlkit.lib.maxecc.lp import build_model, highs_options, new_highs
 
-HERE = Path(__file__).resolve().parent
 TRIALS = 1000
 DATASETS = {  # name -> (path under maxecc/, known LP optimum or None)
     "Brain": ("Brain/original_data", 13626.0),
@@ -40,34 +37,10 @@ DATASETS = {  # name -> (path under maxecc/, known LP optimum or None)
 RANDOMIZED = {"threshold-order": threshold_order, "paired": paired, "scaled": scaled}
 
 
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = None
-    try:
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except ImportError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": cpu, "gpu": gpu, "python": platform.python_version()}
-
-
-def commit() -> str | None:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True)
-    return out.stdout.strip() or None
-
-
 def bare_highs_seconds(H, method: str) -> tuple[float, float]:
     """(seconds of Highs.run alone, objective) for the model icmlkit builds."""
     model = build_model(H)
-    h = new_highs(_options(method, None, None))
+    h = new_highs(highs_options(method, None, None))
     h.passModel(model.lp)
     t0 = time.perf_counter()
     h.run()
@@ -160,51 +133,48 @@ def main() -> None:
 
 def report(rows: list[dict], skipped: dict, args) -> None:
     by = {r["dataset"]: r for r in rows}
-    targets = {}
-
-    def target(key, value, threshold, met, note):
-        targets[key] = {"value": value, "threshold": threshold, "met": bool(met), "note": note}
+    targets: dict = {}
 
     for name, (_, known) in DATASETS.items():
         r = by.get(name)
         if r is None:
             continue
         if known is not None:
-            target(f"lp_value_{name}", r["lp_value"], known, abs(r["lp_value"] - known) < 0.5,
+            targets[f"lp_value_{name}"] = target(r["lp_value"], known, abs(r["lp_value"] - known) < 0.5,
                    "LP optimum equals the published value (LP = ILP on this data set)")
             if "ilp_value" in r:
-                target(f"ilp_confirms_opt_{name}", r["ilp_value"], known, abs(r["ilp_value"] - known) < 0.5,
+                targets[f"ilp_confirms_opt_{name}"] = target(r["ilp_value"], known, abs(r["ilp_value"] - known) < 0.5,
                        "HiGHS MIP optimum equals the LP value")
             maj = r["algorithms"]["majority"]["value"]
             worst = min(a["value"] for a in r["algorithms"].values())
-            target(f"every_algorithm_at_least_majority_{name}", worst, maj, worst >= maj - 1e-9,
+            targets[f"every_algorithm_at_least_majority_{name}"] = target(worst, maj, worst >= maj - 1e-9,
                    "the lowest best-of-trials value among all algorithms vs majority vote")
             for alg in ("paired", "threshold-order"):
                 v = r["algorithms"][alg]["value"]
-                target(f"{alg}_reaches_opt_{name}", v, known, abs(v - known) < 0.5, "best of the trials")
+                targets[f"{alg}_reaches_opt_{name}"] = target(v, known, abs(v - known) < 0.5, "best of the trials")
         if name in ("Brain", "DAWN"):
-            target(f"cli_lp_over_bare_highs_{name}", r["cli_over_bare"], 1.2, r["cli_over_bare"] <= 1.2,
+            targets[f"cli_lp_over_bare_highs_{name}"] = target(r["cli_over_bare"], 1.2, r["cli_over_bare"] <= 1.2,
                    "`solve-maxecc lp` as a process (interpreter start, read, sparse build, HiGHS ipm, "
                    "extraction) over Highs.run alone on the same model")
         if "cvxpy_over_end_to_end" in r:
-            target(f"cvxpy_over_icmlkit_{name}", r["cvxpy_over_end_to_end"], 3.0, r["cvxpy_over_end_to_end"] >= 3.0,
+            targets[f"cvxpy_over_icmlkit_{name}"] = target(r["cvxpy_over_end_to_end"], 3.0, r["cvxpy_over_end_to_end"] >= 3.0,
                    f"same LP written with cvxpy (vectorised, default solver {r.get('cvxpy_solver')}), build + "
                    "solve, over icmlkit in-process end to end")
     if "DAWN" in by:
         slowest = max(a["seconds"] for k, a in by["DAWN"]["algorithms"].items() if "trials" in a)
         trials = next(a["trials"] for a in by["DAWN"]["algorithms"].values() if "trials" in a)
-        target("dawn_1000_roundings_seconds", slowest, 10.0, slowest <= 10.0 and trials == TRIALS,
+        targets["dawn_1000_roundings_seconds"] = target(slowest, 10.0, slowest <= 10.0 and trials == TRIALS,
                f"slowest randomized algorithm, {trials} trials, rounding + evaluation")
     if "MAG-10" in by:
         r = by["MAG-10"]
         maj = r["algorithms"]["majority"]["value"]
         best = max(a["value"] for a in r["algorithms"].values())
-        target("mag10_end_to_end", best, None, maj <= best <= r["lp_value"] + 1e-6,
+        targets["mag10_end_to_end"] = target(best, None, maj <= best <= r["lp_value"] + 1e-6,
                "ran end to end; majority <= best-of-T <= LP")
 
     out = {
         "tool": "solve-maxecc",
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+        "date": today(),
         "commit": commit(),
         "machine": machine(),
         "command": "make bench TOOL=solve-maxecc" + (" (with --quick)" if args.quick else ""),
@@ -212,10 +182,7 @@ def report(rows: list[dict], skipped: dict, args) -> None:
         "skipped": skipped,
         "targets": targets,
     }
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
-    write_json(results / "solve_maxecc.json", out)
-    write_text(results / "solve_maxecc.md", markdown(rows, targets, out))
+    write_results("solve_maxecc", out, markdown(rows, targets, out))
     print(markdown(rows, targets, out))
 
 

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, exe, run_tool
+from conftest import REPO, run_tool
 
 CFG = configparser.ConfigParser()
 CFG.read(REPO / "setup.cfg")

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from icmlkit.lib.core.console import log
-from icmlkit.lib.core.io import shared_data_dir, write_bytes, write_json
+from icmlkit.lib.core.io import shared_data_dir, write_json
+from icmlkit.lib.core.plot import pyplot, save_png
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.maxecc import rounding as R
 from icmlkit.lib.maxecc.formats import read_instance, write_colouring, write_instance
@@ -49,15 +50,9 @@ def gadget_rounds(trials: int, seed: int, device) -> tuple[dict, dict]:
 
 def plot_ratios(path: Path, per_trial: dict, fac: dict) -> bool:
     """Histogram of value/LP per trial with each algorithm's factor; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(required=False)
+    if plt is None:
         return False
-    import io
-
     fig, axes = plt.subplots(1, len(per_trial), figsize=(4 * len(per_trial), 3.2), sharey=True)
     for ax, (name, ratios) in zip(axes, per_trial.items()):
         ax.hist(ratios, bins=20, range=(0, 1), color="#4c78a8")
@@ -69,10 +64,7 @@ def plot_ratios(path: Path, per_trial: dict, fac: dict) -> bool:
     axes[0].set_ylabel("trials")
     fig.suptitle("Rounding on a rainbow-cycle gadget (fractional LP): mean vs guaranteed factor")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
+    save_png(fig, path)
     return True
 
 

@@ -10,7 +10,7 @@ import torch
 
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
-from icmlkit.lib.maxecc.lp import _highspy, build_model, new_highs
+from icmlkit.lib.maxecc.lp import _highspy, build_model, highs_options, new_highs
 
 
 @dataclass
@@ -40,14 +40,7 @@ def solve_ilp(H: Hypergraph, time_limit: float | None = 60.0, start: np.ndarray 
 
     t0 = time.perf_counter()
     model = build_model(H, integer=True)
-    opts: dict = {"mip_rel_gap": 0.0}
-    if time_limit is not None:
-        if time_limit <= 0:
-            raise UsageError("the time limit must be positive")
-        opts["time_limit"] = float(time_limit)
-    if threads is not None:
-        opts["threads"] = int(threads)
-    h = new_highs(opts)
+    h = new_highs(highs_options(None, time_limit, threads))
     h.passModel(model.lp)
     pv, pc = model.pairs.pair_v, model.pairs.pair_c
     if start is not None:

@@ -153,10 +153,15 @@ class LPSolution:
     method: str
 
 
-def _options(method: str, time_limit: float | None, threads: int | None) -> dict:
-    if method not in METHODS:
+def highs_options(method: str | None, time_limit: float | None, threads: int | None) -> dict:
+    """HiGHS options for the LP (``method`` one of :data:`METHODS`) or, with ``method=None``, the
+    ILP (exact: mip_rel_gap 0); a positive time limit and a thread count when given."""
+    if method is None:
+        opts: dict = {"mip_rel_gap": 0.0}
+    elif method not in METHODS:
         raise UsageError(f"LP method must be one of {', '.join(METHODS)}, not {method!r}")
-    opts: dict = {"solver": method}
+    else:
+        opts = {"solver": method}
     if time_limit is not None:
         if time_limit <= 0:
             raise UsageError("the time limit must be positive")
@@ -183,7 +188,7 @@ def solve_lp(
     ``z`` is then lowered to min_v x_{v,c(e)} so (x, z) stays feasible and ``value`` is honest.
     ``seconds_solve`` is the bare ``Highs.run()`` time.
     """
-    opts = _options(method, time_limit, threads)
+    opts = highs_options(method, time_limit, threads)
     t0 = time.perf_counter()
     model = build_model(H)
     h = new_highs(opts)

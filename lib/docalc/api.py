@@ -1,0 +1,283 @@
+"""The derive-docalc procedure as a Python API (what the command line calls).
+
+1. parse G and Q = P(y | do(x), w);
+2. enumerate Q's equivalence class (exact BFS on the derivation graph, with a cap);
+3. run IDC on every member (members with X' = {} are also kept as the observational estimand
+   they already are);
+4. deduplicate the estimands: canonical form first, then a numerical fingerprint on a random joint
+   distribution (same functional = same estimand);
+5. optionally estimate every estimand on data (discrete plug-in or linear-Gaussian), bootstrap its
+   variance and rank the estimands by it.
+
+``projections=True`` adds an extension that is NOT part of the paper: the estimands that ID/IDC
+returns for the class members in the latent projections of G that drop one observed variable
+outside the query (valid because a latent projection is a causal model of the marginal; it is how
+the front-door estimand of the front-door + back-door graph appears).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from icmlkit.lib.causal.admg import ADMG, latent_projection
+from icmlkit.lib.causal.parse import Query
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.docalc import expr as E
+from icmlkit.lib.docalc.derivation import EquivalenceClass, equivalence_class
+from icmlkit.lib.docalc.estimate import (DiscreteTables, GaussianMoments, bootstrap_tables, counts_table,
+                                         evaluate_table, fingerprint, gaussian_effect, rank)
+from icmlkit.lib.docalc.identify import NotIdentifiable, identify
+
+
+def validate_query(G: ADMG, q: Query) -> None:
+    unknown = sorted((q.Y | q.X | q.W) - set(G.nodes))
+    if unknown:
+        raise UsageError(f"query variable {unknown[0]!r} is not in the graph")
+
+
+@dataclass
+class Estimand:
+    expr: E.Expr
+    members: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    plain_id: bool = False
+
+    @property
+    def text(self) -> str:
+        return E.text(self.expr)
+
+    def row(self) -> dict:
+        return {"estimand": self.text, "latex": E.latex(self.expr), "members": self.members,
+                "sources": sorted(set(self.sources)), "plain_id": self.plain_id}
+
+
+@dataclass
+class ClassEstimands:
+    cls: EquivalenceClass
+    estimands: list[Estimand]
+    plain_id: E.Expr | None
+    members: list[dict]
+    hedge: str | None = None
+
+    @property
+    def identifiable(self) -> bool:
+        return bool(self.estimands)
+
+
+def _free_target(q: Query, e: E.Expr, G: ADMG) -> list[str]:
+    vs = set(q.Y | q.X | q.W) | set(E.free(e))
+    return [v for v in G.nodes if v in vs]
+
+
+def class_estimands(G: ADMG, q: Query, cap: int = 200_000, rules=(1, 2, 3), projections: bool = False,
+                    dedupe_numeric: bool = True) -> ClassEstimands:
+    validate_query(G, q)
+    cls = equivalence_class(G, q, rules=rules, cap=cap)
+    out: list[Estimand] = []
+    by_text: dict[str, Estimand] = {}
+    members = []
+    plain = None
+    hedge = None
+
+    def add(e: E.Expr, member: str, source: str, is_plain=False):
+        e = E.canonical(e)
+        t = E.text(e)
+        est = by_text.get(t)
+        if est is None:
+            est = Estimand(e)
+            by_text[t] = est
+            out.append(est)
+        if member not in est.members:
+            est.members.append(member)
+        est.sources.append(source)
+        est.plain_id |= is_plain
+        return est
+
+    queries = [cls.query(m) for m in cls.members]
+    for i, mq in enumerate(queries):
+        name = mq.text(G.nodes)
+        row = {"member": name, "observational": not mq.X, "identifiable": True, "estimand": None}
+        if not mq.X:
+            add(E.Prob(tuple(mq.Y), tuple(mq.W)), name, "observational")
+        try:
+            e = identify(G, mq)
+            est = add(e, name, "IDC", is_plain=(i == 0))
+            row["estimand"] = est.text
+            if i == 0:
+                plain = est.expr
+        except NotIdentifiable as exc:
+            row["identifiable"] = bool(not mq.X)
+            row["hedge"] = str(exc)
+            if i == 0:
+                hedge = str(exc)
+        members.append(row)
+    if projections:
+        qvars = q.Y | q.X | q.W
+        for v in [u for u in G.nodes if u not in qvars]:
+            H = latent_projection(G.nodes, G.directed, {v}, G.bidirected)
+            for mq in queries:
+                if v in mq.X | mq.W:
+                    continue
+                try:
+                    add(identify(H, mq), mq.text(G.nodes), f"IDC in the projection without {v}")
+                except NotIdentifiable:
+                    pass
+    if dedupe_numeric and len(out) > 1 and len(G.nodes) <= 10:
+        kept: list[Estimand] = []
+        prints: list[tuple[frozenset, np.ndarray]] = []
+        for est in out:
+            tg = _free_target(q, est.expr, G)
+            fp = fingerprint(est.expr, list(G.nodes), tg)
+            dup = None
+            for (fv, f), k in zip(prints, kept):
+                if fv == frozenset(tg) and f.shape == fp.shape and np.allclose(f, fp, rtol=1e-10, atol=1e-12):
+                    dup = k
+                    break
+            if dup is None:
+                kept.append(est)
+                prints.append((frozenset(tg), fp))
+            else:
+                dup.members += [m for m in est.members if m not in dup.members]
+                dup.sources += est.sources
+                dup.plain_id |= est.plain_id
+        out = kept
+    return ClassEstimands(cls, out, plain, members, hedge)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def read_data(path: str, G: ADMG):
+    """Read a CSV with one column per observed variable (names matched exactly, else
+    case-insensitively). Returns (frame restricted to G.nodes in order, column names)."""
+    import pandas as pd
+
+    from icmlkit.lib.core.io import open_text
+
+    with open_text(path) as fh:
+        try:
+            df = pd.read_csv(fh)
+        except Exception as exc:  # pandas' parser errors carry the line
+            raise InputError(f"cannot parse CSV: {exc}", path) from None
+    cols = {}
+    for v in G.nodes:
+        if v in df.columns:
+            cols[v] = v
+        else:
+            cand = [c for c in df.columns if str(c).lower() == v.lower()]
+            if len(cand) != 1:
+                raise InputError(f"column {v!r}: missing (the graph's variables must all be columns; "
+                                 f"found {', '.join(map(str, df.columns[:12]))})", path, 1)
+            cols[v] = cand[0]
+    df = df[[cols[v] for v in G.nodes]]
+    df.columns = list(G.nodes)
+    bad = df.isna().any(axis=1).to_numpy()
+    if bad.any():
+        r = int(np.argmax(bad))
+        col = df.columns[int(np.argmax(df.iloc[r].isna().to_numpy()))]
+        raise InputError(f"column {col!r}: empty value", path, r + 2)
+    if len(df) < 2:
+        raise InputError("needs at least two data rows", path)
+    return df
+
+
+def guess_kind(df) -> str:
+    for c in df.columns:
+        col = df[c]
+        if col.dtype.kind not in "iub" and not (col.dtype.kind == "f" and np.all(np.mod(col.to_numpy(), 1) == 0)):
+            if col.dtype.kind == "O":
+                continue
+            return "gaussian"
+        if col.nunique() > 10:
+            return "gaussian"
+    return "discrete"
+
+
+def _ci(vals: np.ndarray, level: float) -> tuple[float, float]:
+    a = (1 - level) / 2
+    v = vals[np.isfinite(vals)]
+    if not len(v):
+        return float("nan"), float("nan")
+    return float(np.quantile(v, a)), float(np.quantile(v, 1 - a))
+
+
+def estimate_discrete(ce: ClassEstimands, q: Query, df, B: int, rng: np.random.Generator, level: float = 0.95):
+    """Plug-in value of every estimand at the query's values, bootstrap variance and CI, ranked."""
+    G = ce.cls.oracle.G
+    codes, cards, labels = [], [], {}
+    for v in G.nodes:
+        uniq, inv = np.unique(df[v].astype(str).to_numpy(), return_inverse=True)
+        order = sorted(range(len(uniq)), key=lambda i: (len(uniq[i]), uniq[i]))  # 2 < 10 for numbers
+        pos = np.empty(len(uniq), dtype=np.int64)
+        pos[order] = np.arange(len(uniq))
+        labels[v] = [str(uniq[i]) for i in order]
+        codes.append(pos[inv.ravel()])
+        cards.append(len(uniq))
+    data = np.stack(codes, 1)
+    values = dict(q.values)
+    target = [v for v in G.nodes if v in (q.Y | q.X | q.W)]
+    cell = []
+    for v in target:
+        if v in values:
+            s = str(values[v])
+            if s not in labels[v]:
+                alt = [l for l in labels[v] if _num_eq(l, s)]
+                if not alt:
+                    raise UsageError(f"query value {v}={s} does not occur in the data (values: {labels[v][:10]})")
+                s = alt[0]
+            cell.append(labels[v].index(s))
+        else:
+            cell.append(len(labels[v]) - 1)
+    counts = counts_table(data, cards)
+    T = DiscreteTables(counts / counts.sum(), list(G.nodes))
+    Tb = DiscreteTables(bootstrap_tables(counts, B, rng), list(G.nodes))
+    rows = []
+    for est in ce.estimands:
+        val = evaluate_table(est.expr, T, target)[(0, *cell)]
+        bs = evaluate_table(est.expr, Tb, target)[(slice(None), *cell)]
+        lo, hi = _ci(bs, level)
+        rows.append({**est.row(), "estimate": float(val), "variance": float(np.nanvar(bs, ddof=1)),
+                     "se": float(np.nanstd(bs, ddof=1)), "ci_low": lo, "ci_high": hi})
+    at = {v: labels[v][c] for v, c in zip(target, cell)}
+    return rank(rows), at
+
+
+def _num_eq(a: str, b: str) -> bool:
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
+def estimate_gaussian(ce: ClassEstimands, q: Query, df, B: int, rng: np.random.Generator, level: float = 0.95,
+                      source: str | None = None):
+    """Linear-Gaussian plug-in of every estimand: the effect d E[y | do(x), w] / dx of the first
+    outcome and first action (graph order), bootstrap variance and CI, ranked."""
+    G = ce.cls.oracle.G
+    if not q.X:
+        raise UsageError("linear-Gaussian estimation needs an action do(x) in the query (the effect of x)")
+    y = next(v for v in G.nodes if v in q.Y)
+    x = next(v for v in G.nodes if v in q.X)
+    try:
+        data = df.to_numpy(dtype=np.float64)
+    except ValueError:
+        for c in df.columns:
+            bad = ~df[c].astype(str).str.match(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$").to_numpy()
+            if bad.any():
+                raise InputError(f"column {c!r}: not a number: {df[c].iloc[int(np.argmax(bad))]!r}",
+                                 source, int(np.argmax(bad)) + 2) from None
+        raise
+    M = GaussianMoments.from_data(data, list(G.nodes))
+    Mb = GaussianMoments.bootstrap(data, list(G.nodes), B, rng)
+    rows = []
+    for est in ce.estimands:
+        try:
+            val = float(gaussian_effect(est.expr, M, y, x)[0])
+            bs = gaussian_effect(est.expr, Mb, y, x)
+        except (np.linalg.LinAlgError, ValueError):
+            val, bs = float("nan"), np.full(B, np.nan)
+        lo, hi = _ci(bs, level)
+        rows.append({**est.row(), "estimate": val, "variance": float(np.nanvar(bs, ddof=1)),
+                     "se": float(np.nanstd(bs, ddof=1)), "ci_low": lo, "ci_high": hi})
+    return rank(rows), {"effect_of": x, "on": y}

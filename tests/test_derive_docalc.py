@@ -1,0 +1,413 @@
+"""derive-docalc: the rules, the derivation graph, the canonical criterion, ID/IDC, estimation, the
+parsers' errors and the command line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_tool
+from icmlkit.lib.causal import ADMG, parse_dagitty, parse_json_graph, parse_query, rule1, rule2, rule3, z_of_w
+from icmlkit.lib.causal.parse import Query
+from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.docalc import expr as E
+from icmlkit.lib.docalc.api import class_estimands
+from icmlkit.lib.docalc.derivation import (RuleOracle, all_expressions, canonical_all_pairs, canonical_test,
+                                           components, equivalence_class)
+from icmlkit.lib.docalc.estimate import DiscreteTables, GaussianMoments, evaluate_table, gaussian_effect
+from icmlkit.lib.docalc.identify import NotIdentifiable, identify
+from icmlkit.lib.docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic, random_admg
+
+NAPKIN = "dag { W1 -> W2; W2 -> X; X -> Y; W1 <-> X; W1 <-> Y }"
+
+
+def G_(text: str) -> ADMG:
+    return parse_dagitty(text)
+
+
+# --------------------------------------------------------------------------- the three rules
+
+
+def test_rule1_textbook():
+    G = G_("dag { X -> Z -> Y }")
+    assert not rule1(G, {"Y"}, {"X"}, {"Z"}, set())          # the mediator is informative under do(x)
+    assert rule1(G, {"Y"}, {"X"}, {"Z"}, set()) is False
+    G2 = G_("dag { X -> Y; Z }")
+    assert rule1(G2, {"Y"}, set(), {"Z"}, set())              # an unrelated observation can be dropped
+    G3 = G_("dag { Z -> X -> Y }")
+    assert rule1(G3, {"Y"}, {"X"}, {"Z"}, set())              # under do(x) the cause of x says nothing
+
+
+def test_rule2_textbook():
+    bd = G_("dag { Z -> X; Z -> Y; X -> Y }")
+    assert not rule2(bd, {"Y"}, set(), {"X"}, set())          # P(y|do(x)) != P(y|x): open back door
+    assert rule2(bd, {"Y"}, set(), {"X"}, {"Z"})              # P(y|do(x),z) = P(y|x,z)
+    fd = G_("dag { X -> M -> Y; X <-> Y }")
+    assert rule2(fd, {"M"}, set(), {"X"}, set())              # P(m|do(x)) = P(m|x)
+    assert rule2(fd, {"Y"}, set(), {"M"}, {"X"})              # P(y|do(m),x) = P(y|m,x)
+    assert not rule2(fd, {"Y"}, set(), {"X"}, set())
+
+
+def test_rule3_textbook_and_sets():
+    G = G_("dag { X -> Y; Z }")
+    assert rule3(G, {"Y"}, {"X"}, {"Z"}, set())
+    G2 = G_("dag { X -> Y; Z -> Y }")
+    assert not rule3(G2, {"Y"}, {"X"}, {"Z"}, set())
+    fd = G_("dag { X -> M -> Y; X <-> Y }")
+    assert rule3(fd, {"Y"}, {"M"}, {"X"}, set())              # P(y|do(m),do(x)) = P(y|do(m))
+    # set-valued Z: {A, B} deletable together
+    G3 = G_("dag { A -> X; B -> X; X -> Y }")
+    assert rule3(G3, {"Y"}, {"X"}, {"A", "B"}, set())
+
+
+def test_rule3_ancestors_taken_in_G_bar_X():
+    """Z(W) = Z minus An(W) in G_{bar X}: Z -> X -> W makes Z an ancestor of W in G but not once X's
+    incoming edges are cut. With ancestors in G the valid deletion of do(z) would be refused."""
+    G = G_("dag { Z -> X; X -> W; Z <-> Y }")
+    assert z_of_w(G, {"X"}, {"Z"}, {"W"}) == {"Z"}
+    assert "Z" in G.ancestors({"W"})                           # the trap: in G, Z IS an ancestor of W
+    assert rule3(G, {"Y"}, {"X"}, {"Z"}, {"W"})
+    wrong = G.d_separated({"Y"}, {"Z"}, {"X", "W"}, bar={"X"})  # Z(W) from An in G is empty
+    assert not wrong
+    # and the equality holds numerically on an exact SCM
+    scm = DiscreteSCM.random(G, np.random.default_rng(3))
+    a = scm.interventional({"Y"}, {"X", "Z"}, {"W"})           # axes Y, X, Z, W
+    b = scm.interventional({"Y"}, {"X"}, {"W"})                # axes Y, X, W
+    assert np.allclose(a, b[:, :, None, :], atol=1e-12)
+
+
+def test_rule3_refuses_an_invalid_deletion():
+    # Z -> W <- Y... W a collider descendant: conditioning on W opens Z - Y; Z(W) = {} so no cut
+    G = G_("dag { X -> Y; Z -> W; Y -> W }")
+    assert z_of_w(G, {"X"}, {"Z"}, {"W"}) == frozenset()
+    assert not rule3(G, {"Y"}, {"X"}, {"Z"}, {"W"})
+    scm = DiscreteSCM.random(G, np.random.default_rng(4))
+    a = scm.interventional({"Y"}, {"X", "Z"}, {"W"})
+    b = scm.interventional({"Y"}, {"X"}, {"W"})
+    assert not np.allclose(a, b[:, :, None, :], atol=1e-6)
+
+
+# --------------------------------------------------------------------------- derivation graph
+
+
+def test_napkin_class_and_paths():
+    G = G_(NAPKIN)
+    cls = equivalence_class(G, parse_query("P(y | do(x))", G), edges=True)
+    texts = {cls.oracle.text(*m) for m in cls.members}
+    assert len(texts) == 9 and "P(Y | do(W1), X)" in texts and "P(Y | X)" not in texts
+    for m in cls.members:  # every path is a chain of valid steps from the query to the member
+        path = cls.path(m)
+        assert len(path) == cls.depth[m]
+        if path:
+            assert path[0]["from"] == "P(Y | do(X))" and path[-1]["to"] == cls.oracle.text(*m)
+    assert "graph derivation" in cls.to_dot() and "R3" in cls.to_dot()
+
+
+def test_canonical_route_gives_the_same_class():
+    from icmlkit.lib.docalc.derivation import equivalence_class_canonical
+
+    rng = np.random.default_rng(8)
+    for G in [G_(NAPKIN), classic("M-graph")] + [random_admg(5, rng) for _ in range(5)]:
+        y = "Y" if "Y" in G.nodes else G.nodes[-1]
+        x = "X" if "X" in G.nodes else G.nodes[0]
+        q = Query(frozenset({y}), frozenset({x}))
+        a = equivalence_class(G, q)
+        b = equivalence_class_canonical(G, q, edges=True)
+        assert set(a.members) == set(b.members) and a.members[0] == b.members[0]
+        assert all(len(b.path(m)) == b.depth[m] <= 4 for m in b.members)
+        assert b.to_dot().count("--") == len(b.edges)
+
+
+def test_bfs_cap_is_reported():
+    G = G_(NAPKIN)
+    cls = equivalence_class(G, parse_query("P(y | do(x))", G), cap=3)
+    assert cls.capped and len(cls.members) == 3
+
+
+def test_r1_adds_no_connectivity_and_canonical_matches_exhaustive():
+    rng = np.random.default_rng(11)
+    graphs = [classic(n) for n in CLASSIC] + [random_admg(int(rng.integers(4, 6)), rng) for _ in range(14)]
+    for G in graphs:
+        y = G.nodes[-1] if "Y" not in G.nodes else "Y"
+        o = RuleOracle(G, {y})
+        comp = components(o)
+        comp23 = components(RuleOracle(G, {y}), rules=(2, 3))
+        same = comp[:, None] == comp[None, :]
+        assert (same == (comp23[:, None] == comp23[None, :])).all()
+        assert (canonical_all_pairs(RuleOracle(G, {y})) == same).all(), G.to_json()
+
+
+def test_canonical_test_four_tests_and_witness():
+    G = G_(NAPKIN)
+    o = RuleOracle(G, {"Y"})
+    a = (o.mask_of({"X"}), 0)
+    b = (o.mask_of({"W1"}), o.mask_of({"X", "W2"}))
+    ok, tests = canonical_test(o, a, b)
+    assert ok and len(tests) == 4 and [t["rule"] for t in tests] == ["R2\u2191", "R3\u2191", "R3\u2193", "R2\u2193"]
+    ok2, tests2 = canonical_test(o, a, (0, o.mask_of({"X"})))
+    assert not ok2 and not all(t["holds"] for t in tests2)
+
+
+def test_class_members_have_the_same_interventional_value():
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        G = random_admg(5, rng)
+        scm = DiscreteSCM.random(G, rng)
+        y, x = G.nodes[-1], G.nodes[0]
+        q = Query(frozenset({y}), frozenset({x}))
+        cls = equivalence_class(G, q)
+        ref = scm.interventional({y}, {x}, set())
+        order = [v for v in G.nodes if v != y]
+        for m in cls.members:
+            mq = cls.query(m)
+            val = scm.interventional(mq.Y, mq.X, mq.W)
+            # bring the member's axes (Y, X', W') to (Y, all others) and compare where defined
+            names = [y] + sorted(mq.X, key=G.index.get) + sorted(mq.W, key=G.index.get)
+            full = np.moveaxis(val.reshape(val.shape + (1,) * (len(G.nodes) - len(names))),
+                               list(range(len(G.nodes))),
+                               [([y] + order).index(v) for v in names] +
+                               [([y] + order).index(v) for v in [y] + order if v not in names])
+            ref_full = ref.reshape((2, 2) + (1,) * (len(G.nodes) - 2))
+            ref_full = np.moveaxis(ref_full, [0, 1], [0, 1 + order.index(x)]) if order.index(x) else ref_full
+            diff = np.abs(np.broadcast_to(full, [2] * len(G.nodes)) - np.broadcast_to(ref_full, [2] * len(G.nodes)))
+            assert np.nanmax(diff) < 1e-9, (G.to_json(), mq.text())
+
+
+# --------------------------------------------------------------------------- identification
+
+
+def test_napkin_estimand_numerically():
+    G = G_(NAPKIN)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        scm = DiscreteSCM.random(G, rng)
+        T = DiscreteTables(scm.joint(), G.nodes)
+        e = identify(G, parse_query("P(y | do(x))", G))
+        assert E.free(e) == {"X", "Y", "W2"}  # the napkin ratio keeps w2 free (its value does not matter)
+        val = evaluate_table(e, T, ["Y", "X"])[0]
+        assert np.nanmax(np.abs(val - scm.interventional({"Y"}, {"X"}, set()))) < 1e-9
+
+
+def test_unidentifiable_gives_a_hedge():
+    for name in ("bow (unidentifiable)", "instrumental variable"):
+        G = classic(name)
+        with pytest.raises(NotIdentifiable, match="hedge"):
+            identify(G, parse_query("P(y | do(x))", G))
+
+
+def test_front_door_and_idc_exact():
+    rng = np.random.default_rng(1)
+    for text, q in ((CLASSIC["front-door"], "P(y | do(x))"), (CLASSIC["back-door"], "P(y | do(x), z)"),
+                    (CLASSIC["M-graph"], "P(y | do(x), m)"), (CLASSIC["front-door"], "P(y | do(x), m)")):
+        G = G_(text)
+        qq = parse_query(q, G)
+        scm = DiscreteSCM.random(G, rng)
+        e = identify(G, qq)
+        tg = [*sorted(qq.Y, key=G.index.get), *sorted(qq.X, key=G.index.get), *sorted(qq.W, key=G.index.get)]
+        val = evaluate_table(e, DiscreteTables(scm.joint(), G.nodes), tg)[0]
+        assert np.nanmax(np.abs(val - scm.interventional(qq.Y, qq.X, qq.W))) < 1e-9, q
+
+
+def test_agrees_with_causaleffect():
+    pytest.importorskip("causaleffect", reason="install the docalc-test extra")
+    from icmlkit.lib.docalc.oracle import causaleffect_identify
+
+    rng = np.random.default_rng(2)
+    graphs = [classic(n) for n in CLASSIC] + [random_admg(5, rng) for _ in range(8)]
+    n_id = 0
+    for G in graphs:
+        y = "Y" if "Y" in G.nodes else G.nodes[-1]
+        x = "X" if "X" in G.nodes else G.nodes[0]
+        T = DiscreteTables(DiscreteSCM.random(G, rng).joint(), G.nodes)
+        try:
+            ours = identify(G, Query(frozenset({y}), frozenset({x})))
+        except NotIdentifiable:
+            ours = None
+        theirs = causaleffect_identify(G, {y}, {x})
+        assert (ours is None) == (theirs is None), G.to_json()
+        if ours is not None:
+            n_id += 1
+            a = evaluate_table(ours, T, [y, x])[0]
+            b = evaluate_table(E.canonical(theirs), T, [y, x])[0]
+            assert np.nanmax(np.abs(a - b)) < 1e-9
+    assert n_id >= 5
+
+
+def test_canonical_form_dedupes_and_is_idempotent():
+    a = E.Sum(("Z",), E.Prod((E.Prob(("Z",)), E.Prob(("Y",), ("X", "Z")))))
+    b = E.Sum(("Z",), E.Prod((E.Prob(("Y",), ("Z", "X")), E.Prod((E.Prob(("Z",)), E.ONE)))))
+    assert E.text(E.canonical(a)) == E.text(E.canonical(b)) == "sum_{Z} (P(Y | X, Z) P(Z))"
+    c = E.canonical(a)
+    assert E.canonical(c) == c
+    # marginalisation and the chain rule
+    assert E.canonical(E.Sum(("M",), E.Prob(("M", "Y"), ("X",)))) == E.Prob(("Y",), ("X",))
+    assert E.canonical(E.Prod((E.Prob(("A",), ("B", "C")), E.Prob(("B",), ("C",))))) == E.Prob(("A", "B"), ("C",))
+    assert E.from_json(E.to_json(c)) == c
+    assert E.latex(c) == "\\sum_{Z} \\left(P(Y \\mid X, Z) P(Z)\\right)"
+
+
+def test_m_graph_gives_several_estimands_all_exact():
+    G = classic("M-graph")
+    ce = class_estimands(G, parse_query("P(y | do(x))", G))
+    texts = [e.text for e in ce.estimands]
+    assert "P(Y | X)" in texts and len(texts) >= 3
+    scm = DiscreteSCM.random(G, np.random.default_rng(6))
+    T = DiscreteTables(scm.joint(), G.nodes)
+    truth = scm.interventional({"Y"}, {"X"}, set())
+    for e in ce.estimands:
+        assert np.nanmax(np.abs(evaluate_table(e.expr, T, ["Y", "X"])[0] - truth)) < 1e-9, e.text
+
+
+def test_front_door_back_door_projection_gives_both_estimands_gaussian_exact():
+    G = classic("front-door+back-door")
+    ce = class_estimands(G, parse_query("P(y | do(x))", G), projections=True)
+    assert len(ce.estimands) == 2
+    scm = LinearGaussianSCM(G, {("Z", "X"): 0.7, ("Z", "Y"): -1.2, ("X", "M"): 1.5, ("M", "Y"): 0.8}, {},
+                            {v: 1.0 for v in G.nodes})
+    # exact moments from the SCM via a huge sample is slow; use the closed form covariance instead
+    order = G.nodes
+    B = np.zeros((4, 4))
+    for (a, b), c in scm.coef.items():
+        B[order.index(b), order.index(a)] = c
+    A = np.linalg.inv(np.eye(4) - B)
+    cov = A @ A.T
+    M = GaussianMoments(np.zeros(4), cov, order)
+    for e in ce.estimands:
+        assert abs(gaussian_effect(e.expr, M, "Y", "X")[0] - scm.total_effect("X", "Y")) < 1e-10
+
+
+# --------------------------------------------------------------------------- parsers and errors
+
+
+def test_dagitty_cycle_error_names_line_and_column():
+    with pytest.raises(InputError, match=r"g.dag, line 3: column 4: edge Y -> X closes the directed cycle"):
+        parse_dagitty("dag {\n X -> Y\n Y -> X\n}", "g.dag")
+
+
+def test_dagitty_bad_operator_and_latent_projection():
+    with pytest.raises(InputError, match=r"line 1: column 9: edge operator '--'"):
+        parse_dagitty("dag { X -- Y }")
+    G = parse_dagitty('dag { U [latent]\n U -> X; U -> Y; X -> Y; bb="0,0,1,1" }')
+    G2 = parse_dagitty('dag{X->Y<-Z\n"my var" -> X}')
+    assert G2.directed == {("X", "Y"), ("Z", "Y"), ("my var", "X")}
+    assert G.nodes == ["X", "Y"] and G.bidirected == {("X", "Y")} and G.directed == {("X", "Y")}
+
+
+def test_json_graph_errors_name_the_field():
+    G = parse_json_graph('{"edges": ["X -> Y", ["Y", "<->", "Z"]], "latent": []}')
+    assert ("X", "Y") in G.directed and ("Y", "Z") in G.bidirected
+    with pytest.raises(InputError, match=r"field edges\[1\]"):
+        parse_json_graph('{"edges": ["X -> Y", "X => Z"]}')
+    with pytest.raises(InputError, match="closes the directed cycle"):
+        parse_json_graph('{"directed": [["A","B"],["B","C"],["C","A"]]}')
+
+
+def test_query_errors_give_the_column():
+    G = G_("dag { X -> Y }")
+    q = parse_query("P(y=1 | do(x=0))", G)
+    assert q.Y == {"Y"} and q.X == {"X"} and dict(q.values) == {"X": "0", "Y": "1"}
+    with pytest.raises(InputError, match=r"column 14: unknown variable 'q'"):
+        parse_query("P(y | do(x), q)", G)
+    with pytest.raises(InputError, match=r"column 5: unexpected character '\?'"):
+        parse_query("P(y ? x)", G)
+    with pytest.raises(InputError, match="appears twice"):
+        parse_query("P(y | do(y))", G)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_cli_equivalents_check_identify(tmp_path):
+    g = tmp_path / "napkin.dag"
+    g.write_text(NAPKIN.replace("; ", "\n"))
+    r = run_tool("derive-docalc", "equivalents", g, "P(y | do(x))", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["n_members"] == 9 and out["capped"] is False and "seconds" in out
+    assert all("path" in m for m in out["members"])
+    dot = tmp_path / "d.dot"
+    r = run_tool("derive-docalc", "equivalents", g, "P(y | do(x))", "--format", "dot", "-o", dot)
+    assert r.returncode == 0 and dot.read_text().startswith("graph derivation")
+    r = run_tool("derive-docalc", "equivalents", g, "P(y | do(x))", "--method", "canonical", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["n_members"] == 9
+    r = run_tool("derive-docalc", "check", g, "P(y|do(x))", "P(y | do(w1), x)", "--json", "--exhaustive")
+    assert r.returncode == 0 and json.loads(r.stdout)["equivalent"] is True and json.loads(r.stdout)["agree"]
+    r = run_tool("derive-docalc", "check", g, "P(y|do(x))", "P(y | x)", "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["equivalent"] is False and len(json.loads(r.stdout)["tests"]) == 4
+    r = run_tool("derive-docalc", "identify", g, "P(y|do(x))", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["identifiable"] and out["n_estimands"] == 1 and isinstance(out["estimands"][0], str)
+
+
+def test_cli_errors(tmp_path):
+    g = tmp_path / "cyc.dag"
+    g.write_text("dag {\n X -> Y\n Y -> X\n}\n")
+    r = run_tool("derive-docalc", "equivalents", g, "P(y|do(x))")
+    assert r.returncode == 1 and "line 3" in r.stderr and "cycle" in r.stderr and r.stdout == ""
+    r = run_tool("derive-docalc", "identify", "dag { X -> Y }", "P(y | do(q))")
+    assert r.returncode == 1 and "column 10" in r.stderr and "unknown variable 'q'" in r.stderr
+
+
+def test_cli_estimate_discrete_and_gaussian(tmp_path):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    G = classic("M-graph")
+    scm = DiscreteSCM.random(G, rng)
+    pd.DataFrame(scm.sample(3000, rng), columns=G.nodes).to_csv(tmp_path / "m.csv", index=False)
+    (tmp_path / "m.dag").write_text(G.to_dagitty())
+    r = run_tool("derive-docalc", "estimate", tmp_path / "m.dag", "P(y=1 | do(x=1))", tmp_path / "m.csv",
+                 "-B", "50", "--json", "-o", tmp_path / "ranked.csv")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    truth = scm.interventional({"Y"}, {"X"}, set())[1, 1]
+    assert out["kind"] == "discrete" and out["n_estimands"] >= 3
+    assert [e["rank"] for e in out["estimates"]] == list(range(1, out["n_estimands"] + 1))
+    assert all(abs(e["estimate"] - truth) < 5 * e["se"] + 0.02 for e in out["estimates"])
+    assert (tmp_path / "ranked.csv").read_text().startswith("rank,estimate")
+    Gf = classic("front-door+back-door")
+    from icmlkit.lib.docalc.demo import FDBD_FRONT_DOOR_WINS
+
+    c, s = FDBD_FRONT_DOOR_WINS
+    pd.DataFrame(LinearGaussianSCM(Gf, c, {}, s).sample(500, rng), columns=Gf.nodes).to_csv(tmp_path / "f.csv", index=False)
+    (tmp_path / "f.dag").write_text(Gf.to_dagitty())
+    r = run_tool("derive-docalc", "estimate", tmp_path / "f.dag", "P(y | do(x))", tmp_path / "f.csv",
+                 "--projections", "--json", "-B", "100")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["kind"] == "gaussian" and out["n_estimands"] == 2
+    assert out["best"].startswith("sum_{M}") and out["plain_id_rank"] == 2  # front-door wins in this regime
+    bad = tmp_path / "bad.csv"
+    bad.write_text("X,Y,M\n1,2,3\n")
+    r = run_tool("derive-docalc", "estimate", tmp_path / "f.dag", "P(y | do(x))", bad)
+    assert r.returncode == 1 and "column 'Z'" in r.stderr
+
+
+def test_cli_demo(tmp_path):
+    r = run_tool("derive-docalc", "demo", "--outdir", tmp_path / "d", "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["napkin_max_error"] < 1e-9 and "napkin" in out["headline"]
+    assert (tmp_path / "d" / "manifest.json").exists() and (tmp_path / "d" / "napkin.dot").exists()
+
+
+def test_same_seed_same_bytes(tmp_path):
+    G = classic("M-graph")
+    rng = np.random.default_rng(0)
+    import pandas as pd
+
+    pd.DataFrame(DiscreteSCM.random(G, rng).sample(500, rng), columns=G.nodes).to_csv(tmp_path / "m.csv", index=False)
+    (tmp_path / "m.dag").write_text(G.to_dagitty())
+    outs = []
+    for i in range(2):
+        o = tmp_path / f"r{i}.csv"
+        r = run_tool("derive-docalc", "estimate", tmp_path / "m.dag", "P(y|do(x))", tmp_path / "m.csv", "-B", "30",
+                     "-o", o, "--seed", "7", "--no-manifest")
+        assert r.returncode == 0, r.stderr
+        outs.append(o.read_bytes())
+    assert outs[0] == outs[1]
+
+
+def test_all_expressions_enumeration():
+    ex = all_expressions(3)
+    assert len(ex) == 27 and len({tuple(r) for r in ex.tolist()}) == 27 and not (ex[:, 0] & ex[:, 1]).any()
