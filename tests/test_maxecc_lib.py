@@ -19,6 +19,7 @@ from icmlkit.lib.maxecc import (
     brute_force,
     edge_bounds,
     evaluate,
+    incident_pairs,
     load_lp,
     local_search,
     lp_argmax,
@@ -446,3 +447,16 @@ def test_cuda_matches_cpu_bit_for_bit():
     s_cpu, _ = local_search(H, majority(H).sigma, device="cpu")
     s_gpu, _ = local_search(H, majority(H).sigma, device="cuda")
     assert np.array_equal(s_cpu, s_gpu)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_generation_matches_the_full_lp(seed):
+    """rowgen (the default) must reach the optimum of the full model and satisfy all its rows."""
+    H = planted(n=120, k=5, r=4, m=400, noise=0.8, seed=seed, weighted=True)
+    full = solve_lp(H, method="simplex")
+    rg = solve_lp(H, method="rowgen")
+    assert rg.method == "rowgen" and rg.optimal
+    assert rg.value == pytest.approx(full.value, rel=1e-9)
+    pairs = incident_pairs(H)
+    assert np.all(rg.z[H.edge_of] <= rg.x[pairs.of_entry] + 1e-9)
+    assert np.all(np.bincount(pairs.pair_v, weights=rg.x, minlength=H.n) <= 1 + 1e-9)
