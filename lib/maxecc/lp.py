@@ -190,24 +190,28 @@ def _edge_min_x(H: Hypergraph, pairs: Pairs, x: np.ndarray) -> np.ndarray:
     return np.minimum.reduceat(x[pairs.of_entry], H.ptr[:-1])
 
 
-def _first_rows(H: Hypergraph, pairs: Pairs) -> np.ndarray:
-    """Row generation's start: per edge, the entry (v in e) whose pair (v, c(e)) carries the
-    smallest share of v's incident weight, the vertex most likely to pull away from c(e)."""
+def first_rows(H: Hypergraph, pairs: Pairs) -> np.ndarray:
+    """Row generation's start (bool mask over ``H.nodes``): per edge, the entry (v in e) whose
+    pair (v, c(e)) carries the smallest share of v's incident weight, the vertex most likely to
+    pull away from c(e)."""
     pw = np.bincount(pairs.of_entry, weights=H.weight[H.edge_of], minlength=pairs.P)
     vw = np.bincount(pairs.pair_v, weights=pw, minlength=H.n)
     share = (pw / vw[pairs.pair_v])[pairs.of_entry]
     order = np.lexsort((share, H.edge_of))
-    return order[np.searchsorted(H.edge_of[order], np.arange(H.m))]
+    mask = np.zeros(len(H.nodes), dtype=bool)
+    mask[order[np.searchsorted(H.edge_of[order], np.arange(H.m))]] = True
+    return mask
 
 
-def _run_rowgen(H: Hypergraph, h, model: Model, first: np.ndarray, time_limit: float | None) -> tuple[float, int]:
-    """Cutting-plane loop: solve, add every violated incidence row z_e <= x_{v,c(e)}, re-solve
-    (HiGHS keeps the basis: a dual simplex warm start), until none is violated. Returns the
-    seconds spent in ``Highs.run`` and the number of rounds."""
+def run_rowgen(H: Hypergraph, h, model: Model, added: np.ndarray, time_limit: float | None) -> tuple[float, int]:
+    """Cutting-plane loop on a model holding the incidence rows marked in ``added`` (bool [nnz],
+    updated in place): solve, add every violated row z_e <= x_{v,c(e)}, re-solve (an LP keeps its
+    basis: a dual simplex warm start; a MIP starts again on the larger model), until none is
+    violated or HiGHS stops short of optimal. Exact: the model is a relaxation of the full one,
+    so a solution satisfying every row is optimal for the full model. Returns the seconds spent
+    in ``Highs.run`` and the number of rounds."""
     hs = _highspy()
     pairs, P = model.pairs, model.num_x
-    added = np.zeros(len(H.nodes), dtype=bool)
-    added[first] = True
     t_run, rounds, t0 = 0.0, 0, time.perf_counter()
     while True:
         rounds += 1
@@ -252,13 +256,13 @@ def solve_lp(
     opts = highs_options("simplex" if rowgen else method, None if rowgen else time_limit, threads)
     t0 = time.perf_counter()
     pairs = incident_pairs(H)
-    first = _first_rows(H, pairs) if rowgen else None
-    model = build_model(H, entries=first, pairs=pairs)
+    added = first_rows(H, pairs) if rowgen else None
+    model = build_model(H, entries=np.flatnonzero(added) if rowgen else None, pairs=pairs)
     h = new_highs(opts)
     h.passModel(model.lp)
     t1 = time.perf_counter()
     if rowgen:
-        seconds_run, _ = _run_rowgen(H, h, model, first, time_limit)
+        seconds_run, _ = run_rowgen(H, h, model, added, time_limit)
     else:
         h.run()
         seconds_run = time.perf_counter() - t1
