@@ -33,7 +33,8 @@ from icmlkit.lib.core.errors import CheckFailed, IcmlkitError, UsageError
 from icmlkit.lib.core.io import atomic_dir, check_writable, dumps_json, is_stdio
 from icmlkit.lib.core.manifest import Manifest, manifest_path_for
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CHECK, EXIT_ENV, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+# 2 (usage), 3 (check failed) and 4 (environment) come from the error classes in lib/core/errors.py.
+EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
 
 _SOURCES = {
     ParameterSource.COMMANDLINE: "flag",

@@ -466,6 +466,10 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
         raise click.BadParameter(f"{plot}: the plot is written as .png", param_hint="--plot")
     run.output(output)
     run.output(plot)
+    if plot is not None:
+        from icmlkit.lib.core.plot import pyplot
+
+        pyplot(required=True)  # exit 4 with the install hint before any work, not after it
     loaded_steers = []
     for p in steers:
         st = Steering.load(run.input(p))
@@ -508,15 +512,9 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
     if output is not None:
         write_table(output, rows)
         run.wrote(output)
-    plotted = None
     if plot is not None:
-        if pareto_plot(plot, rows, switch=target_switch):
-            run.wrote(plot)
-            plotted = plot
-        else:
-            from icmlkit.lib.core.errors import EnvironmentProblem
-
-            raise EnvironmentProblem("--plot needs matplotlib; install it with: pip install 'icmlkit[plot]'")
+        pareto_plot(plot, rows, switch=target_switch)
+        run.wrote(plot)
     best = best_row(rows, target_switch)
     keys = ("method", "strength", "switch_rate", "probe_acc_after_erasure", "disturbance_neutral",
             "disturbance_unrelated")
@@ -524,7 +522,7 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
                      "unrelated": matched_disturbance(rows, lab, "disturbance_unrelated", target_switch)}
                for lab, _ in loaded_steers}
     return {**{k: best[k] for k in keys}, "label": best["label"], "rows": rows, "matched_disturbance": matched,
-            "table": output, "plot": plotted}
+            "table": output, "plot": plot}
 
 
 @cli.command()

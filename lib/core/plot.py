@@ -31,8 +31,5 @@ def save_png(fig, path: str | os.PathLike, dpi: int = 100) -> None:
     and close it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
-    fig.clf()
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    pyplot().close(fig)
     write_bytes(path, buf.getvalue())

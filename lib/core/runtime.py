@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import random
 
 from icmlkit.lib.core.errors import EnvironmentProblem, UsageError
 
@@ -27,21 +26,6 @@ def resolve_device(spec: str = "auto"):
             raise EnvironmentProblem(f"--device {spec}: only {torch.cuda.device_count()} GPU(s) visible")
         return dev
     raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, not {spec!r}")
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch (when imported) for reproducible runs."""
-    import sys
-
-    random.seed(seed)
-    if "numpy" in sys.modules:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    if "torch" in sys.modules:
-        import torch
-
-        torch.manual_seed(seed)
 
 
 def generator(seed: int, device=None):

@@ -4,7 +4,6 @@ Everything is written into a folder given by the caller (the CLI builds it atomi
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from icmlkit.lib.core.console import log
@@ -20,11 +19,6 @@ from icmlkit.lib.maxecc.solve import solve
 BRAIN_OPT = 13626.0  # LP = ILP optimum on Brain (method sheet; confirmed by bench/solve_maxecc.py)
 
 
-def factors(r: int, k: int) -> dict[str, float]:
-    """The guaranteed expected ratio to the LP of each randomized algorithm (reconstructed)."""
-    return {"threshold-order": 1 / (r + 1), "paired": 1 / math.ceil(k / 2), "scaled": (1 - math.exp(-r)) / r}
-
-
 def _row(name: str, summary: dict) -> dict:
     keep = ("n", "m", "k", "r", "lp_value", "value", "ratio_to_lp", "ilp_value", "ilp_gap", "winner",
             "seconds_total")
@@ -35,7 +29,7 @@ def gadget_rounds(trials: int, seed: int, device) -> tuple[dict, dict]:
     """Every randomized rounding on a rainbow-cycle gadget (fractional LP): per-trial ratios."""
     H = rainbow_cycle(7, 7, 3)
     lp = solve_lp(H)
-    fac = factors(H.r, H.k)
+    fac = R.factors(H.r, H.k)
     per_trial, row = {}, {"instance": "rainbow-cycle gadget", "n": H.n, "m": H.m, "k": H.k, "r": H.r,
                           "lp_value": lp.value}
     for i, (name, fn) in enumerate((("threshold-order", R.threshold_order), ("paired", R.paired),
@@ -83,7 +77,7 @@ def run_demo(folder: Path, trials: int = 1000, seed: int = 0, device="cpu") -> d
     log.info("rainbow-cycle gadget ...")
     grow, per_trial = gadget_rounds(trials, seed, device)
     rows.append(grow)
-    plotted = plot_ratios(folder / "ratios.png", per_trial, factors(grow["r"], grow["k"]))
+    plotted = plot_ratios(folder / "ratios.png", per_trial, R.factors(grow["r"], grow["k"]))
 
     brain = shared_data_dir("maxecc/Brain/original_data")
     if brain is not None:

@@ -10,8 +10,8 @@ import torch
 
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
-from icmlkit.lib.maxecc.lp import (_highspy, build_model, first_rows, highs_options, incident_pairs, new_highs,
-                                   run_rowgen)
+from icmlkit.lib.maxecc.lp import (_highspy, build_model, colouring_from_x, highs_options, new_highs, run_rowgen,
+                                   solve_lp)
 
 
 @dataclass
@@ -34,37 +34,29 @@ def solve_ilp(H: Hypergraph, time_limit: float | None = 60.0, start: np.ndarray 
     """Solve MaxECC exactly: the LP of :func:`build_model` with binary x (z stays continuous; with
     x integral the optimal z_e = min_v x_{v,c(e)} is integral), HiGHS MIP with mip_rel_gap 0 and a
     time limit, over the rows that row generation needs. When the LP optimum is already integral
-    it is returned as the optimum without a MIP. ``start`` (a colouring, int64 [n]) is passed to HiGHS as a warm start and kept if
-    HiGHS finds nothing better. Caution: with highspy 1.16 a warm start made MAG-10 slower (139 s
+    it is returned as the optimum without a MIP. ``start`` (a colouring, int64 [n]) is passed to
+    HiGHS as a warm start and kept if HiGHS finds nothing better. Caution: with highspy 1.16 a warm start made MAG-10 slower (139 s
     instead of 64 s) and HiGHS reported an objective above the LP optimum; the result is checked
     against HiGHS's own solution (see below), and :func:`solve` does not warm-start."""
     from icmlkit.lib.maxecc.rounding import evaluate, majority
 
     highs_options(None, time_limit, threads)  # validate before any work
     t0 = time.perf_counter()
-    # Row generation: the rows the LP needed (exact LP row generation), then the MIP on them,
-    # adding any row its solution violates (see run_rowgen); far smaller than the full model.
-    pairs = incident_pairs(H)
-    added = first_rows(H, pairs)
-    lp_model = build_model(H, entries=np.flatnonzero(added), pairs=pairs)
-    h_lp = new_highs(highs_options("simplex", None, threads))
-    h_lp.passModel(lp_model.lp)
-    run_rowgen(H, h_lp, lp_model, added, time_limit)
-    lp_x = np.asarray(h_lp.getSolution().col_value)[: lp_model.num_x]
-    lp_opt = h_lp.getModelStatus() == _highspy().HighsModelStatus.kOptimal
-    if lp_opt and np.all(np.minimum(lp_x, 1.0 - lp_x) <= INTEGRAL_TOL):
+    # Row generation: the rows the LP needed (solve_lp's exact row generation), then the MIP on
+    # them, adding any row its solution violates (see run_rowgen); far smaller than the full model.
+    lp = solve_lp(H, method="rowgen", time_limit=time_limit, threads=threads)
+    maj = majority(H).sigma
+    if lp.optimal and np.all(np.minimum(lp.x, 1.0 - lp.x) <= INTEGRAL_TOL):
         # The LP optimum is integral, so it is an optimal colouring: no MIP needed (Brain, DAWN).
-        sigma = np.full(H.n, -1, dtype=np.int64)
-        chosen = lp_x > 0.5
-        sigma[pairs.pair_v[chosen]] = pairs.pair_c[chosen]
-        sigma = np.where(sigma >= 0, sigma, majority(H).sigma)
+        sigma = colouring_from_x(H, lp.pair_v, lp.pair_c, lp.x, maj)
         value, _ = evaluate(H, sigma)
-        bound = max(float(h_lp.getInfo().objective_function_value), value)  # the model maximises
+        bound = max(lp.value, value)
         return ILPResult(value=float(value), bound=bound, gap=(bound - value) / max(abs(bound), 1e-9), sigma=sigma,
                          status="Optimal (the LP optimum is integral)", optimal=abs(bound - value) <= 1e-6 * max(1, bound),
                          seconds=time.perf_counter() - t0)
+    added = lp.rows
     remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - t0))
-    model = build_model(H, integer=True, entries=np.flatnonzero(added), pairs=pairs)
+    model = build_model(H, integer=True, entries=np.flatnonzero(added))
     h = new_highs(highs_options(None, remaining, threads))
     h.passModel(model.lp)
     pv, pc = model.pairs.pair_v, model.pairs.pair_c
@@ -79,12 +71,8 @@ def solve_ilp(H: Hypergraph, time_limit: float | None = 60.0, start: np.ndarray 
     status = h.getModelStatus()
     info = h.getInfo()
     col = np.asarray(h.getSolution().col_value, dtype=np.float64)
-    maj = majority(H).sigma
     if col.shape == (model.num_x + model.num_z,):
-        sigma = np.full(H.n, -1, dtype=np.int64)
-        chosen = col[: model.num_x] > 0.5
-        sigma[pv[chosen]] = pc[chosen]
-        sigma = np.where(sigma >= 0, sigma, maj)
+        sigma = colouring_from_x(H, pv, pc, col[: model.num_x], maj)
     else:  # no incumbent at all (time limit hit before the first one)
         sigma = start if start is not None else maj
     value, _ = evaluate(H, sigma)

@@ -165,6 +165,17 @@ class LPSolution:
     seconds_build: float
     seconds_solve: float
     method: str
+    rows: np.ndarray | None = None  # rowgen: bool mask over H.nodes of the incidence rows it needed
+
+
+def colouring_from_x(H: Hypergraph, pair_v: np.ndarray, pair_c: np.ndarray, x: np.ndarray,
+                     fallback: np.ndarray) -> np.ndarray:
+    """The colouring of an integral x (sigma(v) = c where x_{v,c} > 1/2); vertices with no such
+    pair take ``fallback``."""
+    sigma = np.full(H.n, -1, dtype=np.int64)
+    chosen = x > 0.5
+    sigma[pair_v[chosen]] = pair_c[chosen]
+    return np.where(sigma >= 0, sigma, fallback)
 
 
 def highs_options(method: str | None, time_limit: float | None, threads: int | None) -> dict:
@@ -253,7 +264,7 @@ def solve_lp(
     ``seconds_solve`` is the bare ``Highs.run()`` time (summed over rowgen's rounds).
     """
     rowgen = method == "rowgen"
-    opts = highs_options("simplex" if rowgen else method, None if rowgen else time_limit, threads)
+    opts = highs_options("simplex" if rowgen else method, time_limit, threads)
     t0 = time.perf_counter()
     pairs = incident_pairs(H)
     added = first_rows(H, pairs) if rowgen else None
@@ -285,6 +296,7 @@ def solve_lp(
         seconds_build=t1 - t0,
         seconds_solve=seconds_run,
         method=method,
+        rows=added,
     )
 
 

@@ -136,12 +136,6 @@ class Rounds:
     seconds: float
 
 
-def best_of(values: np.ndarray, sigmas: np.ndarray) -> tuple[float, np.ndarray, int]:
-    """(best value, its colouring, its index); the first trial wins ties."""
-    i = int(np.argmax(values))
-    return float(values[i]), np.asarray(sigmas[i]), i
-
-
 def _run_trials(ctx: _Ctx, name: str, trials: int, width: int, make_sigma) -> Rounds:
     """Run ``make_sigma(lo, hi) -> [hi-lo, n]`` over chunks of trials, keeping every value and
     the best colouring."""
@@ -194,6 +188,12 @@ def lp_argmax(H: Hypergraph, lp: LPSolution, device="cpu") -> Rounds:
     vmax.scatter_reduce_(0, ctx.pair_v, ctx.x, "amax", include_self=True)
     sigma = torch.where((col >= 0) & (vmax > 0), col, ctx.majority)
     return _single(ctx, "lp-argmax", sigma, t0)
+
+
+def factors(r: int, k: int) -> dict[str, float]:
+    """The factor (expected value over LP) the abstract claims for each randomized rounding, for
+    rank r and k colours: 1/(r+1), 1/ceil(k/2), (1 - e^-r)/r (the algorithms are reconstructed)."""
+    return {"threshold-order": 1 / (r + 1), "paired": 1 / math.ceil(k / 2), "scaled": (1 - math.exp(-r)) / r}
 
 
 # ------------------------------------------------------------------------------- Algorithm 1
