@@ -1,0 +1,136 @@
+"""Configurable tables of CausalTrace: sensitive sinks, trust of tools, instruction cues, defaults.
+
+Every table can be replaced from a JSON/TOML file (``--sinks FILE`` on the command line): a
+mapping of regular expression (matched against the lower-cased function name, or ``METHOD url``
+for HTTP events) -> sink category.
+"""
+from __future__ import annotations
+
+import re
+
+# Step 1: sink table (regex on the function name -> category). "answer" is the agent's final text
+# to the user: a sink only for the causal check (an injection can make the agent say things), never
+# counted as a "sensitive" sink for N3 or the "sink present" baseline.
+DEFAULT_SINKS: dict[str, str] = {
+    r"^(send_money|schedule_transaction|update_scheduled_transaction|transfer\w*|pay\w*)$": "payment",
+    r"^(update_password|change_password|reset_password|update_user_info)$": "credentials",
+    r"^(send_email|forward_email|reply_email|send_direct_message|send_channel_message|post_message)$": "message",
+    r"^(delete_\w+|remove_\w+)$": "delete",
+    r"^(share_file|append_to_file|create_file|write_file|upload\w*)$": "file_write",
+    r"^(post_webpage|http_post|post|put|http_put|webhook\w*)$": "http_post",
+    r"^(get_webpage|visit_url|open_url|browse\w*)$": "http_get",
+    r"^(run_code|exec\w*|shell|bash|run_command|python|execute_\w+)$": "code_exec",
+    r"^(invite_user\w*|add_user\w*)$": "access",
+    r"^(reserve_\w+|book_\w+)$": "booking",
+    r"^(create_calendar_event|add_calendar_event_participants|reschedule_calendar_event|cancel_calendar_event)$":
+        "calendar",
+    r"^respond$": "answer",
+}
+
+# Step 1: trust domains. Events from these roles are trusted; tool outputs and any other external
+# content are untrusted unless the trace says otherwise.
+TRUSTED_ROLES = ("system", "user", "developer")
+
+# Instruction-likeness cues (content only; never the trace's ground-truth flags).
+MARKERS = (
+    r"<information>", r"</information>", r"\bignore (all |your |the )?(previous|prior|earlier|above)",
+    r"\bdisregard\b", r"\binstead\b", r"###\s*\(?system", r"\bsystem[_ ]message\b", r"\btodo\s*:",
+    r"\bimportant\s*!+", r"\bbefore you (can )?(solve|do|continue|answer)", r"\b(ai|the) (assistant|model|agent)\b",
+    r"\bnote (for|to) the (assistant|ai|agent|model)\b", r"\bfollow (this|these|the following)\b",
+    r"\bnew instructions?\b", r"\bautomated notice\b", r"\bmaintenance step\b", r"\bon behalf of\b",
+    r"\bcould you\b", r"\bplease do\b", r"\bthe task (that )?i gave you\b", r"\basked for this\b",
+    r"\bone more thing\b",
+)
+MARKER_RE = re.compile("|".join(MARKERS), re.IGNORECASE)
+
+# Verbs that start an instruction to an agent (imperative mood) and map onto tool actions.
+ACTION_VERBS = (
+    "send", "transfer", "pay", "forward", "email", "delete", "remove", "post", "visit", "invite", "add",
+    "create", "make", "reserve", "book", "update", "change", "modify", "share", "concatenate", "say",
+    "tell", "get", "write", "upload", "run", "execute", "schedule", "reply", "give", "find", "read", "list",
+)
+
+# Token synonyms used when matching a function name against text (instruction patterns).
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "money": ("transaction", "transfer", "pay", "payment", "send", "iban", "account", "amount"),
+    "send": ("send", "transfer", "pay", "forward", "mail"),
+    "email": ("email", "mail", "e-mail", "emails"),
+    "message": ("message", "messages", "dm", "text", "link"),
+    "webpage": ("webpage", "website", "web", "site", "link", "url", "page"),
+    "password": ("password", "credential", "credentials"),
+    "reserve": ("reservation", "reserve", "book", "booking"),
+    "hotel": ("hotel", "room"),
+    "calendar": ("calendar", "event", "meeting", "appointment"),
+    "event": ("event", "meeting", "appointment", "calendar"),
+    "file": ("file", "document", "drive", "doc"),
+    "user": ("user", "him", "her", "member", "invite"),
+    "channel": ("channel", "channels"),
+    "delete": ("delete", "remove", "erase"),
+    "scheduled": ("scheduled", "recurring", "schedule"),
+    "transaction": ("transaction", "payment", "transfer", "recurring"),
+    "info": ("info", "information", "address", "details"),
+    "post": ("post", "publish", "upload"),
+    "invite": ("invite", "add"),
+}
+GENERIC_TOKENS = {"get", "read", "list", "search", "all", "by", "to", "from", "for", "the", "of", "user", "info",
+                  "direct", "current", "id", "ids", "day", "a", "in", "on", "with", "and"}
+
+DEFAULTS = {
+    "threshold": 0.5,          # flag when the ATE >= threshold (method sheet, default tau)
+    "min_overlap": 10,         # content overlap: minimum common substring length (characters)
+    "similarity": 0.6,         # content overlap: string similarity for fuzzy matches
+    "instruction_threshold": 0.5,  # a segment of untrusted text is an injection candidate above this
+    "leak": 0.05,              # noisy-OR leak of every action (beta_task of the repository's SCM)
+    "max_depth": 50,           # slicing depth
+    "max_frontier": 20,        # exact propagation keeps a joint over at most 2^20 frontier states
+}
+
+# Confidence of each edge inference strategy (reconstructed; the paper's values are not known).
+CONFIDENCE = {
+    "taint": 0.95,             # (a) explicit taint tokens
+    "produced": 1.0,           # a call -> the result it returned (its observation)
+    "segment": 1.0,            # an observation -> a segment of its own text
+    "overlap": 0.95,           # (d) a >= min_overlap substring of i's output in j's inputs
+    "fuzzy": 0.8,              # (d) similarity >= threshold (scaled by the similarity)
+    "delegation": 0.9,         # (c) orchestrator -> sub-agent
+    "instruction": 0.95,       # trust_transfer: j's call pattern is spelled out in i's text
+    "sequence": 0.9,           # (b) the trusted task -> a compatible action (scaled by support)
+    "state": 0.9,              # state_enablement (login -> protected call); never a trigger
+}
+
+
+def sink_category(function: str | None, table: dict[str, str] | None = None) -> str | None:
+    """The sink category of a function name under ``table`` (regex -> category), or None."""
+    if not function:
+        return None
+    name = function.lower()
+    for pattern, cat in (table or DEFAULT_SINKS).items():
+        if re.search(pattern, name):
+            return cat
+    return None
+
+
+def load_sink_table(path: str) -> dict[str, str]:
+    """Read a sink table (JSON or TOML mapping regex -> category); InputError naming the key if bad."""
+    import json
+    import tomllib
+
+    from icmlkit.lib.core.errors import InputError
+    from icmlkit.lib.core.io import open_text
+
+    with open_text(path) as fh:
+        text = fh.read()
+    try:
+        data = json.loads(text) if str(path).endswith(".json") else tomllib.loads(text)
+    except ValueError as exc:
+        raise InputError(f"not a valid sink table ({exc})", str(path)) from None
+    if not isinstance(data, dict) or not data:
+        raise InputError("expected a non-empty mapping of regex -> category", str(path))
+    for k, v in data.items():
+        if not isinstance(v, str):
+            raise InputError(f"field {k!r}: the category must be a string", str(path))
+        try:
+            re.compile(k)
+        except re.error as exc:
+            raise InputError(f"field {k!r}: not a regular expression ({exc})", str(path)) from None
+    return dict(data)

@@ -1,0 +1,202 @@
+"""Step 3: the structural causal model on the trigger subgraph and its counterfactuals.
+
+Structural equations (noisy-OR; **reconstructed** project version of the repository's
+"probabilistic SCM"): every node v is a binary variable "v happens / carries its content",
+
+    X_v = 1 - (1 - leak_v) * prod_{u in pa(v)} (1 - c_uv * X_u)        (in distribution)
+
+over the trigger parents only (data_dependency + trust_transfer; state_enablement grants
+capability, not cause, and is excluded). c_uv is the combined confidence of the edges u -> v;
+leak_v = 0.05 for actions (the repository's beta_task: the agent acts on its own) and 0 otherwise.
+Trusted roots (the task) and parentless content are exogenous and present (X = 1).
+
+An intervention do(I = b) replaces I's equation by the constant b. P(M = 1 | do(.)) is computed
+**exactly** by forward propagation in topological order over the ancestors of M, keeping the joint
+distribution of the "frontier" (processed nodes whose children are not all processed) as a dense
+table of 2^k states (numpy, vectorised over states); parents shared by several paths are
+therefore handled exactly, not by an independence approximation. When the frontier would exceed
+``max_frontier`` nodes the propagation falls back to treating parents as independent (flagged
+``exact = False``). :func:`brute_force` enumerates all joint states (the tests' oracle).
+
+The deterministic reachability verdict of the official repository (P = 0 / 0.5 / 1, effect = 1 - P)
+is in :func:`reachability_effect`, for comparison.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+LEAK_ACTION = 0.05
+
+
+def ancestors(parents: dict, target: str) -> set:
+    seen, stack = {target}, [target]
+    while stack:
+        v = stack.pop()
+        for u in parents.get(v, {}):
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return seen
+
+
+def _topo(nodes: set, parents: dict, order: dict) -> list:
+    return sorted(nodes, key=lambda n: order[n])
+
+
+def prob(parents: dict, leak: dict, order: dict, target: str, do: dict | None = None,
+         max_frontier: int = 20) -> tuple[float, bool]:
+    """Exact P(X_target = 1 | do) for the noisy-OR model; returns (probability, exact)."""
+    do = do or {}
+    anc = ancestors({k: ({} if k in do else v) for k, v in parents.items()}, target)
+    topo = _topo(anc, parents, order)
+    children_left = {n: 0 for n in anc}
+    for v in anc:
+        if v in do:
+            continue
+        for u in parents.get(v, {}):
+            if u in anc:
+                children_left[u] += 1
+    const: dict = {}           # nodes with a fixed value
+    frontier: list = []        # variables in the joint table, in axis order
+    table = np.ones(1, dtype=np.float64)  # shape (2,)*len(frontier), flattened lazily
+    table = table.reshape(())
+    exact = True
+    marg: dict = {}            # fallback: independent marginals
+    for v in topo:
+        if v in do:
+            const[v] = float(do[v])
+        else:
+            pa = {u: c for u, c in parents.get(v, {}).items() if u in anc}
+            lk = leak.get(v, 0.0)
+            if not pa and lk < 0:
+                const[v] = 1.0  # leak < 0 marks an exogenous, present root
+            else:
+                # fold constant parents into the leak
+                keep = 1.0 - max(lk, 0.0)
+                var_pa = []
+                for u, c in pa.items():
+                    if u in const:
+                        keep *= 1.0 - c * const[u]
+                    else:
+                        var_pa.append((u, c))
+                if not var_pa and keep in (0.0, 1.0):
+                    const[v] = 1.0 - keep
+                elif not exact or len(frontier) + 1 > max_frontier:
+                    if exact:  # switch to the fallback: marginals of the table so far
+                        for i, u in enumerate(frontier):
+                            other = tuple(j for j in range(len(frontier)) if j != i)
+                            marg[u] = float(table.sum(axis=other)[1] if other else table[1])
+                    exact = False
+                    q = keep
+                    for u, c in var_pa:
+                        q *= 1.0 - c * marg.get(u, 0.0)
+                    marg[v] = 1.0 - q
+                    frontier.append(v)
+                else:
+                    # q(state) = keep * prod (1 - c * x_u), vectorised over the table's states
+                    q = np.full(table.shape, keep)
+                    for u, c in var_pa:
+                        ax = frontier.index(u)
+                        shape = [1] * len(frontier)
+                        shape[ax] = 2
+                        q = q * np.array([1.0, 1.0 - c]).reshape(shape)
+                    p1 = 1.0 - q
+                    table = np.stack([table * (1.0 - p1), table * p1], axis=-1)
+                    frontier.append(v)
+        # retire parents whose children are all processed (never the target)
+        if v not in do:
+            for u in parents.get(v, {}):
+                if u in anc and u not in const:
+                    children_left[u] -= 1
+                    if children_left[u] == 0 and u != target and u in frontier:
+                        if exact:
+                            ax = frontier.index(u)
+                            table = table.sum(axis=ax)
+                        frontier.remove(u)
+    if target in const:
+        return const[target], True
+    if not exact:
+        return float(marg.get(target, 0.0)), False
+    ax = frontier.index(target)
+    other = tuple(i for i in range(len(frontier)) if i != ax)
+    return float(table.sum(axis=other)[1] if other else table[1]), True
+
+
+def brute_force(parents: dict, leak: dict, order: dict, target: str, do: dict | None = None) -> float:
+    """P(X_target = 1 | do) by enumerating every joint state of the non-constant nodes (exponential;
+    the tests' oracle on small graphs)."""
+    do = do or {}
+    nodes = sorted(parents, key=lambda n: order[n])
+    free = [n for n in nodes if n not in do and (parents[n] or leak.get(n, 0.0) >= 0)]
+    total = 0.0
+    for bits in itertools.product((0, 1), repeat=len(free)):
+        x = dict(zip(free, bits))
+        x.update({k: float(v) for k, v in do.items()})
+        w = 1.0
+        for n in nodes:
+            if n in do:
+                continue
+            lk = leak.get(n, 0.0)
+            if not parents[n] and lk < 0:
+                if x.get(n, 1) != 1:
+                    w = 0.0
+                x[n] = 1
+                continue
+            q = 1.0 - max(lk, 0.0)
+            for u, c in parents[n].items():
+                q *= 1.0 - c * x[u]
+            p1 = 1.0 - q
+            w *= p1 if x[n] == 1 else 1.0 - p1
+            if w == 0.0:
+                break
+        if w and x[target] == 1:
+            total += w
+    return total
+
+
+def effects(parents: dict, leak: dict, order: dict, sink: str, candidates: list, max_frontier: int = 20) -> dict:
+    """Counterfactuals for one sink: P(sink | do(all candidates = 1/0)), the joint ATE, and each
+    candidate's own ATE (others following their equations)."""
+    exact = True
+    p1, e1 = prob(parents, leak, order, sink, {c: 1 for c in candidates}, max_frontier)
+    p0, e0 = prob(parents, leak, order, sink, {c: 0 for c in candidates}, max_frontier)
+    exact = e1 and e0
+    per = {}
+    anc = ancestors(parents, sink)
+    for c in candidates:
+        if c not in anc:
+            per[c] = 0.0
+            continue
+        a, ea = prob(parents, leak, order, sink, {c: 1}, max_frontier)
+        b, eb = prob(parents, leak, order, sink, {c: 0}, max_frontier)
+        exact = exact and ea and eb
+        per[c] = a - b
+    return {"p_do1": p1, "p_blocked": p0, "ate": p1 - p0, "per_candidate": per, "exact": exact}
+
+
+def reachability_effect(parents: dict, roots: list, candidate: str, sink: str, min_conf: float = 0.5) -> float:
+    """The repository's deterministic verdict: P = 0 if the sink is reachable only via the
+    candidate, 0.5 if also from another root without it, 1 if unreachable from the candidate;
+    returns the effect 1 - P. Edges below ``min_conf`` are ignored."""
+    children: dict = {}
+    for v, pa in parents.items():
+        for u, c in pa.items():
+            if c >= min_conf:
+                children.setdefault(u, []).append(v)
+
+    def reach(starts, banned):
+        seen, stack = set(starts), list(starts)
+        while stack:
+            v = stack.pop()
+            for w in children.get(v, []):
+                if w not in seen and w != banned:
+                    seen.add(w)
+                    stack.append(w)
+        return seen
+
+    if sink not in reach([candidate], None):
+        return 0.0
+    others = [r for r in roots if r != candidate]
+    return 0.5 if sink in reach(others, candidate) else 1.0
