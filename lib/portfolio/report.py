@@ -1,0 +1,109 @@
+"""Reports of back-test runs: a Markdown/CSV table (gross and net of costs) and a PNG with equity
+curves and drawdowns of several strategies side by side."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.io import write_json, write_text
+
+COLUMNS = ("strategy", "k", "sharpe", "sharpe_ci", "sharpe_gross", "ann_return", "ann_return_gross", "ann_vol",
+           "max_drawdown", "turnover", "cardinality", "cost_bps")
+
+
+def read_run(path):
+    """(name, summary, dates, gross, net) from a run folder of `backtest` or its returns.csv."""
+    import numpy as np
+    import pandas as pd
+
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    rets = folder / "returns.csv" if p.is_dir() else p
+    summ = folder / "summary.json"
+    if not rets.is_file():
+        raise InputError("no returns.csv here (expected a run folder written by `backtest-portfolio backtest`)", str(path))
+    try:
+        df = pd.read_csv(rets)
+    except Exception as exc:
+        raise InputError(f"not a readable CSV ({exc})", str(rets)) from None
+    missing = [c for c in ("date", "gross", "net") if c not in df.columns]
+    if missing:
+        raise InputError(f"missing columns {missing}; expected date,gross,net", str(rets), 1)
+    summary = json.loads(summ.read_text()) if summ.is_file() else {}
+    name = summary.get("strategy", folder.name)
+    dates = pd.to_datetime(df["date"]).values.astype("datetime64[D]")
+    return name, summary, dates, df["gross"].to_numpy(np.float64), df["net"].to_numpy(np.float64)
+
+
+def _fmt(v):
+    if v is None:
+        return "—"
+    if isinstance(v, list):
+        return "[" + ", ".join(f"{x:.2f}" for x in v) + "]"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def markdown_table(summaries) -> str:
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+    return head + "".join("| " + " | ".join(_fmt(s.get(c)) for c in COLUMNS) + " |\n" for s in summaries)
+
+
+def plot_runs(path, rows) -> bool:
+    """Equity curves (net solid, gross dotted) and net drawdowns; False without matplotlib."""
+    import numpy as np
+
+    from icmlkit.lib.core.plot import pyplot, save_png
+    from icmlkit.lib.portfolio.metrics import drawdown_curve
+
+    plt = pyplot(required=False)
+    if plt is None:
+        return False
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    for i, (name, _, dates, gross, net) in enumerate(rows):
+        col = f"C{i % 10}"
+        d = dates.astype("datetime64[D]").astype(object)
+        a1.plot(d, np.cumprod(1 + net), color=col, label=f"{name} (net)")
+        a1.plot(d, np.cumprod(1 + gross), color=col, linestyle=":", linewidth=0.8)
+        a2.plot(d, drawdown_curve(net), color=col)
+    a1.set_yscale("log")
+    a1.set_ylabel("growth of 1 (log; dotted = gross)")
+    a1.legend(fontsize=8)
+    a2.set_ylabel("drawdown (net)")
+    fig.tight_layout()
+    save_png(fig, path)
+    return True
+
+
+def write_run_report(folder, rows, compare: bool = False):
+    """report.md (+ report.csv, summary.json and equity.png when comparing) in ``folder``."""
+    from icmlkit.lib.portfolio.metrics import summarize
+
+    folder = Path(folder)
+    summaries = []
+    for name, summary, dates, gross, net in rows:
+        s = dict(summary) if summary else {"strategy": name}
+        if not summary:  # a bare returns.csv: recompute what the returns give
+            net_s, gross_s = summarize(net), summarize(gross)
+            s.update(net_s, sharpe_gross=gross_s["sharpe"], ann_return_gross=gross_s["ann_return"])
+        summaries.append(s)
+    plotted = plot_runs(folder / "equity.png", rows)
+    text = "# Back-test report\n\n" + markdown_table(summaries) + (
+        "\nNet figures are after costs; sharpe_ci is the 90 % stationary-bootstrap interval (mean block 21 days).\n")
+    if plotted:
+        text += "\n![equity curves and drawdowns](equity.png)\n"
+    write_text(folder / "report.md", text)
+    if compare:
+        lines = [",".join(COLUMNS)]
+        for s in summaries:
+            vals = []
+            for c in COLUMNS:
+                v = s.get(c)
+                vals.append(f"{v[0]:.6g};{v[1]:.6g}" if isinstance(v, list) else ("" if v is None else
+                                                                                  f"{v:.6g}" if isinstance(v, float) else str(v)))
+            lines.append(",".join(vals))
+        write_text(folder / "report.csv", "\n".join(lines) + "\n")
+        write_json(folder / "summary.json", {"strategies": summaries})
+    return summaries

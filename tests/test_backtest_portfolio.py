@@ -1,0 +1,347 @@
+"""backtest-portfolio: the Sharpe layer against closed forms and finite differences, the smooth top-k
+operators, the exact enumeration, no look-ahead, exact cardinality, the costs arithmetic, bad input
+and the command line."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_tool
+from icmlkit.lib.portfolio import estimators as E
+from icmlkit.lib.portfolio.backtest import rebalance_indices, run_backtest, simulate
+from icmlkit.lib.portfolio.data import Market, read_market
+from icmlkit.lib.portfolio.layer import SharpeLayer, best_excess_return, solve_tangency_cvxpy
+from icmlkit.lib.portfolio.metrics import max_drawdown, sharpe, sharpe_ci, stationary_bootstrap_indices
+from icmlkit.lib.portfolio.model import Config, build_samples, fit
+from icmlkit.lib.portfolio.synthetic import planted_market
+from icmlkit.lib.portfolio.topk import hard_topk, soft_topk
+
+TOOL = "backtest-portfolio"
+D = torch.float64
+
+
+def _interior_problem(n=6, seed=0):
+    """μ = 3Σw_true with w_true > 0: the tangency portfolio is w_true (long-only does not bind)."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, 2 * n, generator=g, dtype=D) * 0.01
+    S = A @ A.T / (2 * n) + 1e-5 * torch.eye(n, dtype=D)
+    w = torch.rand(n, generator=g, dtype=D) + 0.2
+    w = w / w.sum()
+    return S @ w * 3, S, w
+
+
+# --------------------------------------------------------------------------- the layer
+
+
+def test_layer_matches_closed_form_and_cvxpy():
+    mu, S, w_true = _interior_problem()
+    w, inf = SharpeLayer(6)(mu[None], E.factor(S[None]))
+    assert not bool(inf[0])
+    closed = E.closed_form_tangency(mu, S)
+    torch.testing.assert_close(closed, w_true)
+    np.testing.assert_allclose(w[0].numpy(), closed.numpy(), rtol=1e-5, atol=1e-7)
+    w_cvx, _ = solve_tangency_cvxpy(mu.numpy(), S.numpy())
+    np.testing.assert_allclose(w_cvx, closed.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_layer_respects_mask_and_floor():
+    mu, S, _ = _interior_problem(8, seed=1)
+    m = torch.zeros(1, 8, dtype=D)
+    m[0, [1, 4, 6]] = 1
+    w, _ = SharpeLayer(8, min_weight=0.05)(mu[None], E.factor(S[None]), m)
+    assert (w[0][m[0] == 0].abs() < 1e-9).all()
+    assert (w[0][m[0] == 1] >= 0.05 - 1e-7).all()
+    assert abs(float(w.sum()) - 1) < 1e-12
+
+
+def test_layer_gradient_matches_finite_differences():
+    mu, S, _ = _interior_problem(4, seed=2)
+    F = E.factor(S[None])
+    layer = SharpeLayer(4)
+    m0 = torch.tensor([[0.12, 0.9, 0.1, 0.8]], dtype=D)  # caps that bind (w_true is about 1/4 each)
+    probe = torch.tensor([0.3, -1.0, 0.5, 0.2], dtype=D)
+
+    def f(mu_, m_):
+        w, _ = layer(mu_, F, m_)
+        return (w * probe).sum()
+
+    x_mu = mu[None].clone().requires_grad_(True)
+    x_m = m0.clone().requires_grad_(True)
+    f(x_mu, x_m).backward()
+    for x, g in ((mu[None], x_mu.grad), (m0, x_m.grad)):
+        fd = torch.zeros_like(x)
+        for i in range(x.shape[1]):
+            h = 1e-5 * max(float(x[0, i].abs()), 1e-3)
+            e = torch.zeros_like(x)
+            e[0, i] = h
+            fd[0, i] = (f(*((x + e, m0) if x is not m0 else (mu[None], x + e)))
+                        - f(*((x - e, m0) if x is not m0 else (mu[None], x - e)))) / (2 * h)
+        scale = float(fd.abs().max())
+        assert scale > 0
+        assert float((g - fd).abs().max()) <= 1e-3 * scale + 1e-8, (g, fd)
+
+
+def test_layer_infeasible_case_falls_back_to_min_variance():
+    mu, S, _ = _interior_problem(5, seed=3)
+    layer = SharpeLayer(5)
+    bad = -mu.abs()[None]                                  # no asset beats the risk-free rate
+    assert float(best_excess_return(bad, torch.ones_like(bad))) < 0
+    w, inf = layer(bad, E.factor(S[None]))
+    assert bool(inf[0])
+    z = torch.linalg.solve(S, torch.ones(5, dtype=D))
+    if (z > 0).all():                                      # min-variance is interior: compare closed form
+        np.testing.assert_allclose(w[0].numpy(), (z / z.sum()).numpy(), rtol=1e-5, atol=1e-7)
+    # feasible on the full set but not on a mask of the losers only
+    mixed = mu.clone()
+    mixed[:3] = -mixed[:3].abs()
+    m = torch.tensor([[1, 1, 1, 0, 0]], dtype=D)
+    _, inf2 = layer(mixed[None], E.factor(S[None]), m)
+    _, inf3 = layer(mixed[None], E.factor(S[None]))
+    assert bool(inf2[0]) and not bool(inf3[0])
+    # the gradient through an infeasible row is zero in μ, and finite
+    x = bad.clone().requires_grad_(True)
+    w, _ = layer(x, E.factor(S[None]))
+    w[0, 0].backward()
+    assert torch.isfinite(x.grad).all() and float(x.grad.abs().max()) == 0
+
+
+# --------------------------------------------------------------------------- top-k
+
+
+@pytest.mark.parametrize("method", ["capped-simplex", "sinkhorn", "perturbed"])
+def test_soft_topk_sums_to_k_and_tends_to_hard(method):
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(4, 20, generator=g, dtype=D)
+    hard = hard_topk(s, 5)
+    assert (hard.sum(-1) == 5).all()
+    gaps = []
+    for eps in (1.0, 0.1, 0.01, 0.001):
+        m = soft_topk(s, 5, eps, method, generator=torch.Generator().manual_seed(1))
+        assert float((m.sum(-1) - 5).abs().max()) < 1e-9
+        gaps.append(float((m - hard).abs().max()))
+    assert gaps[-1] < 0.1 and gaps[-1] < gaps[0]
+
+
+def test_capped_simplex_implicit_gradient():
+    s = torch.randn(3, 7, dtype=D, generator=torch.Generator().manual_seed(4)).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda x: soft_topk(x, 3, 0.3), (s,))
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def test_ledoit_wolf_matches_sklearn():
+    from sklearn.covariance import LedoitWolf
+
+    X = np.random.default_rng(0).standard_normal((60, 7)) * 0.01
+    S, _ = E.ledoit_wolf(torch.tensor(X)[None])
+    np.testing.assert_allclose(S[0].numpy(), LedoitWolf().fit(X).covariance_, rtol=1e-9, atol=1e-14)
+
+
+def test_exact_enumeration_matches_brute_force_over_masks():
+    rng = np.random.default_rng(5)
+    n, k = 6, 2
+    A = rng.standard_normal((n, 3 * n)) * 0.01
+    S = torch.tensor(A @ A.T / (3 * n) + 1e-5 * np.eye(n))
+    mu = torch.tensor(rng.normal(3e-4, 4e-4, n))
+    w, sh, support = E.exact_sparse_tangency(mu, S, k)
+    layer = SharpeLayer(n)
+    masks = torch.zeros(sum(math.comb(n, j) for j in (1, 2)), n, dtype=D)
+    for r, T in enumerate(c for j in (1, 2) for c in itertools.combinations(range(n), j)):
+        masks[r, list(T)] = 1
+    ok = best_excess_return(mu.expand(len(masks), n), masks) > 0
+    ws, _ = layer(mu.expand(int(ok.sum()), n), E.factor(S[None]).expand(int(ok.sum()), n, n), masks[ok])
+    brute = float(E.sharpe_of(ws, mu, S, periods=1).max())
+    assert sh == pytest.approx(brute, rel=1e-6)
+    assert int((w > 0).sum()) <= k and float(E.sharpe_of(w, mu, S, periods=1)) == pytest.approx(sh, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- back-test
+
+
+def _market(n=8, blocks=30, seed=0) -> Market:
+    sm = planted_market(n=n, blocks=blocks, seed=seed)
+    dates = np.datetime64("2010-01-04") + np.arange(sm.returns.shape[0]).astype("timedelta64[D]")
+    return Market(dates, [f"T{i}" for i in range(n)], sm.returns, "synthetic")
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    mk = _market()
+    cfg = Config(loss="dfl", k=3, window=60, epochs=2, batch=8, min_weight=0.02)
+    tr = build_samples(mk.returns, np.arange(260, 420, 8), 60, "ledoit-wolf", 21)
+    model, _ = fit(cfg, tr, None, seed=0)
+    return mk, model, cfg
+
+
+@pytest.mark.parametrize("topk,score", [("sinkhorn", "ratio"), ("perturbed", "ratio"), ("capped-simplex", "tangency")])
+def test_training_moves_the_predictor_with_every_operator(topk, score):
+    mk = _market(n=6, blocks=20)
+    cfg = Config(loss="dfl", k=2, window=40, epochs=1, batch=8, topk=topk, score=score, eps_start=0.3, eps_end=0.3)
+    tr = build_samples(mk.returns, np.arange(260, 340, 10), 40, "ledoit-wolf", 21)
+    from icmlkit.lib.portfolio.model import new_model
+
+    init = new_model(cfg, tr.X.shape[-1], 0).state_dict()
+    model, hist = fit(cfg, tr, None, seed=0)
+    moved = max(float((model.state_dict()[k] - init[k]).abs().max()) for k in init if k.startswith("net."))
+    assert moved > 0 and math.isfinite(hist[0]["train_loss"])
+
+
+def test_no_lookahead(tiny_model):
+    mk, model, cfg = tiny_model
+    t = 470
+    shuffled = mk.returns.copy()
+    rng = np.random.default_rng(1)
+    shuffled[t + 1:] = shuffled[t + 1:][rng.permutation(len(shuffled) - t - 1)] * 1.7
+    mk2 = Market(mk.dates, mk.tickers, shuffled, "shuffled")
+    from icmlkit.lib.portfolio.backtest import target_weights
+
+    for strategy, kw in (("historical-topk", {}), ("dfl", {"model": model, "cfg": cfg}), ("exact", {})):
+        w1, _ = target_weights(strategy, mk, [t, t - 21], 3, 60, **kw)
+        w2, _ = target_weights(strategy, mk2, [t, t - 21], 3, 60, **kw)
+        np.testing.assert_array_equal(w1, w2)
+
+
+def test_exactly_k_names_at_test_time(tiny_model):
+    mk, model, cfg = tiny_model
+    for strategy, kw in (("dfl", {"model": model, "cfg": cfg}), ("historical-topk", {})):
+        res = run_backtest(mk, strategy, k=3, start=str(mk.dates[300]), window=60, min_weight=0.02, **kw)
+        names = (res.weights > 1e-9).sum(axis=1)
+        assert (names == 3).all(), names
+        assert np.allclose(res.weights.sum(axis=1), 1)
+        assert res.summary()["cardinality"] == 3
+
+
+def test_costs_arithmetic_hand_example():
+    # two assets, rebalance at index 0 (into 50/50) and at index 2 (into 100 % asset 0)
+    R = np.array([[0.0, 0.0], [0.10, -0.10], [0.0, 0.0], [0.05, 0.0]])
+    W = np.array([[0.5, 0.5], [1.0, 0.0]])
+    gross, net, traded = simulate(R, np.array([0, 2]), 3, W, cost_bps=10)
+    # day 1: 0.5*0.1 + 0.5*(-0.1) = 0; the initial purchase trades 1.0 -> net (1+0)(1-0.001)-1
+    # drifted weights after day 2: (0.55, 0.45); trade to (1, 0): |0.45| + |0.45| = 0.9
+    assert traded == pytest.approx([1.0, 0.9])
+    assert gross == pytest.approx([0.0, 0.0, 0.05])
+    assert net == pytest.approx([-0.001, 0.0, 1.05 * (1 - 0.0009) - 1])
+
+
+def test_rebalance_indices_monthly():
+    dates = np.arange(np.datetime64("2020-01-01"), np.datetime64("2020-04-15"))
+    idx = rebalance_indices(dates, 0, len(dates) - 1)
+    assert [str(dates[i]) for i in idx] == ["2020-01-31", "2020-02-29", "2020-03-31"]
+
+
+def test_metrics():
+    r = np.random.default_rng(0).normal(0.0005, 0.01, 1000)
+    lo, hi = sharpe_ci(r)
+    assert lo < sharpe(r) < hi
+    idx = stationary_bootstrap_indices(50, 10, 5.0)
+    assert idx.shape == (10, 50) and idx.min() >= 0 and idx.max() < 50
+    assert max_drawdown([0.1, -0.5, 0.2]) == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- input validation
+
+
+def _write_prices(path, n=6, days=400, seed=0):
+    rng = np.random.default_rng(seed)
+    P = 100 * np.cumprod(1 + rng.normal(0.0004, 0.01, (days, n)), axis=0)
+    dates = np.datetime64("2015-01-01") + np.arange(days).astype("timedelta64[D]")
+    lines = ["date," + ",".join(f"S{i}" for i in range(n))]
+    lines += [f"{d}," + ",".join(f"{x:.4f}" for x in row) for d, row in zip(dates, P)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_read_market_errors_and_nan_rule(tmp_path):
+    from icmlkit.lib.core.errors import InputError
+
+    p = _write_prices(tmp_path / "p.csv", days=30)
+    lines = p.read_text().splitlines()
+    bad = lines.copy()
+    bad[5], bad[6] = bad[6], bad[5]
+    (tmp_path / "order.csv").write_text("\n".join(bad))
+    with pytest.raises(InputError, match=r"order.csv, line 7: dates are not strictly increasing"):
+        read_market(tmp_path / "order.csv")
+    first = lines.copy()
+    first[1] = first[1].split(",", 1)[0] + "," + ",".join([""] + first[1].split(",")[2:])
+    (tmp_path / "first.csv").write_text("\n".join(first))
+    with pytest.raises(InputError, match=r"line 2: ticker S0: missing price on the first date"):
+        read_market(tmp_path / "first.csv")
+    gap = [ln if not 10 <= i <= 17 else ln.split(",", 1)[0] + ",," + ln.split(",", 2)[2] for i, ln in enumerate(lines)]
+    (tmp_path / "gap.csv").write_text("\n".join(gap))
+    with pytest.raises(InputError, match=r"line 11: ticker S0: 8 consecutive missing prices"):
+        read_market(tmp_path / "gap.csv")
+    mk = read_market(tmp_path / "gap.csv", max_gap=8)
+    assert mk.filled == 8 and "forward-filled 8" in mk.notes[0] and np.isfinite(mk.returns).all()
+
+
+def call(capsys, *args):
+    """The command in process (no interpreter start-up per call)."""
+    from icmlkit.cli._common import run_cli
+    from icmlkit.cli.backtest_portfolio import cli
+
+    capsys.readouterr()
+    code = run_cli(cli, TOOL, [str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_subprocess_bad_inputs_exit_codes(tmp_path):
+    p = _write_prices(tmp_path / "p.csv", n=4, days=300)
+    r = run_tool(TOOL, "backtest", p, "-s", "historical-topk", "--k", "5", "-o", tmp_path / "run")
+    assert r.returncode == 1 and "4 tickers but --k 5" in r.stderr and str(p) in r.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()
+    r = run_tool(TOOL, "backtest", p, "-s", "dfl", "-o", tmp_path / "run")
+    assert r.returncode == 2 and "needs --model" in r.stderr
+
+
+def test_cli_bad_inputs_in_process(tmp_path, capsys):
+    p = _write_prices(tmp_path / "p.csv", n=4, days=300)
+    code, _, err = call(capsys, "backtest", p, "-s", "equal-weight", "--window", "400", "-o", tmp_path / "run")
+    assert code == 1 and "--window 400 days is longer than the history" in err
+    code, _, err = call(capsys, "backtest", tmp_path / "nope.csv", "-s", "equal-weight", "-o", tmp_path / "run")
+    assert code == 1 and "nope.csv: no such file" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_train_weights_backtest_report(tmp_path, capsys):
+    p = _write_prices(tmp_path / "p.csv", n=6, days=560)
+    common = ["--k", "3", "--window", "60", "--seed", "3", "--no-progress"]
+    args = ["train", p, "--train-end", "2015-12-31", "--val-end", "2016-03-31", "--epochs", "2", "--stride", "10",
+            "--batch", "8", *common, "--json"]
+    code, out, err = call(capsys, *args, "-o", tmp_path / "m1.pt")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["loss"] == "dfl" and s["train_dates"] > 0 and s["val_dates"] > 0
+    assert call(capsys, *args, "-o", tmp_path / "m2.pt")[0] == 0
+    assert (tmp_path / "m1.pt").read_bytes() == (tmp_path / "m2.pt").read_bytes()   # same seed, same bytes
+    code, out, err = call(capsys, "weights", tmp_path / "m1.pt", p, "--date", "2016-04-15", "-o", "-")
+    assert code == 0, err
+    rows = [ln.split(",") for ln in out.strip().splitlines()[1:]]
+    assert len(rows) == 6 and sum(float(x) > 0 for _, x in rows) == 3
+    assert sum(float(x) for _, x in rows) == pytest.approx(1)
+    code, out, err = call(capsys, "backtest", p, "--model", tmp_path / "m1.pt", "-s", "dfl", "--start", "2016-04-01",
+                          "-o", tmp_path / "dfl", "--json")
+    assert code == 0, err
+    sb = json.loads(out)
+    for key in ("sharpe", "sharpe_ci", "ann_return", "ann_vol", "max_drawdown", "turnover", "cardinality",
+                "cost_bps", "strategy"):
+        assert key in sb
+    assert sb["cardinality"] == 3 and sb["strategy"] == "dfl" and len(sb["sharpe_ci"]) == 2
+    assert sb["model_data_overlap"] is False
+    assert {"returns.csv", "holdings.csv", "summary.json", "report.md", "manifest.json"} <= \
+        {f.name for f in (tmp_path / "dfl").iterdir()}
+    code, _, err = call(capsys, "backtest", p, "-s", "equal-weight", "--start", "2016-04-01", "-o", tmp_path / "ew")
+    assert code == 0, err
+    code, out, err = call(capsys, "report", tmp_path / "dfl", tmp_path / "ew", "-o", tmp_path / "cmp", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert [s["strategy"] for s in rep["strategies"]] == ["dfl", "equal-weight"]
+    assert "| dfl |" in (tmp_path / "cmp" / "report.md").read_text()
+    code, _, err = call(capsys, "backtest", p, "--model", tmp_path / "m1.pt", "-s", "pfl", "-o", tmp_path / "x")
+    assert code == 2 and "trained with --loss dfl" in err
