@@ -1,0 +1,44 @@
+"""RA-Det (detect-synthetic): robustness-asymmetry detection of generated images, with the RIGID and
+linear-probe baselines, the EfficientNet-Lite0 encoder, three small in-process generators and the
+offline benchmark (method sheet detect-synthetic.md).
+
+Parts the paper text does not confirm are marked RECONSTRUCTED in each module's docstring.
+Submodules load on first use (``--help`` never imports torch).
+"""
+_LAZY = {
+    "DEFAULT_BACKBONE": "icmlkit.lib.detect.backbone",
+    "EfficientNetLite": "icmlkit.lib.detect.backbone",
+    "Encoder": "icmlkit.lib.detect.backbone",
+    "load_backbone": "icmlkit.lib.detect.backbone",
+    "ProbeUNet": "icmlkit.lib.detect.probe",
+    "apply_perturbation": "icmlkit.lib.detect.probe",
+    "discrepancy_loss": "icmlkit.lib.detect.probe",
+    "drift": "icmlkit.lib.detect.probe",
+    "gaussian_probe": "icmlkit.lib.detect.probe",
+    "lpd_map": "icmlkit.lib.detect.probe",
+    "multiscale_views": "icmlkit.lib.detect.probe",
+    "METHODS": "icmlkit.lib.detect.model",
+    "Detector": "icmlkit.lib.detect.model",
+    "DetectorConfig": "icmlkit.lib.detect.model",
+    "load_model": "icmlkit.lib.detect.model",
+    "save_model": "icmlkit.lib.detect.model",
+    "detection_metrics": "icmlkit.lib.detect.metrics",
+    "asymmetry_test": "icmlkit.lib.detect.metrics",
+    "make_benchmark": "icmlkit.lib.detect.benchmark",
+    "evaluate": "icmlkit.lib.detect.benchmark",
+    "list_images": "icmlkit.lib.detect.images",
+    "load_images": "icmlkit.lib.detect.images",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

@@ -1,0 +1,308 @@
+"""detect-synthetic (RA-Det): the probe's bound, the discrepancy loss's sign, the backbone's sanity
+classification, the metrics, input errors, and train -> score -> eval through the CLI (and a pipe)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import exe, run_tool as _run_tool
+
+TOOL = "detect-synthetic"
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # on a loaded 2-core machine one torch thread is many times faster
+
+
+def run_tool(*args, **kw):
+    return _run_tool(*args, env={**ONE_THREAD, **kw.pop("env", {})}, **kw)
+
+
+# --------------------------------------------------------------------------- the probe and its loss
+
+
+def test_learned_probe_respects_its_linf_bound_and_the_pixel_range():
+    from icmlkit.lib.detect.probe import ProbeUNet, apply_perturbation, multiscale_views
+
+    torch.manual_seed(0)
+    g = ProbeUNet(embed_dim=20, base=8)
+    with torch.no_grad():  # make the raw output large so tanh saturates: the bound must still hold
+        g.out.weight.mul_(1e4)
+    x = torch.rand(6, 3, 32, 32)
+    x[0] = 0.0
+    x[1] = 1.0
+    for eps in (4 / 255, 16 / 255, torch.tensor([1, 2, 4, 8, 16, 32]) / 255):
+        delta = g(x, multiscale_views(x), torch.randn(6, 20), eps)
+        bound = torch.as_tensor(eps).reshape(-1, 1, 1, 1)
+        assert (delta.abs() <= bound + 1e-7).all()
+        assert (delta.abs().amax(dim=(1, 2, 3)) > 0.9 * bound.flatten()).all()  # the bound is reached, not 0
+        xa = apply_perturbation(x, delta)
+        assert xa.min() >= 0 and xa.max() <= 1
+        assert ((xa - x).abs() <= bound + 1e-7).all()
+
+
+def test_gaussian_probe_is_antithetic_and_clamped():
+    from icmlkit.lib.detect.probe import gaussian_probe
+
+    x = torch.full((2, 3, 8, 8), 0.5)
+    p = gaussian_probe(x, 0.05, 4, torch.Generator().manual_seed(1))
+    assert p.shape == (4, 2, 3, 8, 8)
+    assert torch.allclose((p[0] - x) + (p[2] - x), torch.zeros_like(x), atol=1e-6)  # n and -n
+    assert p.min() >= 0 and p.max() <= 1
+
+
+def test_discrepancy_loss_sign_on_a_hand_made_batch():
+    from icmlkit.lib.detect.probe import discrepancy_loss
+
+    labels = torch.tensor([0, 0, 1, 1])
+    # reals barely move (cos 0.99), fakes drift 5x more (cos 0.95): L = relu(0.95 - 0.99 + 0.01) / 0.01 = 0
+    assert float(discrepancy_loss(torch.tensor([0.99, 0.99, 0.95, 0.95]), labels)) == pytest.approx(0.0, abs=1e-6)
+    # fakes drift only 1.5x the reals: L = relu(0.985 - 0.99 + 0.01) / 0.01 = 0.5
+    assert float(discrepancy_loss(torch.tensor([0.99, 0.99, 0.985, 0.985]), labels)) == pytest.approx(0.5, abs=1e-4)
+    # the wrong asymmetry (reals drift more) costs more than the right one
+    right = discrepancy_loss(torch.tensor([0.99, 0.99, 0.985, 0.985]), labels)
+    wrong = discrepancy_loss(torch.tensor([0.985, 0.985, 0.99, 0.99]), labels)
+    assert float(wrong) > float(right) > 0
+    # gradient: lowering the fakes' cosine (more drift) and raising the reals' both lower the loss
+    cos = torch.tensor([0.99, 0.99, 0.985, 0.985], requires_grad=True)
+    discrepancy_loss(cos, labels).backward()
+    assert (cos.grad[2:] > 0).all() and (cos.grad[:2] < 0).all()
+    with pytest.raises(ValueError):
+        discrepancy_loss(torch.tensor([0.9, 0.8]), torch.tensor([1, 1]))
+
+
+def test_lpd_and_median_match_a_direct_computation():
+    from scipy.ndimage import median_filter
+
+    from icmlkit.lib.detect.probe import lpd_map, median3
+
+    rng = np.random.default_rng(0)
+    x = rng.random((1, 2, 9, 11)).astype(np.float32)
+    med = median3(torch.from_numpy(x)).numpy()
+    ref = median_filter(x, size=(1, 1, 3, 3), mode="nearest")
+    assert np.allclose(med[..., 1:-1, 1:-1], ref[..., 1:-1, 1:-1])
+    lpd = lpd_map(torch.from_numpy(x)).numpy()
+    i, j = 4, 5
+    ring = np.delete(x[0, 1, i - 1:i + 2, j - 1:j + 2].ravel(), 4)
+    assert lpd[0, 1, i, j] == pytest.approx(x[0, 1, i, j] - np.median(ring), abs=1e-6)
+
+
+# --------------------------------------------------------------------------- the backbone
+
+
+def test_backbone_classifies_chelsea_as_a_cat_and_coffee_as_espresso_or_cup():
+    from skimage import data
+
+    from icmlkit.lib.detect.backbone import load_backbone
+
+    enc = load_backbone(input_size=224)
+    assert enc.dim == 1280 and not any(p.requires_grad for p in enc.parameters())
+    imgs = []
+    for im in (data.chelsea(), data.coffee()):
+        t = torch.from_numpy(im).permute(2, 0, 1).float() / 255
+        h, w = t.shape[-2:]
+        s = min(h, w)
+        imgs.append(torch.nn.functional.interpolate(
+            t[None, :, (h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s], size=224, mode="bilinear",
+            antialias=True, align_corners=False))
+    with torch.no_grad():
+        top = enc.logits(torch.cat(imgs)).argmax(1).tolist()
+    assert 281 <= top[0] <= 285, top  # tabby / tiger cat / Persian / Siamese / Egyptian cat
+    assert top[1] in (967, 968), top  # espresso / cup
+
+
+def test_gradients_flow_through_the_frozen_encoder():
+    from icmlkit.lib.detect.backbone import load_backbone
+
+    enc = load_backbone(input_size=32)
+    enc.train()
+    assert not enc.training and not enc.net._bn0.training  # stays in eval mode
+    x = torch.rand(2, 3, 32, 32, requires_grad=True)
+    enc(x).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    assert all(p.grad is None for p in enc.parameters())
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_metrics_and_oracle_accuracy_against_brute_force():
+    from icmlkit.lib.detect.metrics import asymmetry_test, detection_metrics, oracle_accuracy
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 200)
+    s = np.round(rng.random(200) + 0.3 * y, 2)
+    brute = max(((s >= t).astype(int) == y).mean() for t in np.r_[np.unique(s), np.inf])
+    assert oracle_accuracy(y, s) == pytest.approx(brute)
+    m = detection_metrics(y, s)
+    assert set(m) == {"auroc", "ap", "acc_at_0_5", "oracle_threshold_acc", "n_real", "n_fake"}
+    assert m["oracle_threshold_acc"] >= m["acc_at_0_5"]
+    a = asymmetry_test(rng.random(50), rng.random(50) + 0.5)
+    assert a["p_value"] < 1e-6 and a["effect_p_fake_gt_real"] > 0.8
+    assert asymmetry_test(rng.random(50) + 0.5, rng.random(50))["p_value"] > 0.99
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+def _crops(n, seed):
+    from icmlkit.lib.detect.benchmark import real_crops
+
+    pix, _ = real_crops(("astronaut", "coffee", "chelsea"), n, 32, seed)
+    return pix
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny labelled set: real photo crops vs 'generated' = the crops through a small random
+    conv net (a stand-in generator with its own texture), as 32-px PNGs in the CNNDetection layout."""
+    from icmlkit.lib.detect.images import to_tensor, to_uint8, write_pngs
+
+    root = tmp_path_factory.mktemp("detect")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Tanh(), torch.nn.Conv2d(8, 3, 3, padding=1))
+
+    def fake(pix):
+        with torch.no_grad():
+            x = to_tensor(pix)
+            return to_uint8((x + 0.3 * net(x)).clamp(0, 1))
+
+    for split, seed, n in (("train", 0, 24), ("test", 1, 12)):
+        write_pngs(root / split / "0_real", _crops(n, seed), "real")
+        fk = fake(_crops(n, seed + 10))
+        if split == "train":
+            write_pngs(root / split / "1_fake", fk, "fake")
+        else:
+            write_pngs(root / split / "1_fake" / "convA", fk[: n // 2], "fake")
+            write_pngs(root / split / "1_fake" / "convB", fk[n // 2:], "fake")
+    model = root / "radet.pt"
+    r = run_tool(TOOL, "train", root / "train", "-o", model, "--steps", 3, "--batch-size", 8, "--json")
+    assert r.returncode == 0, r.stderr
+    return root, model, json.loads(r.stdout)
+
+
+def test_train_score_eval_roundtrip(tiny, tmp_path):
+    root, model, summary = tiny
+    assert summary["method"] == "ra-det" and summary["n_real"] == 24 and summary["n_fake"] == 24
+    assert summary["steps"] == 3 and np.isfinite(summary["final_l_emb"])
+    man = json.loads((root / "radet.pt.manifest.json").read_text())
+    assert man["status"] == "ok" and man["outputs"][0]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    blob = torch.load(model, weights_only=True)  # weights only, with its config
+    assert json.loads(blob["config"])["method"] == "ra-det"
+    assert not any(k.startswith("encoder.") for k in blob["state"])
+
+    out = tmp_path / "s.csv"
+    r = run_tool(TOOL, "score", model, root / "test", "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["n_scored"] == 24 and s["n_skipped"] == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "path,score,cos,l2,p_foundation,p_cnn,p_l2,p_diff" and len(lines) == 25
+    rows = [ln.split(",") for ln in lines[1:]]
+    scores = np.array([float(r_[1]) for r_ in rows])
+    branches = np.array([[float(v) for v in r_[4:]] for r_ in rows])
+    assert ((0 <= scores) & (scores <= 1)).all()
+    assert np.allclose(scores, branches.max(1), atol=2e-6)  # evaluation fusion = max of branch probabilities
+
+    r = run_tool(TOOL, "eval", model, "--real", root / "test" / "0_real", "--fake", root / "test" / "1_fake", "--json")
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)
+    for key in ("auroc", "ap", "acc_at_0_5", "oracle_threshold_acc", "n_real", "n_fake", "per_generator"):
+        assert key in e
+    assert (e["n_real"], e["n_fake"]) == (12, 12) and set(e["per_generator"]) == {"convA", "convB"}
+    assert 0 <= e["auroc"] <= 1 and e["oracle_threshold_acc"] >= e["acc_at_0_5"] - 1e-12
+
+
+def test_score_shards_concatenate_to_the_whole(tiny, tmp_path):
+    root, model, _ = tiny
+    whole = run_tool(TOOL, "score", model, root / "test" / "0_real", "-o", "-", "--no-manifest")
+    assert whole.returncode == 0, whole.stderr
+    parts = []
+    for k in (1, 2):
+        r = run_tool(TOOL, "score", model, root / "test" / "0_real", "-o", "-", "--shard", f"{k}/2")
+        assert r.returncode == 0, r.stderr
+        parts.append(r.stdout.splitlines())
+    joined = [ln.split(",") for ln in parts[0][1:] + parts[1][1:]]
+    ref = [ln.split(",") for ln in whole.stdout.splitlines()[1:]]
+    assert [r_[0] for r_ in joined] == [r_[0] for r_ in ref] and len(ref) == 12
+    # the same numbers up to float round-off of other batch sizes
+    assert np.allclose(np.array([r_[1:] for r_ in joined], float), np.array([r_[1:] for r_ in ref], float), atol=1e-5)
+
+
+def test_score_pipe_into_another_command(tiny):
+    root, model, _ = tiny
+    cmd = (f"{exe(TOOL)} score {model} {root / 'test'} -o - --no-progress | "
+           f"{sys.executable} -c \"import sys,csv; r=list(csv.DictReader(sys.stdin)); "
+           f"print(len(r), all(0<=float(x['score'])<=1 for x in r))\"")
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300, env={**os.environ, **ONE_THREAD})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "24 True"
+    head = subprocess.run(f"{exe(TOOL)} score {model} {root / 'test'} -o - | head -2", shell=True,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **ONE_THREAD})
+    assert head.stdout.splitlines()[0].startswith("path,score") and len(head.stdout.splitlines()) == 2
+    assert "Error" not in head.stderr
+
+
+def test_baselines_train_and_same_seed_gives_same_bytes(tiny, tmp_path):
+    root, model, _ = tiny
+    for method in ("rigid", "linear-probe"):
+        m = tmp_path / f"{method}.pt"
+        r = run_tool(TOOL, "train", root / "train" / "0_real", root / "train" / "1_fake", "--method", method,
+                     "-o", m, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["method"] == method
+    e = run_tool(TOOL, "eval", m, "--real", root / "test" / "0_real", "--fake", root / "test" / "1_fake", "--json")
+    assert e.returncode == 0, e.stderr
+    assert json.loads(e.stdout)["method"] == "linear-probe"
+    again = tmp_path / "again.pt"  # the fixture's training run once more: the same bytes
+    r = run_tool(TOOL, "train", root / "train", "-o", again, "--steps", 3, "--batch-size", 8)
+    assert r.returncode == 0, r.stderr
+    assert hashlib.sha256(again.read_bytes()).hexdigest() == hashlib.sha256(model.read_bytes()).hexdigest()
+
+
+def test_probe_reports_drift_and_mann_whitney(tiny, tmp_path):
+    root, model, _ = tiny
+    out = tmp_path / "drift.csv"
+    r = run_tool(TOOL, "probe", root / "test" / "1_fake", "--real", root / "test" / "0_real", "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["n"] == 12 and s["n_real"] == 12 and 0 <= s["mann_whitney"]["p_value"] <= 1
+    assert s["median_drift"] >= 0 and out.read_text().startswith("path,set,cos,drift,l2\n")
+    r = run_tool(TOOL, "probe", root / "test" / "1_fake", "--model", model, "--json")
+    assert r.returncode == 0, r.stderr and "ra-det" in json.loads(r.stdout)["probe"]
+
+
+def test_bad_image_is_one_line_error_or_skipped(tiny, tmp_path):
+    root, model, _ = tiny
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    (folder / "a.png").write_bytes((root / "test" / "0_real" / "real_00000.png").read_bytes())
+    (folder / "broken.png").write_bytes(b"not an image at all")
+    out = tmp_path / "s.csv"
+    r = run_tool(TOOL, "score", model, folder, "-o", out)
+    assert r.returncode == 1 and "broken.png" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+    r = run_tool(TOOL, "score", model, folder, "-o", out, "--skip-bad", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n_skipped"] == 1 and len(out.read_text().splitlines()) == 2
+    lst = tmp_path / "list.txt"
+    lst.write_text("imgs/a.png\nimgs/missing.png\n")
+    r = run_tool(TOOL, "score", model, lst, "-o", "-")
+    assert r.returncode == 1 and "list.txt, line 2" in r.stderr
+    r = run_tool(TOOL, "score", tmp_path / "none.pt", folder)
+    assert r.returncode == 1 and "none.pt" in r.stderr
+    r = run_tool(TOOL, "train", root / "train", "-o", tmp_path / "x.pt", "--backbone", "torchvision:resnet18")
+    assert r.returncode == 2 and "--backbone-weights" in r.stderr
+
+
+@pytest.mark.slow
+def test_demo_runs(tmp_path):
+    r = run_tool(TOOL, "demo", "--outdir", tmp_path / "demo", "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert "headline" in s and set(s["methods"]) == {"ra-det", "rigid", "linear-probe"}
+    assert (tmp_path / "demo" / "manifest.json").exists()
