@@ -1,0 +1,14 @@
+"""3D Gaussian Splatting with the 3DGS2-TR optimizer (method sheet train-3dgs.md), in pure PyTorch.
+
+- :mod:`.rasterize`: differentiable, twice-differentiable rasterizer (EWA projection, SH colour,
+  depth sort, smooth alpha compositing, optional tile culling);
+- :mod:`.optim`: :class:`~icmlkit.lib.gs.optim.GaussianTrustRegion` (Hutchinson / Gauss-Newton
+  diagonal, Sophia-style step, per-Gaussian squared-Hellinger clip, radius schedule) and the
+  reference 3DGS Adam;
+- :mod:`.model`, :mod:`.sh`, :mod:`.camera`: Gaussians, spherical harmonics, cameras;
+- :mod:`.ply`: the standard 3DGS .ply; :mod:`.scene`: NeRF-synthetic and COLMAP text readers and
+  the synthetic scene of known Gaussians;
+- :mod:`.train`: fit / evaluate / initialise; :mod:`.compare`: Adam vs TR and the demo.
+
+Submodules are imported explicitly (``from icmlkit.lib.gs.optim import GaussianTrustRegion``).
+"""

@@ -1,0 +1,292 @@
+"""Fitting a Gaussian scene to posed images with 3DGS2-TR or the reference Adam, at fixed N (no
+densification or pruning), plus evaluation, initialisation and the Adam-vs-TR comparison.
+
+Both optimizers see the same views in the same order (the batch sampler is seeded by the seed
+alone) and start from the same initialisation. The training loss is the reference
+0.8 L1 + 0.2 (1 - SSIM); the TR curvature pass uses the mean squared error of the same rendered
+batch (SSIM disabled, as in the prototype; pure L1 has a zero Hessian), by Hutchinson HVPs or the
+Gauss-Newton product. **[reconstructed]** one multi-view batch per step for both g and Hz with the
+same probe z on all views. The curvature pass re-renders the batch one view at a time
+(``curvature_views``) and sums the per-view HVPs (the same z; exactly the batch HVP, since views are
+independent), so only one view's double-backward graph is alive at a time.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import math
+import resource
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from icmlkit.lib.core.console import progress
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.gs.model import GROUPS, Gaussians, init_gaussians, random_box_init
+from icmlkit.lib.gs.metrics import gs_loss, psnr, ssim
+from icmlkit.lib.gs.optim import GaussianTrustRegion, adam_lr_update, make_adam, named_groups
+from icmlkit.lib.gs.rasterize import render
+from icmlkit.lib.gs.scene import Scene
+
+METRIC_COLUMNS = ["iter", "loss", "psnr_batch", "step_size", "psnr_test", "ssim_test"]
+
+
+@dataclass
+class FitConfig:
+    """Options of :func:`fit` (the CLI's flags)."""
+
+    optimizer: str = "tr"            # tr | adam
+    iters: int = 1000
+    batch: int = 4                   # views per step
+    sh_degree: int = 3               # maximum SH degree
+    sh_every: int = 1000             # raise the active SH degree every this many steps (3DGS)
+    lambda_dssim: float = 0.2
+    eval_every: int = 100
+    tile_size: int | None = 4
+    # 3DGS2-TR
+    curvature: str = "hvp"           # hvp (Hutchinson HVP) | gn (Gauss-Newton J^T J z)
+    curvature_views: int = 1         # views per curvature chunk (0: the whole batch in one graph)
+    hessian_every: int = 10
+    radius: float = 1e-6
+    radius_final: float = 1e-8
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-15
+    block_average: bool = True
+    probes: int = 1
+    tau_q: float = 0.05
+    # Adam
+    extent: float | None = None      # scene extent for the means' learning rate (None: 3DGS's camera radius)
+    eval_iters: list = field(default_factory=list)  # extra iterations at which to evaluate
+
+    def check(self) -> None:
+        if self.optimizer not in ("tr", "adam"):
+            raise UsageError(f"optimizer must be tr or adam, not {self.optimizer!r}")
+        if self.curvature not in ("hvp", "gn"):
+            raise UsageError(f"curvature must be hvp or gn, not {self.curvature!r}")
+        if self.iters < 1 or self.batch < 1 or self.hessian_every < 1 or self.probes < 1 or self.curvature_views < 0:
+            raise UsageError("iters, batch, hessian-every and probes must be >= 1")
+        if not (self.radius > 0 and self.radius_final > 0):
+            raise UsageError("the trust-region radii must be > 0")
+
+
+@dataclass
+class FitResult:
+    gaussians: Gaussians
+    rows: list
+    summary: dict
+    state: dict
+
+
+def peak_memory_mb(device) -> float:
+    """Peak memory so far: CUDA allocator peak on a GPU, else the process's peak RSS."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@torch.no_grad()
+def evaluate(g: Gaussians, cams, images: torch.Tensor, background, tile_size=4, views_per_pass: int = 8) -> dict:
+    """Mean PSNR and SSIM over the views (rendered on ``background``)."""
+    if len(cams) == 0:
+        return {"psnr": None, "ssim": None}
+    ps, ss = [], []
+    for i in range(0, len(cams), views_per_pass):
+        ids = list(range(i, min(i + views_per_pass, len(cams))))
+        img = render(g, cams[ids], background=background, tile_size=tile_size)
+        gt = images[ids]
+        ps.append(psnr(img, gt, reduce=False))
+        ss.append(ssim(img.clamp(0, 1), gt, reduce=False))
+    return {"psnr": float(torch.cat(ps).mean()), "ssim": float(torch.cat(ss).mean())}
+
+
+def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int, noise: float = 0.05,
+                      gt: Gaussians | None = None) -> Gaussians:
+    """The initial Gaussians (identical for every optimizer given the seed).
+
+    - ``random``: N uniform in the box seen by the cameras (rebuttal Exp 3: no SfM points);
+    - ``sfm``: the COLMAP points (all of them; N is ignored);
+    - ``gt-noise``: the known Gaussians' means plus N(0, (noise * extent)^2), extent the half-width of
+      their bounding box, with the 3DGS default init for everything else (needs ``gt``);
+    - ``auto``: sfm when the scene has points, else random.
+    """
+    gen = torch.Generator().manual_seed(int(seed) + 1_000_003)
+    if mode == "auto":
+        mode = "sfm" if scene.points is not None else "random"
+    if mode == "sfm":
+        if scene.points is None:
+            raise InputError("--init sfm needs a COLMAP points3D.txt with points", scene.path)
+        return init_gaussians(scene.points, scene.point_colors, sh_degree)
+    if mode == "gt-noise":
+        if gt is None:
+            raise InputError("--init gt-noise needs the known Gaussians (gt.ply, written by make-scene)", scene.path)
+        m = gt.means.detach().double()
+        c = 0.5 * (m.max(0).values + m.min(0).values)
+        extent = float((m - c).abs().max())
+        means = m + noise * extent * torch.randn(m.shape, generator=gen, dtype=torch.float64)
+        return init_gaussians(means.to(gt.means.dtype), None, sh_degree)
+    if mode == "random":
+        center, half = scene.look_at_box()
+        return random_box_init(n, center, half, sh_degree, gen, dtype=scene.train_images.dtype)
+    raise UsageError(f"--init must be auto, random, sfm or gt-noise, not {mode!r}")
+
+
+def _state_bytes(state: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def load_checkpoint(path) -> dict:
+    from icmlkit.lib.core.io import read_bytes
+
+    try:
+        return torch.load(io.BytesIO(read_bytes(path)), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
+        raise InputError(f"not a train-3dgs checkpoint ({type(exc).__name__}: {exc})", str(path)) from None
+
+
+def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cpu", resume: dict | None = None,
+        checkpoint=None, checkpoint_every: int = 0) -> FitResult:
+    """Optimise ``init`` on the scene's train views; evaluate on its test views every
+    ``cfg.eval_every`` steps (and at ``cfg.eval_iters``, the start and the end).
+
+    ``resume``: a checkpoint dict (from ``checkpoint``) to continue from; ``checkpoint(state)`` is
+    called every ``checkpoint_every`` steps with a dict that :func:`torch.load` (weights_only) reads.
+    Returns the fitted Gaussians, the metric rows (:data:`METRIC_COLUMNS`) and a summary.
+    """
+    cfg.check()
+    dev = torch.device(device)
+    dtype = scene.train_images.dtype
+    cams, images = scene.train_cams.to(dev), scene.train_images.to(dev)
+    tcams, timages = scene.test_cams.to(dev), scene.test_images.to(dev)
+    bg = torch.tensor(scene.background, dtype=dtype, device=dev)
+    max_deg = min(cfg.sh_degree, init.sh_degree)
+    params = {k: v.detach().clone().to(dev, dtype).requires_grad_(True) for k, v in init.tensors().items()}
+    extent = cfg.extent if cfg.extent is not None else scene.center_and_radius[1]
+    if cfg.optimizer == "tr":
+        opt = GaussianTrustRegion(named_groups(params), betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                                  hessian_every=cfg.hessian_every, block_average=cfg.block_average,
+                                  radius=cfg.radius, radius_final=cfg.radius_final, total_steps=cfg.iters,
+                                  tau_q=cfg.tau_q, probes=cfg.probes)
+    else:
+        opt = make_adam(params, extent)
+    gen_batch = torch.Generator().manual_seed(int(seed))
+    gen_probe = torch.Generator().manual_seed(int(seed) + 7919)
+    rows: list = []
+    start = 0
+    if resume is not None:
+        if resume.get("optimizer") != cfg.optimizer or int(resume.get("iters", -1)) != cfg.iters:
+            raise UsageError(f"the checkpoint is for --optimizer {resume.get('optimizer')} --iters {resume.get('iters')}; "
+                             "resume with the same settings")
+        with torch.no_grad():
+            for k in GROUPS:
+                params[k].copy_(resume["params"][k].to(dev, dtype))
+        opt.load_state_dict(resume["opt"])
+        gen_batch.set_state(resume["gen_batch"])
+        gen_probe.set_state(resume["gen_probe"])
+        rows = [list(r) for r in resume["rows"]]
+        start = int(resume["step"])
+    n_views = len(cams)
+    bsz = min(cfg.batch, n_views)
+    eval_at = set(cfg.eval_iters) | {cfg.iters} | set(range(0, cfg.iters + 1, max(cfg.eval_every, 1)))
+
+    def current(step: int) -> Gaussians:
+        d = min(max_deg, step // max(cfg.sh_every, 1))
+        return Gaussians(**params, sh_degree=d)
+
+    def eval_row(step: int, loss=None, pb=None, ss=None) -> list:
+        ev = evaluate(current(step), tcams, timages, bg, cfg.tile_size) if step in eval_at else {"psnr": None, "ssim": None}
+        return [step, loss, pb, ss, ev["psnr"], ev["ssim"]]
+
+    if start == 0 and not rows:
+        rows.append(eval_row(0))
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    rss0 = peak_memory_mb(dev)
+    t_train = float(resume.get("seconds", 0.0)) if resume else 0.0
+    for step in progress(range(start, cfg.iters), total=cfg.iters - start, desc=f"fit {cfg.optimizer}"):
+        t0 = time.perf_counter()
+        ids = torch.randperm(n_views, generator=gen_batch)[:bsz].tolist()
+        g = current(step)
+        img = render(g, cams[ids], background=bg, tile_size=cfg.tile_size)
+        gt = images[ids]
+        loss = gs_loss(img, gt, cfg.lambda_dssim)
+        for p in params.values():
+            p.grad = None
+        if cfg.optimizer == "tr":
+            due = opt.curvature_due()
+            cv = cfg.curvature_views
+            loss.backward(retain_graph=due and not cv)
+            if due:
+                if cv:  # the curvature loss in chunks of views, each rendered and freed in turn
+                    n_tot = img.numel()
+                    parts = [ids[i:i + cv] for i in range(0, len(ids), cv)]
+
+                    def chunk_residual(sub):
+                        return render(g, cams[sub], background=bg, tile_size=cfg.tile_size) - images[sub]
+
+                    if cfg.curvature == "hvp":
+                        opt.hutchinson([lambda s=s: chunk_residual(s).square().sum() / n_tot for s in parts],
+                                       generator=gen_probe)
+                    else:
+                        opt.gauss_newton([lambda s=s: chunk_residual(s).reshape(-1) for s in parts],
+                                         generator=gen_probe, scale=2.0 / n_tot)
+                elif cfg.curvature == "hvp":
+                    opt.hutchinson((img - gt).square().mean(), generator=gen_probe)
+                else:
+                    opt.gauss_newton((img - gt).reshape(-1), generator=gen_probe)
+            step_size = opt.radius_now()
+            opt.step()
+        else:
+            loss.backward()
+            step_size = adam_lr_update(opt, step, cfg.iters, extent)
+            opt.step()
+        t_train += time.perf_counter() - t0
+        with torch.no_grad():
+            pb = float(psnr(img.detach(), gt))
+        if not math.isfinite(float(loss.detach())):
+            raise FloatingPointError(f"the loss is not finite at step {step + 1}")
+        rows.append(eval_row(step + 1, float(loss.detach()), pb, step_size))
+        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < cfg.iters:
+            checkpoint(_make_state(params, opt, gen_batch, gen_probe, rows, step + 1, cfg, t_train))
+    peak = peak_memory_mb(dev)
+    final = Gaussians(**{k: v.detach().cpu() for k, v in params.items()}, sh_degree=max_deg)
+    last = next(r for r in reversed(rows) if r[4] is not None)
+    summary = {"psnr_test": last[4], "ssim_test": last[5], "iters": cfg.iters, "seconds": round(t_train, 3),
+               "seconds_per_iter": round(t_train / max(cfg.iters, 1), 5), "peak_memory_mb": round(peak, 1),
+               "peak_train_memory_mb": round(max(peak - rss0, 0.0), 1) if dev.type != "cuda" else round(peak, 1),
+               "n_gaussians": final.n, "optimizer": cfg.optimizer}
+    state = _make_state(params, opt, gen_batch, gen_probe, rows, cfg.iters, cfg, t_train)
+    return FitResult(final, rows, summary, state)
+
+
+def _make_state(params, opt, gen_batch, gen_probe, rows, step, cfg, seconds) -> dict:
+    return {"step": step, "optimizer": cfg.optimizer, "iters": cfg.iters, "seconds": seconds,
+            "params": {k: v.detach().cpu().clone() for k, v in params.items()}, "opt": copy.deepcopy(opt.state_dict()),
+            "gen_batch": gen_batch.get_state(), "gen_probe": gen_probe.get_state(), "rows": [list(r) for r in rows],
+            "config": {k: v for k, v in asdict(cfg).items() if k != "eval_iters"}}
+
+
+def checkpoint_bytes(state: dict) -> bytes:
+    return _state_bytes(state)
+
+
+def metrics_csv(rows: list) -> str:
+    """The metric rows as CSV text (empty fields where a metric was not evaluated)."""
+    def fmt(v):
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return str(v)
+
+    return ",".join(METRIC_COLUMNS) + "\n" + "".join(",".join(fmt(v) for v in r) + "\n" for r in rows)
+
+
+def psnr_at(rows: list, step: int) -> float | None:
+    for r in rows:
+        if r[0] == step:
+            return r[4]
+    return None

@@ -1,0 +1,492 @@
+"""train-3dgs: rasterizer (analytic image, tiles = dense, gradients and HVPs vs finite differences),
+Hutchinson vs the exact Hessian diagonal, the closed-form Hellinger clips, .ply round trip, scene
+errors, and the command line (make-scene, fit, resume, eval, render, determinism)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_tool
+from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.gs.camera import Cameras, look_at, sphere_cameras
+from icmlkit.lib.gs.model import GROUPS, Gaussians, covariance
+from icmlkit.lib.gs.optim import GaussianTrustRegion, exp_schedule, hellinger_sq, named_groups, rotation_kappa
+from icmlkit.lib.gs.ply import read_ply, write_ply
+from icmlkit.lib.gs.rasterize import ALPHA_MAX, LOWPASS, render, smootherstep_taper
+from icmlkit.lib.gs.scene import read_scene
+from icmlkit.lib.gs.sh import C0, rgb_to_sh0
+
+D = torch.float64
+
+
+def random_gaussians(n, degree, seed, spread=0.6, dtype=D) -> Gaussians:
+    g = torch.Generator().manual_seed(seed)
+    return Gaussians(
+        means=(torch.rand(n, 3, generator=g, dtype=dtype) * 2 - 1) * spread,
+        log_scales=torch.log(0.15 + 0.2 * torch.rand(n, 3, generator=g, dtype=dtype)),
+        quats=torch.randn(n, 4, generator=g, dtype=dtype),
+        opacity_logits=torch.randn(n, generator=g, dtype=dtype),
+        sh0=rgb_to_sh0(0.2 + 0.6 * torch.rand(n, 1, 3, generator=g, dtype=dtype)),
+        shN=0.1 * torch.randn(n, (degree + 1) ** 2 - 1, 3, generator=g, dtype=dtype), sh_degree=degree)
+
+
+def small_cams(n=2, size=12, seed=0, dtype=D) -> Cameras:
+    return sphere_cameras(n, 3.0, size, size, 50.0, torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# --------------------------------------------------------------------------- rasterizer
+
+
+def test_single_gaussian_matches_analytic_image():
+    """An isotropic Gaussian on the optical axis: the image is bg + alpha (c - bg) with alpha the
+    2-D Gaussian of variance (f s / z)^2 + 0.3 (times the taper), computed here independently."""
+    s, z, f, W = 0.1, 3.0, 20.0, 16
+    g = Gaussians(torch.zeros(1, 3, dtype=D), torch.full((1, 3), math.log(s), dtype=D),
+                  torch.tensor([[1.0, 0, 0, 0]], dtype=D), torch.tensor([0.5], dtype=D),
+                  rgb_to_sh0(torch.tensor([[[0.9, 0.2, 0.4]]], dtype=D)), torch.zeros(1, 0, 3, dtype=D), 0)
+    R, t = look_at(torch.tensor([[0.0, 0.0, -z]], dtype=D), torch.zeros(1, 3, dtype=D), up=(0.0, -1.0, 0.0))
+    cams = Cameras(R, t, torch.tensor([f], dtype=D), torch.tensor([f], dtype=D), torch.tensor([W / 2], dtype=D),
+                   torch.tensor([W / 2], dtype=D), W, W)
+    bg = torch.tensor([0.1, 0.3, 0.5], dtype=D)
+    img = render(g, cams, background=bg, tile_size=4)[0]
+    var = (f * s / z) ** 2 + LOWPASS
+    yy, xx = np.meshgrid(np.arange(W) + 0.5 - W / 2, np.arange(W) + 0.5 - W / 2, indexing="ij")
+    q = (xx ** 2 + yy ** 2) / var
+    tt = np.clip((9.0 - q) / 5.0, 0, 1)
+    alpha = ALPHA_MAX / (1 + math.exp(-0.5)) * np.exp(-0.5 * q) * tt ** 3 * (tt * (6 * tt - 15) + 10)
+    expected = bg.numpy() + alpha[..., None] * (np.array([0.9, 0.2, 0.4]) - bg.numpy())
+    np.testing.assert_allclose(img.numpy(), expected, atol=1e-12)
+
+
+def test_taper_is_smooth_and_exact_at_the_ends():
+    q = torch.tensor([0.0, 4.0, 6.5, 9.0, 12.0], dtype=D)
+    np.testing.assert_allclose(smootherstep_taper(q).numpy(), [1, 1, 0.5, 0, 0], atol=1e-15)
+
+
+def test_tiled_equals_dense_and_views_are_independent():
+    g = random_gaussians(40, 2, seed=1)
+    cams = small_cams(3, 20, seed=2)
+    dense = render(g, cams, background=[1, 1, 1], tile_size=None)
+    for ts in (2, 4, 7):
+        np.testing.assert_allclose(render(g, cams, background=[1, 1, 1], tile_size=ts).numpy(), dense.numpy(),
+                                   atol=1e-12)
+    one = render(g, cams[[1]], background=[1, 1, 1], tile_size=4)
+    np.testing.assert_allclose(one[0].numpy(), dense[1].numpy(), atol=1e-12)
+
+
+def _loss_of_flat(base: Gaussians, cams, target):
+    def f(flat):
+        img = render(base.unflatten(flat), cams, background=[0.5, 0.5, 0.5], tile_size=4)
+        return (img - target).square().mean()
+    return f
+
+
+def test_gradient_and_hvp_match_finite_differences():
+    g = random_gaussians(3, 1, seed=3)
+    cams = small_cams(2, 10, seed=4)
+    target = torch.rand(2, 10, 10, 3, generator=torch.Generator().manual_seed(5), dtype=D)
+    f = _loss_of_flat(g, cams, target)
+    x = g.flat().clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-7, rtol=1e-4)
+    v = torch.randn(x.shape, generator=torch.Generator().manual_seed(6), dtype=D)
+    (gx,) = torch.autograd.grad(f(x), x, create_graph=True)
+    (hv,) = torch.autograd.grad(gx, x, v)
+    h = 1e-5
+    xp, xm = (x + h * v).detach().requires_grad_(True), (x - h * v).detach().requires_grad_(True)
+    fd = (torch.autograd.grad(f(xp), xp)[0] - torch.autograd.grad(f(xm), xm)[0]) / (2 * h)
+    np.testing.assert_allclose(hv.numpy(), fd.numpy(), rtol=1e-4, atol=1e-8 * float(fd.abs().max()))
+    assert float(hv.abs().max()) > 0
+
+
+# --------------------------------------------------------------------------- curvature
+
+
+def _five_gaussian_problem(views=2, size=12):
+    g = random_gaussians(5, 0, seed=7)
+    cams = small_cams(views, size, seed=8)
+    target = torch.rand(views, size, size, 3, generator=torch.Generator().manual_seed(9), dtype=D)
+    return g, cams, target
+
+
+def _fresh_opt(g, probes):
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in g.tensors().items()}
+    opt = GaussianTrustRegion(named_groups(params), betas=(0.9, 0.0), block_average=False, probes=probes)
+    return params, opt
+
+
+def test_hutchinson_matches_exact_hessian_diagonal_within_sampling_error():
+    g, cams, target = _five_gaussian_problem()
+    f = _loss_of_flat(g, cams, target)
+    H = torch.autograd.functional.hessian(f, g.flat())
+    diag = H.diagonal()
+    M = 200
+    params, opt = _fresh_opt(g, M)
+    img = render(Gaussians(**params, sh_degree=0), cams, background=[0.5, 0.5, 0.5], tile_size=4)
+    opt.hutchinson((img - target).square().mean(), generator=torch.Generator().manual_seed(10))
+    est = torch.cat([opt.state[params[k]]["hess"].reshape(-1) for k in GROUPS])  # beta2 = 0: D = D_hat
+    # Var(z_i (Hz)_i) = sum_{j != i} H_ij^2 for Rademacher z
+    se = torch.sqrt(((H * H).sum(1) - diag * diag) / M)
+    z = (est - diag).abs() / (se + 1e-15)
+    assert float(z.max()) < 5.0, f"Hutchinson off by {float(z.max()):.1f} standard errors"
+    assert float(z.mean()) < 1.5
+    # the estimate carries information: it correlates with the exact diagonal
+    assert float(torch.corrcoef(torch.stack([est, diag]))[0, 1]) > 0.9
+
+
+def test_gauss_newton_product_matches_explicit_jacobian():
+    g, cams, target = _five_gaussian_problem(views=1, size=8)
+
+    def resid(flat):
+        return (render(g.unflatten(flat), cams, background=[0.5, 0.5, 0.5], tile_size=4) - target).reshape(-1)
+
+    J = torch.autograd.functional.jacobian(resid, g.flat())
+    G = 2.0 / J.shape[0] * J.T @ J
+    params, opt = _fresh_opt(g, 1)
+    gen = torch.Generator().manual_seed(11)
+    r = (render(Gaussians(**params, sh_degree=0), cams, background=[0.5, 0.5, 0.5], tile_size=4) - target).reshape(-1)
+    dhat = torch.cat([d.reshape(-1) for d in opt.gauss_newton(r, generator=gen)])
+    z = GaussianTrustRegion.rademacher  # same probes again
+    gen2 = torch.Generator().manual_seed(11)
+    zs = torch.cat([z(params[k], gen2).reshape(-1) for k in GROUPS])
+    np.testing.assert_allclose(dhat.numpy(), (zs * (G @ zs)).numpy(), rtol=1e-8, atol=1e-14)
+
+
+def test_curvature_in_view_chunks_equals_the_batch():
+    """Per-view passes with the same probe sum to the batch HVP / Gauss-Newton product."""
+    g, cams, target = _five_gaussian_problem(views=3, size=10)
+    n = target.numel()
+    for kind in ("hvp", "gn"):
+        out = []
+        for chunked in (False, True):
+            params, opt = _fresh_opt(g, 2)
+            gen = torch.Generator().manual_seed(21)
+
+            def res(ids):
+                return render(Gaussians(**params, sh_degree=0), cams[ids], background=[0.5] * 3, tile_size=4) - target[ids]
+
+            if kind == "hvp":
+                arg = [lambda i=i: res([i]).square().sum() / n for i in range(3)] if chunked else res([0, 1, 2]).square().mean()
+                out.append(torch.cat([d.reshape(-1) for d in opt.hutchinson(arg, generator=gen)]))
+            else:
+                arg = [lambda i=i: res([i]).reshape(-1) for i in range(3)] if chunked else res([0, 1, 2]).reshape(-1)
+                out.append(torch.cat([d.reshape(-1) for d in opt.gauss_newton(arg, generator=gen, scale=2.0 / n)]))
+        np.testing.assert_allclose(out[1].numpy(), out[0].numpy(), rtol=1e-9, atol=1e-15)
+        assert float(out[0].abs().max()) > 0
+
+
+# --------------------------------------------------------------------------- trust region
+
+
+def _tr_for(g: Gaussians, radius=1e-4):
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in g.tensors().items()}
+    return params, GaussianTrustRegion(named_groups(params), radius=radius, radius_final=radius, opacity_range=(0.01, 1.0))
+
+
+def _huge_steps(g: Gaussians, sign: float):
+    return {k: torch.full_like(v, sign * 1e3) for k, v in g.tensors().items()}
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_mean_scale_rotation_clips_keep_exact_hellinger_within_radius(sign):
+    eps = 1e-4
+    g = random_gaussians(64, 1, seed=12)
+    params, opt = _tr_for(g, eps)
+    obar = torch.sigmoid(g.opacity_logits).clamp(0.01, 1.0)
+    Sigma = covariance(g.log_scales, g.quats)
+    for name, d in (("means", 3), ("log_scales", 3), ("quats", 4)):
+        for j in range(d):
+            raw = {k: torch.zeros_like(v) for k, v in g.tensors().items()}
+            raw[name][:, j] = sign * 1e3  # far outside: the clip decides the step
+            step = opt.trust_region_clip(raw, eps)[name]
+            moved = {**g.tensors(), name: g.tensors()[name] + step}
+            h2 = hellinger_sq(g.means, Sigma, moved["means"], covariance(moved["log_scales"], moved["quats"]))
+            budget = eps / d
+            assert float((obar * h2 / budget).max()) <= 1.0 + 1e-3, (name, j)
+            assert float((obar * h2).min()) > 0  # the clip moved every Gaussian
+            if name == "means":  # the mean bound is exact for a single axis
+                np.testing.assert_allclose((obar * h2).numpy(), budget, rtol=1e-6)
+    # all three mean axes at once on axis-aligned Gaussians: sum of the budgets = eps
+    ga = g.replace(quats=torch.tensor([[1.0, 0, 0, 0]], dtype=D).repeat(64, 1))
+    params, opt = _tr_for(ga, eps)
+    step = opt.trust_region_clip(_huge_steps(ga, sign), eps)
+    Sa = covariance(ga.log_scales, ga.quats)
+    h2 = hellinger_sq(ga.means, Sa, ga.means + step["means"], Sa)
+    assert float((obar * h2).max()) <= eps * (1 + 1e-6)
+
+
+def test_whole_group_steps_stay_within_the_composed_bounds():
+    """All components at once (element-wise budgets add up with cross terms): scales stay within
+    eps/3 (their three eigen-axes are independent), means within the Cauchy-Schwarz bound
+    1 - (1 - eps/(3 o))^9 <= 3 eps / o."""
+    eps = 1e-5
+    g = random_gaussians(500, 0, seed=18)
+    params, opt = _tr_for(g, eps)
+    obar = torch.sigmoid(g.opacity_logits).clamp(0.01, 1.0)
+    S = covariance(g.log_scales, g.quats)
+    signs = torch.sign(torch.randn(500, 3, generator=torch.Generator().manual_seed(19), dtype=D))
+    for name in ("means", "log_scales"):
+        raw = {k: torch.zeros_like(v) for k, v in g.tensors().items()}
+        raw[name] = 1e3 * signs
+        step = opt.trust_region_clip(raw, eps)[name]
+        m = {**g.tensors(), name: g.tensors()[name] + step}
+        h2 = hellinger_sq(g.means, S, m["means"], covariance(m["log_scales"], m["quats"]))
+        if name == "means":
+            assert bool((h2 <= -torch.expm1(9 * torch.log1p(-eps / (3 * obar))) * (1 + 1e-6)).all())
+        else:
+            assert float((obar * h2).max()) <= eps / 3 * 1.02
+
+
+def test_opacity_colour_clips_follow_the_closed_forms():
+    eps = 1e-5
+    g = random_gaussians(32, 2, seed=13)
+    params, opt = _tr_for(g, eps)
+    out = opt.trust_region_clip(_huge_steps(g, 1.0), eps)
+    a = torch.sigmoid(g.opacity_logits)
+    np.testing.assert_allclose(torch.sigmoid(g.opacity_logits + out["opacity_logits"]).numpy(),
+                               (a + torch.sqrt(4 * a * eps)).clamp(max=1 - 1e-5).numpy(), rtol=1e-9)
+    obar = a.clamp(0.01, 1.0)
+    c = (C0 * g.sh0[:, 0] + 0.5).clamp_min(1e-3)
+    bdc = torch.sqrt(4 * c * eps / (3 * obar[:, None])) / C0
+    np.testing.assert_allclose(out["sh0"][:, 0].numpy(), bdc.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(out["shN"].numpy(), (bdc / 20)[:, None].expand_as(out["shN"]).numpy(), rtol=1e-12)
+
+
+def test_rotation_kappa_is_the_second_order_coefficient():
+    g = random_gaussians(6, 0, seed=14)
+    kappa = rotation_kappa(g.quats, g.log_scales)
+    S = covariance(g.log_scales, g.quats)
+    for j in range(4):
+        q2 = g.quats.clone()
+        q2[:, j] += 1e-4
+        h2 = hellinger_sq(g.means, S, g.means, covariance(g.log_scales, q2))
+        np.testing.assert_allclose((h2 / 1e-8).numpy(), (kappa[:, j] / 16).numpy(), rtol=2e-3)
+
+
+def test_step_needs_curvature_and_radius_decays():
+    g = random_gaussians(4, 0, seed=15)
+    params, opt = _tr_for(g)
+    with pytest.raises(RuntimeError):
+        opt.step()
+    assert exp_schedule(1e-6, 1e-8, 0, 1000) == pytest.approx(1e-6)
+    assert exp_schedule(1e-6, 1e-8, 999, 1000) == pytest.approx(1e-8)
+    assert exp_schedule(1e-6, 1e-8, 500, 1001) == pytest.approx(1e-7)
+
+
+def test_tr_steps_lower_the_loss():
+    g, cams, _ = _five_gaussian_problem()
+    gen0 = torch.Generator().manual_seed(17)
+    with torch.no_grad():  # a reachable target: the scene with moved means and other colours
+        target = render(g.replace(means=g.means + 0.1 * torch.randn(g.means.shape, generator=gen0, dtype=D),
+                                  sh0=g.sh0 + 0.3 * torch.randn(g.sh0.shape, generator=gen0, dtype=D)),
+                        cams, background=[0.5, 0.5, 0.5], tile_size=4)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in g.tensors().items()}
+    opt = GaussianTrustRegion(named_groups(params), radius=1e-2, radius_final=1e-3, total_steps=30, hessian_every=5)
+    gen = torch.Generator().manual_seed(16)
+    losses = []
+    for _ in range(30):
+        img = render(Gaussians(**params, sh_degree=0), cams, background=[0.5, 0.5, 0.5], tile_size=4)
+        loss = (img - target).square().mean()
+        losses.append(float(loss.detach()))
+        for p in params.values():
+            p.grad = None
+        due = opt.curvature_due()
+        loss.backward(retain_graph=due)
+        if due:
+            opt.hutchinson(loss, generator=gen)
+        opt.step()
+    assert losses[-1] < 0.5 * losses[0], losses[::5]
+
+
+# --------------------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("degree", [0, 1, 3])
+def test_ply_roundtrip(tmp_path, degree):
+    g = random_gaussians(17, degree, seed=20, dtype=torch.float32)
+    write_ply(tmp_path / "a.ply", g)
+    back = read_ply(tmp_path / "a.ply")
+    assert back.sh_degree == degree and back.n == 17
+    for k in GROUPS:
+        assert torch.equal(back.tensors()[k], g.tensors()[k]), k
+    raw = (tmp_path / "a.ply").read_bytes()
+    head = raw[:raw.index(b"end_header")].decode("ascii")
+    assert "property float f_dc_0" in head and "property float rot_3" in head
+    assert head.count("f_rest_") == 3 * ((degree + 1) ** 2 - 1)
+
+
+def test_bad_ply(tmp_path):
+    (tmp_path / "x.ply").write_bytes(b"ply\nformat ascii 1.0\nend_header\n")
+    with pytest.raises(InputError, match="binary_little_endian"):
+        read_ply(tmp_path / "x.ply")
+
+
+def _scene(tmp_path, name="s", n=20):
+    out = tmp_path / name
+    r = run_tool("train-3dgs", "make-scene", "-o", out, "--n-gaussians", n, "--size", 16, "--train", 4, "--test", 2,
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def scene_dir(tmp_path_factory):
+    return _scene(tmp_path_factory.mktemp("gs"))
+
+
+def test_make_scene_layout_and_gt_render(scene_dir):
+    meta = json.loads((scene_dir / "transforms_train.json").read_text())
+    assert len(meta["frames"]) == 4 and "camera_angle_x" in meta
+    sc = read_scene(scene_dir)
+    assert sc.train_images.shape == (4, 16, 16, 3) and sc.test_images.shape == (2, 16, 16, 3)
+    gt = read_ply(scene_dir / "gt.ply")
+    img = render(gt, sc.test_cams, background=sc.background, tile_size=4)
+    assert float((img - sc.test_images).abs().max()) < 3 / 255  # only 8-bit rounding
+
+
+def test_missing_image_and_singular_pose_are_clear_errors(tmp_path):
+    sc = _scene(tmp_path, "bad")
+    img = sc / "train" / (json.loads((sc / "transforms_train.json").read_text())["frames"][1]["file_path"][8:] + ".png")
+    img.unlink()
+    with pytest.raises(InputError, match=r"transforms_train.json, frames\[1\].file_path: image .* does not exist"):
+        read_scene(sc)
+    r = run_tool("train-3dgs", "eval", sc / "gt.ply", sc)
+    assert r.returncode == 1 and r.stderr.startswith("Error:") and "frames[1]" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    sc2 = _scene(tmp_path, "bad2")
+    meta = json.loads((sc2 / "transforms_test.json").read_text())
+    meta["frames"][0]["transform_matrix"] = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]]
+    (sc2 / "transforms_test.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=r"frames\[0\].transform_matrix: .*not invertible"):
+        read_scene(sc2)
+
+
+def test_colmap_text_model_and_its_errors(tmp_path, scene_dir):
+    """A COLMAP text model of the synthetic scene reads back the same cameras; a zero quaternion
+    is reported with its line."""
+    from PIL import Image
+
+    sc = read_scene(scene_dir)
+    col = tmp_path / "colmap"
+    (col / "sparse" / "0").mkdir(parents=True)
+    (col / "images").mkdir()
+    cams = sc.train_cams
+    (col / "sparse" / "0" / "cameras.txt").write_text(
+        f"# camera list\n1 PINHOLE 16 16 {float(cams.fx[0])} {float(cams.fy[0])} 8 8\n")
+    lines = ["# image list"]
+    for i in range(len(cams)):
+        R = cams.R[i].double().numpy()
+        w = math.sqrt(max(1 + R[0, 0] + R[1, 1] + R[2, 2], 1e-12)) / 2
+        q = [w, (R[2, 1] - R[1, 2]) / (4 * w), (R[0, 2] - R[2, 0]) / (4 * w), (R[1, 0] - R[0, 1]) / (4 * w)]
+        t = cams.t[i].double().tolist()
+        lines += [f"{i + 1} {' '.join(map(str, q))} {' '.join(map(str, t))} 1 v{i}.png", ""]
+        arr = (sc.train_images[i].numpy() * 255 + 0.5).astype(np.uint8)
+        Image.fromarray(arr, "RGB").save(col / "images" / f"v{i}.png")
+    (col / "sparse" / "0" / "images.txt").write_text("\n".join(lines) + "\n")
+    (col / "sparse" / "0" / "points3D.txt").write_text("1 0.1 0.2 0.3 255 0 0 0.5\n2 -0.1 0 0.2 0 255 0 0.5\n")
+    cs = read_scene(col)
+    assert cs.kind == "colmap" and cs.points.shape == (2, 3)
+    assert len(cs.train_cams) == 3 and len(cs.test_cams) == 1  # every 8th (v0) is a test view
+    np.testing.assert_allclose(cs.train_cams.R.numpy(), sc.train_cams.R[1:].numpy(), atol=1e-5)
+    bad = lines[:]
+    bad[1] = "1 0 0 0 0 0 0 0 1 v0.png"
+    (col / "sparse" / "0" / "images.txt").write_text("\n".join(bad) + "\n")
+    with pytest.raises(InputError, match=r"images.txt, line 2: the pose is not invertible"):
+        read_scene(col)
+
+
+# --------------------------------------------------------------------------- command line
+
+FIT = ["--iters", 6, "--init", "gt-noise", "--sh-degree", 1, "--sh-every", 3, "--eval-every", 3, "--no-progress"]
+
+
+def test_fit_is_deterministic_and_eval_agrees(tmp_path, scene_dir):
+    outs = []
+    for k in (1, 2):
+        r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / f"f{k}.ply", "--optimizer", "tr", *FIT, "--json")
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    s = outs[0]
+    for key in ("psnr_test", "ssim_test", "iters", "seconds", "seconds_per_iter", "peak_memory_mb", "n_gaussians",
+                "optimizer"):
+        assert key in s
+    assert s["optimizer"] == "tr" and s["iters"] == 6 and s["n_gaussians"] == 20
+    assert (tmp_path / "f1.ply").read_bytes() == (tmp_path / "f2.ply").read_bytes()
+    csv = (tmp_path / "f1.metrics.csv").read_text()
+    assert csv == (tmp_path / "f2.metrics.csv").read_text()
+    assert csv.splitlines()[0] == "iter,loss,psnr_batch,step_size,psnr_test,ssim_test" and len(csv.splitlines()) == 8
+    assert (tmp_path / "f1.ply.manifest.json").exists() and not (tmp_path / "f1.ply.ckpt.pt").exists()
+    ev = run_tool("train-3dgs", "eval", tmp_path / "f1.ply", scene_dir, "--json")
+    assert ev.returncode == 0, ev.stderr
+    assert json.loads(ev.stdout)["psnr_test"] == pytest.approx(s["psnr_test"], abs=1e-3)
+    assert run_tool("train-3dgs", "eval", tmp_path / "f1.ply", scene_dir, "--fail-under", 99).returncode == 3
+    again = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "f1.ply", *FIT)
+    assert again.returncode == 1 and "--overwrite" in again.stderr
+
+
+def test_resume_continues_to_the_same_result(tmp_path, scene_dir):
+    """Run 6 steps at once, and 3 + resume 3 (the checkpoint of an interrupted run): same bytes."""
+    import io
+
+    from icmlkit.lib.core.io import write_bytes
+    from icmlkit.lib.gs.train import FitConfig, checkpoint_bytes, fit, initial_gaussians
+
+    sc = read_scene(scene_dir)
+    init = initial_gaussians(sc, "gt-noise", 20, 1, 0, gt=read_ply(scene_dir / "gt.ply"))
+    cfg = FitConfig(optimizer="adam", iters=6, sh_degree=1, sh_every=3, eval_every=3)
+    full = fit(sc, init, cfg, seed=0)
+    saved = {}
+    fit(sc, init, cfg, seed=0, checkpoint=lambda st: saved.setdefault("st", st), checkpoint_every=3)
+    ckpt = tmp_path / "r.ply.ckpt.pt"
+    write_bytes(ckpt, checkpoint_bytes(saved["st"]))
+    r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "r.ply", "--optimizer", "adam", *FIT, "--resume",
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from"] == 3
+    back = read_ply(tmp_path / "r.ply")
+    for k in GROUPS:
+        np.testing.assert_array_equal(back.tensors()[k].numpy(), full.gaussians.tensors()[k].float().numpy())
+    assert torch.load(io.BytesIO(checkpoint_bytes(saved["st"])), weights_only=True)["step"] == 3
+
+
+def test_render_and_compare_cli(tmp_path, scene_dir):
+    r = run_tool("train-3dgs", "render", scene_dir / "gt.ply", scene_dir / "transforms_test.json", "--outdir",
+                 tmp_path / "png", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["n_views"] == 2 and (out["width"], out["height"]) == (16, 16)
+    assert len(list((tmp_path / "png").glob("*.png"))) == 2
+    c = run_tool("train-3dgs", "compare", scene_dir, "--outdir", tmp_path / "cmp", *FIT, "--json")
+    assert c.returncode == 0, c.stderr
+    s = json.loads(c.stdout)
+    assert {"psnr_test_adam", "psnr_test_tr", "psnr_test_tr_half", "time_ratio_tr_over_adam"} <= set(s)
+    assert (tmp_path / "cmp" / "compare.csv").read_text().startswith("iter,psnr_adam,psnr_tr\n0,")
+    for f in ("adam.ply", "tr.ply", "compare.md", "summary.json", "manifest.json"):
+        assert (tmp_path / "cmp" / f).exists(), f
+
+
+def test_bad_usage_exits_2(tmp_path, scene_dir):
+    r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "x.txt")
+    assert r.returncode == 2 and "ply" in r.stderr
+    r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "x.ply", "--optimizer", "sgd")
+    assert r.returncode == 2
+    r = run_tool("train-3dgs", "fit", tmp_path / "nowhere", "-o", tmp_path / "x.ply")
+    assert r.returncode == 1 and "nowhere" in r.stderr and not (tmp_path / "x.ply").exists()
+
+
+@pytest.mark.slow
+def test_lego_subset_reads_and_trains_a_little(tmp_path):
+    from icmlkit.lib.core.io import shared_data_dir
+
+    lego = shared_data_dir("nerf_lego_100")
+    if lego is None:
+        pytest.skip("../shared/data/nerf_lego_100 is not present")
+    sc = read_scene(lego, downscale=2)
+    assert sc.train_images.shape == (40, 50, 50, 3) and sc.test_images.shape == (10, 50, 50, 3)
+    r = run_tool("train-3dgs", "fit", lego, "-o", tmp_path / "l.ply", "--init", "random", "--n-gaussians", 500,
+                 "--iters", 10, "--downscale", 2, "--sh-degree", 0, "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n_gaussians"] == 500
