@@ -1,0 +1,255 @@
+"""CARD end to end: frames -> gauge -> radix -> trained model -> BAR free energy.
+
+- :func:`prepare` applies the atom order and the gauge (frame gauge with J = x2^2 y3 for
+  invariant molecules) and returns free coordinates y and the target's reduced energy on them,
+  u_t = beta U - log J (method sheet, Pitfalls: measure and gauge).
+- :func:`train` fits q_theta by Stage I (NLL) then Stage II (NLL + the batch mean of |U~_theta - U~|
+  with both energies mean-centred in the batch, U_theta = -log q; method sheet step 5, Eq. 24;
+  the weighting is reconstructed).
+- :func:`estimate` draws model samples with their exact log q, evaluates the target energy on them,
+  computes log q on decorrelated target frames, and runs BAR (or MBAR) with both EXP directions,
+  overlap and ESS. f_kT = Delta f - log(8 pi^2) for molecules (per volume, Angstrom), Delta f for
+  external-field systems.
+- Model files are torch .pt dicts of tensors and plain types (loaded with weights_only=True).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from icmlkit.lib.core.console import log, progress
+from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.fe import gauge as G
+from icmlkit.lib.fe.estimate import bar_estimate, decorrelate
+from icmlkit.lib.fe.radix import RadixMap
+
+FORMAT = "icmlkit-card-1"
+
+
+@dataclass
+class Prepared:
+    y: np.ndarray  # (M, N, 3) free coordinates (gauge-fixed, model order)
+    u_t: np.ndarray  # reduced target energy on the free coordinates (beta U - log J)
+    log_j: np.ndarray
+
+
+def frames_digest(x: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float64).tobytes()).hexdigest()[:16]
+
+
+def prepare(x: np.ndarray, u: np.ndarray, order, invariant: bool) -> Prepared:
+    xo = np.asarray(x, dtype=np.float64)[:, order]
+    if invariant:
+        y = G.to_frame(xo)
+        lj = G.log_jacobian(y)
+    else:
+        y, lj = xo, np.zeros(len(xo))
+    return Prepared(y=y, u_t=np.asarray(u, dtype=np.float64) - lj, log_j=lj)
+
+
+def to_cartesian(y: np.ndarray, order) -> np.ndarray:
+    """Free coordinates in model order -> frames in the system's atom order."""
+    x = np.empty_like(y)
+    x[:, order] = y
+    return x
+
+
+def _ref_dist(y: np.ndarray, n_ref: int) -> np.ndarray:
+    idx = np.linspace(0, len(y) - 1, min(n_ref, len(y))).round().astype(int)
+    r = y[idx]
+    return np.linalg.norm(r[:, :, None] - r[:, None], axis=-1)
+
+
+def build(system, x: np.ndarray, r: int = 4, L: int = 3, K: int = 8, d: int = 32, heads: int = 4, enc_layers: int = 2,
+          dec_layers: int = 2, margin: float = 1.5, box: float | None = None, n_ref: int = 8, eps: float = 1e-6):
+    """Order, gauge, box and an untrained CARD model for ``system`` from its frames."""
+    from icmlkit.lib.fe.model import CARD
+
+    order = G.choose_order(system.z, system.bonds, x, system.invariant)
+    prep = prepare(x, np.zeros(len(x)), order, system.invariant)
+    free = G.free_mask(system.n_atoms, system.invariant)
+    lo, a = G.box_for(prep.y, free, system.invariant, margin=margin, a=box)
+    radix = RadixMap(lo, a, free, r=r, L=L)
+    z = np.asarray(system.z)[order]
+    model = CARD(radix, z, _ref_dist(prep.y, n_ref), d=d, heads=heads, enc_layers=enc_layers, dec_layers=dec_layers,
+                 K=K, eps=eps)
+    return model, order
+
+
+def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_steps: int = 500, batch: int = 128,
+          lr: float = 2e-3, energy_weight: float = 1.0, seed: int = 0, val_fraction: float = 0.1, time_limit=None,
+          threads: int = 1, **arch) -> tuple[dict, dict]:
+    """Train CARD on frames; returns (bundle for :func:`save`, info)."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)  # small tensors: one thread is fastest on a shared CPU
+    t0 = time.perf_counter()
+    if not np.isfinite(u).all():
+        bad = int(np.flatnonzero(~np.isfinite(u))[0])
+        raise InputError(f"energy of frame {bad} is not finite (u[{bad}] = {u[bad]})", "frames field 'u'")
+    model, order = build(system, x, **arch)
+    prep = prepare(x, u, order, system.invariant)
+    n_val = max(1, int(round(val_fraction * len(x)))) if len(x) >= 20 else 0
+    y_all = torch.as_tensor(prep.y)
+    ut_all = torch.as_tensor(prep.u_t)
+    y_tr, ut_tr = y_all[: len(x) - n_val], ut_all[: len(x) - n_val]
+    y_va = y_all[len(x) - n_val:]
+    n_free = int(model.radix.free.sum())
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    total = steps + stage2_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, min(100, total // 10))) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    gen = torch.Generator().manual_seed(seed)
+    hist, stopped = [], None
+    for step in progress(range(total), total=total, desc="train"):
+        idx = torch.randint(0, len(y_tr), (min(batch, len(y_tr)),), generator=gen)
+        lq = model.log_prob(y_tr[idx])
+        nll = -lq.mean()
+        loss = nll
+        em = torch.zeros(())
+        if step >= steps:  # Stage II: centred energy matching
+            ut = ut_tr[idx]
+            em = ((-lq - (-lq).mean()) - (ut - ut.mean())).abs().mean()
+            loss = nll + energy_weight * em
+        opt.zero_grad()
+        (loss / n_free).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == total - 1:
+            hist.append({"step": step, "nll": float(nll.detach()), "energy_match": float(em.detach())})
+            log.debug("step %d nll %.3f em %.3f", step, float(nll.detach()), float(em.detach()))
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            stopped = step + 1
+            log.warning("training stopped at step %d by the time limit", stopped)
+            break
+    model.eval()
+    with torch.no_grad():
+        val_nll = float(-torch.cat([model.log_prob(y_va[i:i + 1024]) for i in range(0, len(y_va), 1024)]).mean()) if n_val else None
+    info = {"steps": steps, "stage2_steps": stage2_steps, "steps_done": stopped or total, "train_frames": len(y_tr),
+            "val_frames": n_val, "val_nll": val_nll, "train_nll": hist[-1]["nll"], "n_free": n_free,
+            "box": model.radix.a, "seconds_train": time.perf_counter() - t0, "history": hist}
+    bundle = {
+        "format": FORMAT, "config": dict(model.config), "radix": model.radix.state(), "order": list(map(int, order)),
+        "invariant": bool(system.invariant), "z": [int(v) for v in np.asarray(system.z)],
+        "ref_dist": model.ref_dist.clone(), "state_dict": model.state_dict(),
+        "system": {"name": system.name, "kind": system.kind, "n_atoms": system.n_atoms,
+                   "temperature": system.temperature, "env": getattr(system, "env", None)},
+        "frames_digest": frames_digest(x), "n_frames_used": int(len(x)), "info": {k: v for k, v in info.items() if k != "history"},
+    }
+    return bundle, info
+
+
+def model_from_bundle(bundle: dict):
+    from icmlkit.lib.fe.model import CARD
+
+    c = bundle["config"]
+    radix = RadixMap.from_state(bundle["radix"])
+    z = np.asarray(bundle["z"])[bundle["order"]]
+    model = CARD(radix, z, bundle["ref_dist"], d=c["d"], heads=c["heads"], enc_layers=c["enc_layers"],
+                 dec_layers=c["dec_layers"], K=c["K"], eps=c["eps"], max_shape=c["max_shape"], n_freq=c["n_freq"])
+    model.load_state_dict(bundle["state_dict"])
+    model.eval()
+    return model
+
+
+def save(path, bundle: dict) -> None:
+    import io
+
+    import torch
+
+    from icmlkit.lib.core.io import write_bytes
+
+    buf = io.BytesIO()
+    torch.save(bundle, buf)
+    write_bytes(path, buf.getvalue())
+
+
+def load(path) -> dict:
+    import io
+
+    import torch
+
+    from icmlkit.lib.core.io import display_name, read_bytes
+
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        raise InputError("no such file", display_name(path)) from None
+    try:
+        bundle = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"not a CARD model file ({type(exc).__name__})", display_name(path)) from None
+    if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
+        raise InputError(f"not a CARD model file (format {FORMAT} expected)", display_name(path))
+    return bundle
+
+
+def check_system(bundle: dict, system, where: str) -> None:
+    n = bundle["system"]["n_atoms"]
+    if system.n_atoms != n:
+        raise InputError(f"the model was trained for {n} atoms but the system {system.name} has {system.n_atoms}", where)
+    if [int(v) for v in np.asarray(system.z)] != list(bundle["z"]):
+        raise InputError(f"the model's atomic numbers differ from the system {system.name}'s", where)
+
+
+def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: int = 2000, seed: int = 0,
+             estimator: str = "bar", decorrelate_frames: bool = True, skip_frames: int = 0,
+             frames_name: str = "frames", threads: int = 1) -> dict:
+    """Free energy of ``system`` from a trained bundle and target frames (see the module docstring)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    check_system(bundle, system, frames_name)
+    system.check_frames(x, frames_name)
+    if not np.isfinite(u).all():
+        bad = int(np.flatnonzero(~np.isfinite(u))[0])
+        raise InputError(f"energy of frame {bad} is not finite (u[{bad}] = {u[bad]})", frames_name, None)
+    if not np.isfinite(x).all():
+        raise InputError("frames contain non-finite coordinates (field 'x')", frames_name)
+    model = model_from_bundle(bundle)
+    order = bundle["order"]
+    x, u = x[skip_frames:], u[skip_frames:]
+    if len(x) < 10:
+        raise InputError(f"only {len(x)} target frames left for the estimate (need >= 10)", frames_name)
+    idx = decorrelate(u) if decorrelate_frames else np.arange(len(u))
+    prep = prepare(x[idx], u[idx], order, bundle["invariant"])
+    inside = model.radix.inside(torch.as_tensor(prep.y)).numpy()
+    if not inside.all():
+        k = int(np.flatnonzero(~inside)[0])
+        raise InputError(f"{int((~inside).sum())} target frames lie outside the model's box (a = {model.radix.a:.3g}; "
+                         f"first: frame {int(idx[k]) + skip_frames}); retrain with a larger --box or --margin", frames_name)
+    with torch.no_grad():
+        lq_t = torch.cat([model.log_prob(torch.as_tensor(prep.y[i:i + 1024])) for i in range(0, len(prep.y), 1024)]).numpy()
+        gen = torch.Generator().manual_seed(seed)
+        t_s = time.perf_counter()
+        y_q, lq_q = model.sample(n_samples, gen)
+        seconds_sampling = time.perf_counter() - t_s
+    y_q, lq_q = y_q.numpy(), lq_q.numpy()
+    evals0 = system.energy_evals
+    t_e = time.perf_counter()
+    u_sys = system.reduced_energy(to_cartesian(y_q, order))
+    seconds_energy = time.perf_counter() - t_e
+    lj = G.log_jacobian(y_q) if bundle["invariant"] else np.zeros(len(y_q))
+    ut_q = u_sys - lj
+    nonfinite = int((~np.isfinite(ut_q)).sum())
+    ut_q = np.where(np.isfinite(ut_q), ut_q, np.inf)
+    w_F = ut_q + lq_q  # u_t - u_q on model samples
+    w_R = -(lq_t + prep.u_t)  # u_q - u_t on target frames
+    res = bar_estimate(w_F, w_R, estimator)
+    shift = -G.LOG_8PI2 if bundle["invariant"] else 0.0
+    out = {
+        "f_kT": res["delta_f"] + shift, "f_err_kT": res["delta_f_err"],
+        "f_exp_forward_kT": res["exp_forward"] + shift, "f_exp_reverse_kT": res["exp_reverse"] + shift,
+        "overlap": res["overlap"], "ess_forward": res["ess_forward"], "ess_reverse": res["ess_reverse"],
+        "n_model_samples": res["n_model"], "n_target_frames": res["n_target"], "nonfinite_model_energies": nonfinite,
+        "energy_evals": int(system.energy_evals - evals0), "seconds_estimate": time.perf_counter() - t0,
+        "seconds_energy": seconds_energy, "seconds_sampling": seconds_sampling, "estimator": estimator,
+        "measure": "per volume V, lengths in Angstrom (F/kT = -log(Z/V))" if bundle["invariant"] else "F/kT = -log Z, lengths in Angstrom",
+    }
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}

@@ -1,0 +1,290 @@
+"""Molecular systems through OpenMM: AMBER prmtop/inpcrd, vacuum or OBC2 implicit solvent.
+
+- No constraints (the model and the MD must share the measure: all 3N coordinates move), no
+  cutoff, the CMMotionRemover dropped; Langevin-middle dynamics; CPU platform (CUDA when present
+  and asked for). Lengths cross the boundary in Angstrom (the model) <-> nm (OpenMM).
+- The lambda-window baseline (the classical reference the method sheet calls MFES): the GBSA-OBC
+  force is wrapped in a CustomCVForce with energy ``lambda_gb * gb``, so U_lambda = U_vac +
+  lambda U_GB; 11 windows (lambda = 0, 0.1, ..., 1) of MD, each frame's U_vac and U_GB recorded,
+  MBAR (pymbar) over the windows gives Delta G(vacuum -> OBC2).
+- FreeSolv molecules are named ``freesolv:<compound id>``: prmtop and inpcrd are read from
+  ``../shared/data/freesolv/amber.tar.gz`` (unpacked into a temporary cache folder, never into the
+  repository); :func:`freesolv_entry` reads the database's experimental and calculated values.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tarfile
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from icmlkit.lib.core.errors import InputError, UsageError, require_module
+from icmlkit.lib.fe.systems import System
+
+KB_KJ = 0.0083144626181532  # kJ/mol/K
+KJ_PER_KCAL = 4.184
+ENVIRONMENTS = ("vacuum", "obc2")
+
+
+def _openmm():
+    require_module("openmm", "fe")
+    import openmm
+    import openmm.app as app
+    import openmm.unit as unit
+
+    return openmm, app, unit
+
+
+def freesolv_dir() -> Path | None:
+    from icmlkit.lib.core.io import shared_data_dir
+
+    return shared_data_dir("freesolv")
+
+
+def freesolv_files(compound: str) -> tuple[Path, Path]:
+    """(prmtop, inpcrd) of a FreeSolv compound, unpacked from the shared tarball into a cache."""
+    d = freesolv_dir()
+    if d is None or not (d / "amber.tar.gz").exists():
+        raise InputError("FreeSolv is not present (looked for ../shared/data/freesolv/amber.tar.gz; set "
+                         "ICMLKIT_SHARED_DATA)", f"freesolv:{compound}")
+    cache = Path(tempfile.gettempdir()) / f"icmlkit-freesolv-{os.getuid()}"
+    out = (cache / f"{compound}.prmtop", cache / f"{compound}.inpcrd")
+    if all(p.exists() for p in out):
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(d / "amber.tar.gz") as tar:
+        for p in out:
+            try:
+                member = tar.getmember(f"amber/{p.name}")
+            except KeyError:
+                raise InputError(f"no such compound in FreeSolv (amber/{p.name} missing)", f"freesolv:{compound}") from None
+            data = tar.extractfile(member).read()
+            tmp = p.with_suffix(p.suffix + f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, p)
+    return out
+
+
+def freesolv_entry(compound: str) -> dict:
+    """The FreeSolv database line of ``compound``: smiles, name, expt and calc (kcal/mol)."""
+    d = freesolv_dir()
+    if d is None:
+        raise InputError("FreeSolv is not present", "freesolv")
+    for line in (d / "database.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        f = [s.strip() for s in line.split(";")]
+        if f[0] == compound:
+            return {"compound": f[0], "smiles": f[1], "name": f[2], "expt_kcal": float(f[3]),
+                    "expt_err_kcal": float(f[4]), "calc_kcal": float(f[5]), "calc_err_kcal": float(f[6])}
+    raise InputError(f"compound {compound!r} not found", str(d / "database.txt"))
+
+
+class MMSystem(System):
+    """An AMBER molecule in one environment (``vacuum`` or ``obc2``) at ``temperature`` K."""
+
+    def __init__(self, prmtop, inpcrd, env: str = "vacuum", temperature: float = 298.15, platform: str = "CPU",
+                 name: str | None = None):
+        openmm, app, unit = _openmm()
+        if env not in ENVIRONMENTS:
+            raise UsageError(f"--env must be one of {ENVIRONMENTS}, not {env!r}")
+        for p in (prmtop, inpcrd):
+            if not Path(p).is_file():
+                raise InputError("no such file", str(p))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                top = app.AmberPrmtopFile(str(prmtop))
+        except Exception as exc:  # noqa: BLE001 - any parser failure is bad input
+            raise InputError(f"not a readable AMBER prmtop ({type(exc).__name__}: {exc})", str(prmtop)) from None
+        try:
+            crd = app.AmberInpcrdFile(str(inpcrd))
+            pos = np.array(crd.getPositions(asNumpy=True).value_in_unit(unit.angstrom), dtype=np.float64)
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(f"not a readable AMBER inpcrd ({type(exc).__name__}: {exc})", str(inpcrd)) from None
+        n = top.topology.getNumAtoms()
+        if pos.shape != (n, 3):
+            raise InputError(f"{pos.shape[0]} coordinates but the prmtop {Path(prmtop).name} has {n} atoms", str(inpcrd))
+        z = np.array([a.element.atomic_number if a.element is not None else 0 for a in top.topology.atoms()])
+        bonds = [(b[0].index, b[1].index) for b in top.topology.bonds()]
+        super().__init__(name=name or Path(prmtop).stem, z=z, bonds=bonds, invariant=True, kind="openmm",
+                         temperature=float(temperature), spec={"env": env, "prmtop": str(prmtop)})
+        self.env, self.prmtop, self.inpcrd, self.x0 = env, str(prmtop), str(inpcrd), pos
+        self._top = top
+        self.platform = platform
+        self.beta = 1.0 / (KB_KJ * self.temperature)  # mol/kJ
+        self._ctx = None
+
+    # ---------------------------------------------------------------- OpenMM objects
+    def build_system(self, env: str | None = None, lambda_gb: bool = False):
+        openmm, app, unit = _openmm()
+        env = env or self.env
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sys_ = self._top.createSystem(nonbondedMethod=app.NoCutoff, constraints=None, rigidWater=False,
+                                          implicitSolvent=app.OBC2 if env == "obc2" or lambda_gb else None)
+        for i in reversed(range(sys_.getNumForces())):
+            if isinstance(sys_.getForce(i), openmm.CMMotionRemover):
+                sys_.removeForce(i)
+        if lambda_gb:
+            for i in range(sys_.getNumForces()):
+                f = sys_.getForce(i)
+                if isinstance(f, (openmm.GBSAOBCForce, openmm.CustomGBForce)):
+                    gb = openmm.XmlSerializer.clone(f)
+                    sys_.removeForce(i)
+                    break
+            else:  # pragma: no cover
+                raise InputError("no GB force in the OBC2 system", self.prmtop)
+            cv = openmm.CustomCVForce("lambda_gb*gb")
+            cv.addGlobalParameter("lambda_gb", 1.0)
+            cv.addCollectiveVariable("gb", gb)
+            cv.setForceGroup(1)
+            sys_.addForce(cv)
+        return sys_
+
+    def context(self, system, integrator=None, seed: int = 0):
+        openmm, app, unit = _openmm()
+        if integrator is None:
+            integrator = openmm.VerletIntegrator(1.0 * unit.femtosecond)
+        plat = openmm.Platform.getPlatformByName(self.platform)
+        props = {"Threads": "1"} if self.platform == "CPU" else {}
+        ctx = openmm.Context(system, integrator, plat, props)
+        return ctx, integrator
+
+    def reduced_energy(self, x: np.ndarray) -> np.ndarray:
+        """beta U of frames (M,N,3) in Angstrom; NaN energies come back as NaN (the caller decides)."""
+        openmm, app, unit = _openmm()
+        if self._ctx is None:
+            self._ctx, self._integ = self.context(self.build_system())
+        out = np.empty(len(x))
+        nm = np.asarray(x, dtype=np.float64) / 10.0
+        for m in range(len(x)):  # OpenMM evaluates one configuration per call
+            self._ctx.setPositions(nm[m])
+            out[m] = self._ctx.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        self.energy_evals += len(x)
+        return out * self.beta
+
+    # ---------------------------------------------------------------- MD
+    def sample(self, n_frames: int, seed: int = 0, interval: int = 50, equil: int = 5000, timestep_fs: float = 1.0,
+               friction: float = 1.0, env: str | None = None, lambda_value: float | None = None,
+               x_start: np.ndarray | None = None) -> dict:
+        """Langevin MD frames of this molecule: {x (Angstrom), u (beta U of this env), seconds_md,
+        energy_evals (force evaluations = MD steps, plus one energy call per frame)}.
+
+        With ``lambda_value`` the GB term is scaled (the baseline's windows) and the frames also
+        carry ``u_vac`` and ``u_gb`` (beta U_vac and beta U_GB) for MBAR re-evaluation.
+        """
+        openmm, app, unit = _openmm()
+        t0 = time.perf_counter()
+        lam = lambda_value is not None
+        system = self.build_system(env, lambda_gb=lam)
+        if not lam:
+            for i in range(system.getNumForces()):
+                system.getForce(i).setForceGroup(0)
+        integ = openmm.LangevinMiddleIntegrator(self.temperature * unit.kelvin, friction / unit.picosecond,
+                                                timestep_fs * unit.femtosecond)
+        integ.setRandomNumberSeed(int(seed) % 2_000_000_000 + 1)
+        ctx, _ = self.context(system, integ)
+        if lam:
+            ctx.setParameter("lambda_gb", float(lambda_value))
+            cv = next(system.getForce(i) for i in range(system.getNumForces())
+                      if isinstance(system.getForce(i), openmm.CustomCVForce))
+        ctx.setPositions((self.x0 if x_start is None else x_start) / 10.0)
+        openmm.LocalEnergyMinimizer.minimize(ctx, 1.0, 200)
+        ctx.setVelocitiesToTemperature(self.temperature * unit.kelvin, int(seed) % 2_000_000_000 + 7)
+        integ.step(int(equil))
+        xs = np.empty((n_frames, self.n_atoms, 3))
+        e0 = np.empty(n_frames)
+        egb = np.empty(n_frames) if lam else None
+        for m in range(n_frames):
+            integ.step(int(interval))
+            st = ctx.getState(getPositions=True, getEnergy=True, groups={0})
+            xs[m] = st.getPositions(asNumpy=True).value_in_unit(unit.angstrom)
+            e0[m] = st.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+            if lam:
+                egb[m] = cv.getCollectiveVariableValues(ctx)[0]
+        steps = int(equil) + n_frames * int(interval)
+        out = {"x": xs, "seconds_md": time.perf_counter() - t0, "energy_evals": steps + n_frames * (2 if lam else 1),
+               "md_steps": steps}
+        if lam:
+            out["u_vac"], out["u_gb"] = e0 * self.beta, egb * self.beta
+            out["u"] = out["u_vac"] + lambda_value * out["u_gb"]
+        else:
+            out["u"] = e0 * self.beta
+        return out
+
+
+def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int = 11, frames_per_window: int = 500,
+                       interval: int = 50, equil: int = 5000, timestep_fs: float = 1.0, seed: int = 0,
+                       platform: str = "CPU") -> dict:
+    """The classical baseline: Delta G(vacuum -> OBC2) by lambda-window MD and MBAR.
+
+    Returns delta_g_kcal, delta_g_err_kcal, f_kT (per window), min neighbour overlap, energy_evals,
+    seconds_md, seconds_estimate, n_effective (decorrelated frames per window).
+    """
+    from icmlkit.lib.fe.estimate import import_pymbar
+
+    pymbar = import_pymbar()
+    from pymbar import timeseries
+
+    sysm = MMSystem(prmtop, inpcrd, env="obc2", temperature=temperature, platform=platform)
+    lams = np.linspace(0.0, 1.0, windows)
+    t0 = time.perf_counter()
+    u_vac, u_gb, evals, x_last = [], [], 0, None
+    for k, lam in enumerate(lams):
+        s = sysm.sample(frames_per_window, seed=seed + 101 * k, interval=interval, equil=equil, timestep_fs=timestep_fs,
+                        lambda_value=float(lam), x_start=x_last)
+        x_last = s["x"][-1]
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idx = timeseries.subsample_correlated_data(s["u"])
+        u_vac.append(s["u_vac"][idx])
+        u_gb.append(s["u_gb"][idx])
+        evals += s["energy_evals"]
+    seconds_md = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    uv, ug = np.concatenate(u_vac), np.concatenate(u_gb)
+    n_k = np.array([len(a) for a in u_vac])
+    u_kn = uv[None, :] + lams[:, None] * ug[None, :]
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mbar = pymbar.MBAR(u_kn, n_k)
+        res = mbar.compute_free_energy_differences()
+        ov = mbar.compute_overlap()["matrix"]
+    kT = KB_KJ * temperature / KJ_PER_KCAL
+    neigh = [float(ov[k, k + 1]) for k in range(windows - 1)]
+    return {"delta_g_kcal": float(res["Delta_f"][0, -1] * kT), "delta_g_err_kcal": float(res["dDelta_f"][0, -1] * kT),
+            "f_kT": [float(v) for v in res["Delta_f"][0]], "overlap": min(neigh), "overlap_neighbours": neigh,
+            "n_effective": n_k.tolist(), "energy_evals": int(evals + u_kn.size), "seconds_md": seconds_md,
+            "seconds_estimate": time.perf_counter() - t1, "windows": windows, "frames_per_window": frames_per_window,
+            "interval": interval, "md_steps": int(windows * (equil + frames_per_window * interval))}
+
+
+def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
+                  platform: str = "CPU") -> MMSystem:
+    """``freesolv:<id>`` or a .prmtop (inpcrd: given, or beside it with the same stem)."""
+    if path.startswith("freesolv:"):
+        pt, ic = freesolv_files(path.split(":", 1)[1])
+        return MMSystem(pt, ic, env=env, temperature=temperature, platform=platform, name=path.split(":", 1)[1])
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", path)
+    ic = Path(inpcrd) if inpcrd else next((c for c in (p.with_suffix(".inpcrd"), p.with_suffix(".rst7"),
+                                                        p.with_suffix(".crd")) if c.exists()), None)
+    if ic is None:
+        raise InputError("no coordinates beside it (.inpcrd/.rst7/.crd); give --inpcrd", path)
+    return MMSystem(p, ic, env=env, temperature=temperature, platform=platform)
+
+
+def kcal_per_kT(temperature: float) -> float:
+    return KB_KJ * temperature / KJ_PER_KCAL
+
+
+__all__ = ["ENVIRONMENTS", "MMSystem", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
+           "load_molecule"]

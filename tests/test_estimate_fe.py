@@ -1,0 +1,352 @@
+"""estimate-fe: the radix map, the gauge measure, BAR, a tiny CARD run, OpenMM systems and bad inputs."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO, run_tool
+from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.fe import card, gauge
+from icmlkit.lib.fe.estimate import bar_estimate
+from icmlkit.lib.fe.model import CARD
+from icmlkit.lib.fe.radix import RadixMap
+from icmlkit.lib.fe.systems import builtin, exact_free_energy, triatomic_quadrature
+
+FREESOLV = REPO.parent / "shared" / "data" / "freesolv" / "amber.tar.gz"
+needs_freesolv = pytest.mark.skipif(not FREESOLV.exists(), reason="FreeSolv not present in ../shared/data/freesolv")
+
+
+# ----------------------------------------------------------------------------------- radix map
+
+
+@pytest.mark.parametrize("r,L", [(4, 3), (2, 5), (3, 2)])
+def test_radix_map_is_a_bijection(r, L):
+    g = torch.Generator().manual_seed(1)
+    free = torch.ones(5, 3, dtype=torch.bool)
+    free[0] = False
+    free[1, 1:] = False
+    lo = torch.full((5, 3), -3.0)
+    rm = RadixMap(lo, 6.0, free, r=r, L=L)
+    y = torch.where(free, torch.rand(200, 5, 3, generator=g, dtype=torch.float64) * 6 - 3, torch.zeros(()))
+    tok, u = rm.encode(y)
+    assert tok.shape == (200, L, 5) and int(tok.max()) < r ** 3 and int(tok.min()) >= 0
+    assert torch.allclose(rm.decode(tok, u), y, atol=1e-12, rtol=0)
+    # and the other way round: any digits and residuals come back
+    tok2 = torch.randint(0, r ** 3, (50, L, 5), generator=g)
+    tok2 = torch.where(rm.allowed_tokens()[torch.arange(5)[None, None, :].expand(50, L, 5), tok2], tok2, torch.zeros((), dtype=torch.long))
+    u2 = torch.where(free, torch.rand(50, 5, 3, generator=g, dtype=torch.float64), torch.zeros(()))
+    t3, u3 = rm.encode(rm.decode(tok2, u2))
+    assert torch.equal(t3, tok2) and torch.allclose(u3, u2, atol=1e-9)
+    # fixed axes only allow digit 0
+    assert int(rm.allowed_tokens()[0].sum()) == 1 and int(rm.allowed_tokens()[1].sum()) == r
+
+
+def _grid(rm: RadixMap, axes_free: list[tuple[int, int]], nodes: int):
+    """Gauss-Legendre nodes inside every finest cell along each free axis -> points and weights."""
+    n_cells = rm.r ** rm.L
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    h = rm.a / n_cells
+    pts, wts = [], []
+    for (i, ax) in axes_free:
+        lo = float(rm.lo[i, ax])
+        c = lo + h * np.arange(n_cells)[:, None] + 0.5 * h * (x[None, :] + 1)
+        pts.append(c.ravel())
+        wts.append(np.tile(0.5 * h * w, n_cells))
+    mesh = np.meshgrid(*pts, indexing="ij")
+    wm = np.meshgrid(*wts, indexing="ij")
+    W = np.prod(np.stack([m.ravel() for m in wm]), 0)
+    return [m.ravel() for m in mesh], W
+
+
+def _integral(model: CARD, rm: RadixMap, n_atoms: int, axes_free, nodes: int) -> float:
+    pts, W = _grid(rm, axes_free, nodes)
+    y = torch.zeros(len(W), n_atoms, 3, dtype=torch.float64)
+    for (i, ax), p in zip(axes_free, pts):
+        y[:, i, ax] = torch.as_tensor(p)
+    with torch.no_grad():
+        lq = torch.cat([model.log_prob(y[k:k + 8192]) for k in range(0, len(y), 8192)]).numpy()
+    return float((np.exp(lq) * W).sum())
+
+
+def test_log_density_integrates_to_one_in_1d():
+    torch.manual_seed(0)
+    free = torch.zeros(1, 3, dtype=torch.bool)
+    free[0, 0] = True
+    rm = RadixMap(torch.tensor([[-1.5, 0.0, 0.0]]), 3.0, free, r=4, L=2)
+    model = CARD(rm, [6], np.zeros((1, 1, 1)), d=16, heads=2, enc_layers=1, dec_layers=1, K=3, max_shape=6.0).eval()
+    assert _integral(model, rm, 1, [(0, 0)], 40) == pytest.approx(1.0, abs=2e-5)
+
+
+def test_log_density_integrates_to_one_in_3d():
+    torch.manual_seed(1)
+    rm = RadixMap(torch.tensor([[-1.0, -1.0, -1.0]]), 2.0, torch.ones(1, 3, dtype=torch.bool), r=2, L=1)
+    model = CARD(rm, [8], np.zeros((1, 1, 1)), d=16, heads=2, enc_layers=1, dec_layers=1, K=2, max_shape=3.0).eval()
+    assert _integral(model, rm, 1, [(0, 0), (0, 1), (0, 2)], 10) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_log_density_integrates_to_one_on_the_gauge_section():
+    """A triatomic in the frame gauge: 3 free coordinates (x2; x3, y3), two of them on half-lines."""
+    torch.manual_seed(2)
+    free = torch.as_tensor(gauge.free_mask(3, True))
+    lo = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [-2.0, 0.0, 0.0]])
+    rm = RadixMap(lo, 4.0, free, r=2, L=1)
+    ref = np.array([[[0, 1, 1], [1, 0, 1.5], [1, 1.5, 0]]], dtype=float)
+    model = CARD(rm, [6, 6, 6], ref, d=16, heads=2, enc_layers=1, dec_layers=1, K=2, max_shape=3.0).eval()
+    assert _integral(model, rm, 3, [(1, 0), (2, 0), (2, 1)], 10) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_sampled_log_q_matches_the_density():
+    torch.manual_seed(3)
+    s = builtin("triatomic")
+    x = s.sample(200, seed=0, chains=50, burn_in=200, thin=2)["x"]
+    model, order = card.build(s, x, d=16, heads=2, enc_layers=1, dec_layers=1, K=3)
+    y, lq = model.sample(64, torch.Generator().manual_seed(0))
+    assert torch.isfinite(lq).all()
+    assert torch.allclose(model.log_prob(y).detach(), lq, atol=1e-6)
+    assert (y[:, 1, 0] > 0).all() and (y[:, 2, 1] > 0).all() and (y[:, 0] == 0).all()
+
+
+# ----------------------------------------------------------------------------------- gauge
+
+
+def test_frame_gauge_keeps_distances_and_orders_atoms():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 5, 3))
+    y = gauge.to_frame(x)
+    d = lambda a: np.linalg.norm(a[:, :, None] - a[:, None], axis=-1)  # noqa: E731
+    assert np.allclose(d(x), d(y))
+    assert np.allclose(y[:, 0], 0) and np.allclose(y[:, 1, 1:], 0) and np.allclose(y[:, 2, 2], 0)
+    assert (y[:, 1, 0] > 0).all() and (y[:, 2, 1] > 0).all()
+    # bond-graph DFS with element priority C > N > O > others > H: methanol C O H(O) H H H
+    z = [6, 8, 1, 1, 1, 1]
+    bonds = [(0, 2), (0, 3), (0, 4), (1, 5), (0, 1)]
+    assert gauge.dfs_order(z, bonds) == [0, 1, 5, 2, 3, 4]
+    # without bonds: the most rigid atoms first
+    xs = rng.normal(size=(50, 3, 3)) * np.array([0.01, 0.01, 1.0])[None, :, None]
+    assert gauge.variance_order(xs)[-1] == 2
+
+
+def test_frame_gauge_jacobian_against_the_internal_coordinate_quadrature():
+    """integral over (x2, x3, y3) of x2^2 y3 exp(-U) equals integral r1^2 r2^2 sin(theta) exp(-U)."""
+    spec = builtin("triatomic").spec
+    n = 100
+    xg, wg = np.polynomial.legendre.leggauss(n)
+
+    def rule(lo, hi):
+        return 0.5 * (hi - lo) * xg + 0.5 * (hi + lo), 0.5 * (hi - lo) * wg
+
+    x2, w2 = rule(0.55, 1.45)
+    x3, w3 = rule(-1.5, 0.8)
+    y3, w4 = rule(1e-9, 1.7)
+    X2, X3, Y3 = np.meshgrid(x2, x3, y3, indexing="ij")
+    frames = np.zeros((X2.size, 3, 3))
+    frames[:, 1, 0], frames[:, 2, 0], frames[:, 2, 1] = X2.ravel(), X3.ravel(), Y3.ravel()
+    u = builtin("triatomic").reduced_energy(frames)
+    W = (w2[:, None, None] * w3[None, :, None] * w4[None, None, :]).ravel()
+    lj = gauge.log_jacobian(frames)
+    log_cart = math.log((W * np.exp(lj - u)).sum())
+    assert log_cart == pytest.approx(triatomic_quadrature(spec), abs=2e-3)
+
+
+def test_exact_free_energies():
+    assert exact_free_energy({"kind": "harmonic-trap", "n_atoms": 2, "k": [1.0, 1.0, 1.0]}) == pytest.approx(-3 * math.log(2 * math.pi))
+    spec = builtin("triatomic").spec
+    assert triatomic_quadrature(spec, 100) == pytest.approx(triatomic_quadrature(spec, 160), abs=1e-8)
+    # a pure double well without tilt: symmetric, F finite and below the one-well harmonic value
+    f = exact_free_energy({"kind": "double-well", "n_atoms": 1, "barrier": 0.0, "x0": 1.0, "k": [1.0, 1.0]})
+    assert f is not None and math.isfinite(f)
+
+
+# ----------------------------------------------------------------------------------- BAR
+
+
+def test_bar_on_two_gaussians_gives_the_exact_difference():
+    rng = np.random.default_rng(0)
+    sa, sb, mu, c = 1.0, 0.7, 0.3, 0.25
+    ua = lambda x: x ** 2 / (2 * sa ** 2)  # noqa: E731
+    ub = lambda x: (x - mu) ** 2 / (2 * sb ** 2) + c  # noqa: E731
+    exact = c - math.log(sb / sa)  # f_b - f_a
+    xa = rng.normal(0, sa, 20000)
+    xb = rng.normal(mu, sb, 20000)
+    r = bar_estimate(ub(xa) - ua(xa), ua(xb) - ub(xb))
+    assert abs(r["delta_f"] - exact) < 4 * r["delta_f_err"] and r["delta_f_err"] < 0.02
+    assert r["exp_forward"] == pytest.approx(exact, abs=0.05) and r["exp_reverse"] == pytest.approx(exact, abs=0.05)
+    assert 0.3 < r["overlap"] <= 1 and 0 < r["ess_forward"] <= 1 and 0 < r["ess_reverse"] <= 1
+    m = bar_estimate(ub(xa) - ua(xa), ua(xb) - ub(xb), "mbar")
+    assert m["delta_f"] == pytest.approx(r["delta_f"], abs=1e-6)
+
+
+# ----------------------------------------------------------------------------------- a tiny run
+
+
+def test_tiny_model_on_a_harmonic_trap_gives_a_finite_estimate():
+    s = builtin("trap4")
+    fr = s.sample(600, seed=0)
+    bundle, info = card.train(s, fr["x"][:300], fr["u"][:300], steps=200, stage2_steps=10, batch=64, d=16, heads=2,
+                              enc_layers=1, dec_layers=1, K=4)
+    assert math.isfinite(info["val_nll"])
+    res = card.estimate(bundle, s, fr["x"][300:], fr["u"][300:], n_samples=300)
+    for k in ("f_kT", "f_err_kT", "overlap", "ess_forward", "ess_reverse", "f_exp_forward_kT", "f_exp_reverse_kT"):
+        assert math.isfinite(res[k]), k
+    assert 0 <= res["overlap"] <= 1 and 0 < res["ess_forward"] <= 1 and 0 < res["ess_reverse"] <= 1
+    assert res["energy_evals"] == 300 and res["n_model_samples"] == 300
+
+
+def test_cli_sample_train_estimate_and_refusal(tmp_path):
+    fr, model = tmp_path / "trap.npz", tmp_path / "trap.pt"
+    r = run_tool("estimate-fe", "sample", "trap4", "--frames", "400", "-o", fr, "--json")
+    assert r.returncode == 0, r.stderr
+    r2 = run_tool("estimate-fe", "sample", "trap4", "--frames", "400", "-o", tmp_path / "again.npz")
+    assert r2.returncode == 0 and fr.read_bytes() == (tmp_path / "again.npz").read_bytes()  # same seed, same bytes
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", model, "--steps", "60", "--stage2-steps", "5",
+                 "--width", "16", "--layers", "1", "--batch", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["train_frames"] + info["val_frames"] == 200 and info["val_frames"] == 20
+    r = run_tool("estimate-fe", "estimate", "trap4", model, fr, "--samples", "200", "--min-overlap", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["frames_skipped_as_training"] == 200 and math.isfinite(out["f_kT"]) and out["f_exact_kT"] is not None
+    for k in ("f_kT", "f_err_kT", "overlap", "ess_forward", "ess_reverse", "energy_evals", "seconds_estimate"):
+        assert k in out
+    # an impossible overlap threshold: exit 3, no number reported, the reason on stderr
+    r = run_tool("estimate-fe", "estimate", "trap4", model, fr, "--samples", "200", "--min-overlap", "1", "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["f_kT"] is None and "overlap" in r.stderr
+
+
+def test_cli_systems_lists_exact_free_energies():
+    r = run_tool("estimate-fe", "systems", "--json")
+    assert r.returncode == 0
+    rows = {row["name"]: row for row in json.loads(r.stdout)["systems"]}
+    assert rows["trap4"]["f_exact_kT"] == pytest.approx(exact_free_energy(rows["trap4"]["spec"]))
+    assert rows["triatomic"]["f_exact_kT"] is not None and rows["lj6-trap"]["f_exact_kT"] is None
+
+
+# ----------------------------------------------------------------------------------- bad systems
+
+
+def test_bad_systems_fail_with_a_clear_message(tmp_path):
+    r = run_tool("estimate-fe", "sample", str(tmp_path / "nope.json"), "-o", tmp_path / "f.npz")
+    assert r.returncode == 1 and "nope.json" in r.stderr and "no such file" in r.stderr
+    assert not (tmp_path / "f.npz").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"kind": "harmonic-trap", "n_atoms": 2, "k": [1, -1, 1]}))
+    r = run_tool("estimate-fe", "sample", bad, "-o", tmp_path / "f.npz")
+    assert r.returncode == 1 and "bad.json" in r.stderr and "'k'" in r.stderr
+    # frames of a 4-atom system given for a 6-atom system
+    fr = tmp_path / "trap.npz"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "100", "-o", fr).returncode == 0
+    r = run_tool("estimate-fe", "train", "lj6-trap", fr, "-o", tmp_path / "m.pt", "--steps", "2")
+    assert r.returncode == 1 and "trap.npz" in r.stderr and "6" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "m.pt").exists()
+    # NaN energies
+    from icmlkit.lib.core.io import load_npz, write_npz
+
+    d = load_npz(fr)
+    d["u"][7] = np.nan
+    nan = tmp_path / "nan.npz"
+    write_npz(nan, **d)
+    r = run_tool("estimate-fe", "train", "trap4", nan, "-o", tmp_path / "m.pt", "--steps", "2")
+    assert r.returncode == 1 and "not finite" in r.stderr and "u[7]" in r.stderr
+    r = run_tool("estimate-fe", "estimate", "trap4", tmp_path / "missing.pt", fr)
+    assert r.returncode == 1 and "missing.pt" in r.stderr
+
+
+def test_mismatched_model_and_system():
+    s4, s6 = builtin("trap4"), builtin("lj6-trap")
+    fr = s4.sample(100, seed=0)
+    bundle, _ = card.train(s4, fr["x"], fr["u"], steps=2, stage2_steps=0, batch=16, d=16, heads=2, enc_layers=1,
+                           dec_layers=1, K=2)
+    with pytest.raises(InputError, match="4 atoms"):
+        card.estimate(bundle, s6, s6.sample(20, seed=0, chains=10, burn_in=10, thin=1)["x"], np.zeros(20))
+
+
+# ----------------------------------------------------------------------------------- OpenMM
+
+
+@needs_freesolv
+def test_freesolv_molecule_energies_and_md():
+    from icmlkit.lib.fe.mm import freesolv_entry, load_molecule
+
+    vac = load_molecule("freesolv:mobley_1636752", env="vacuum")  # methanol
+    obc = load_molecule("freesolv:mobley_1636752", env="obc2")
+    assert vac.n_atoms == 6 and list(vac.z) == [6, 8, 1, 1, 1, 1]
+    uv, uo = vac.reduced_energy(vac.x0[None]), obc.reduced_energy(vac.x0[None])
+    assert np.isfinite(uv).all() and uo[0] < uv[0]  # solvation lowers the energy of a polar molecule
+    # rigid motions leave the energy unchanged (the gauge relies on it)
+    y = gauge.to_frame(vac.x0[None])
+    assert vac.reduced_energy(y)[0] == pytest.approx(uv[0], abs=1e-6)
+    fr = vac.sample(20, seed=0, interval=10, equil=100)
+    assert fr["x"].shape == (20, 6, 3) and np.allclose(vac.reduced_energy(fr["x"]), fr["u"], atol=1e-4)
+    assert freesolv_entry("mobley_1636752")["expt_kcal"] == pytest.approx(-5.10)
+
+
+@needs_freesolv
+def test_baseline_and_bad_molecule_inputs(tmp_path):
+    r = run_tool("estimate-fe", "baseline", "freesolv:mobley_4434915", "--windows", "3", "--frames-per-window", "20",
+                 "--interval", "20", "--equil", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert math.isfinite(out["delta_g_kcal"]) and len(out["f_kT"]) == 3 and out["energy_evals"] > 0
+    r = run_tool("estimate-fe", "sample", "freesolv:no_such_thing", "-o", tmp_path / "f.npz")
+    assert r.returncode == 1 and "no_such_thing" in r.stderr
+    pt = tmp_path / "x.prmtop"
+    pt.write_text("not a prmtop\n")
+    (tmp_path / "x.inpcrd").write_text("garbage\n")
+    r = run_tool("estimate-fe", "sample", pt, "-o", tmp_path / "f.npz")
+    assert r.returncode == 1 and "x.prmtop" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_triatomic_free_energy_matches_quadrature():
+    from icmlkit.lib.fe.pipeline import run_system
+
+    s = builtin("triatomic")
+    res = run_system(s, None, n_frames=3000, train_fraction=2 / 3, steps=600, stage2_steps=150, n_samples=2000)
+    assert abs(res["f_kT"] - s.f_exact()) < max(0.1, 4 * res["f_err_kT"])
+    assert res["overlap"] > 0.05
+
+
+@needs_freesolv
+def test_cli_solvation_pipeline_keys(tmp_path):
+    out = tmp_path / "run"
+    r = run_tool("estimate-fe", "solvation", "freesolv:mobley_4434915", "--outdir", out, "--frames", "60", "--interval",
+                 "10", "--steps", "5", "--stage2-steps", "1", "--samples", "40", "--min-overlap", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for k in ("delta_g_kcal", "f_kT", "f_err_kT", "overlap", "ess_forward", "ess_reverse", "energy_evals", "seconds_md",
+              "seconds_train", "seconds_estimate", "units", "freesolv"):
+        assert k in d, k
+    assert d["freesolv"]["expt_kcal"] == pytest.approx(-0.55) and len(d["f_kT"]) == 2
+    assert (out / "manifest.json").exists() and (out / "summary.json").exists()
+    assert (out / "mobley_4434915.vacuum.pt").exists() and (out / "mobley_4434915.obc2.frames.npz").exists()
+
+
+def test_bar_is_shift_covariant_and_survives_huge_works():
+    """Molecules have absolute f of hundreds of kT, and a model sample with overlapping atoms has a
+    huge work: the estimate, its error and the overlap must not overflow."""
+    rng = np.random.default_rng(1)
+    base_f, base_r = rng.normal(1, 1, 2000), rng.normal(-1, 1, 800)
+    ref = bar_estimate(base_f, base_r)
+    for off in (350.0, -900.0):
+        wf, wr = base_f + off, base_r - off
+        wf[:4] = 1e9
+        wf[4] = np.inf
+        wr[:2] = 1e7
+        r = bar_estimate(wf, wr)
+        assert r["delta_f"] - off == pytest.approx(ref["delta_f"], abs=0.01)
+        assert math.isfinite(r["delta_f_err"]) and r["delta_f_err"] == pytest.approx(ref["delta_f_err"], rel=0.05)
+        assert r["overlap"] == pytest.approx(ref["overlap"], abs=0.02) and r["overlap"] > 0.5
+
+
+def test_cli_demo_writes_its_run_folder(tmp_path):
+    out = tmp_path / "demo"
+    r = run_tool("estimate-fe", "demo", "--outdir", out, "--steps", "3", "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "triatomic" in d["headline"] and d["f_exact_kT"] == pytest.approx(builtin("triatomic").f_exact())
+    assert (out / "summary.json").exists() and (out / "manifest.json").exists() and (out / "triatomic.pt").exists()
