@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
-EXTRAS ?= test,plot,bench,steer,steer-test,docalc-test
+EXTRAS ?= test,plot,bench,steer,steer-test,docalc-test,portfolio,fe,gs,trace,detect
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all bench clean
