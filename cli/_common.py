@@ -144,6 +144,18 @@ def output_option(help_text: str, required: bool = False) -> Callable:
                         required=required, default=None, help=help_text + " '-' writes to stdout.")
 
 
+def option_group(options: list[Callable]) -> Callable:
+    """One decorator applying a list of click options in the listed order (options shared by
+    several subcommands)."""
+
+    def deco(f: Callable) -> Callable:
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+
+    return deco
+
+
 def shard_option() -> Callable:
     """``--shard K/N``: process the K-th of N deterministic slices (1-based) of the items."""
     return click.option("--shard", default="1/1", show_default=True, callback=_parse_shard,

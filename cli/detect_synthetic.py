@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, output_option, shard_option, shard_slice
+from icmlkit.cli._common import ToolGroup, make_main, option_group, output_option, shard_option, shard_slice
 
 TOOL = "detect-synthetic"
 METHODS = ["ra-det", "rigid", "linear-probe"]
@@ -68,14 +68,6 @@ backbone_options = [
 ]
 
 
-def _apply(options):
-    def deco(f):
-        for opt in reversed(options):
-            f = opt(f)
-        return f
-    return deco
-
-
 def _load(run, paths, size, skip_bad, what="images"):
     from icmlkit.lib.detect.images import list_images, load_images, to_tensor
 
@@ -100,7 +92,7 @@ def _check_model_output(output):
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=False))
 @output_option("The model file (.pt: weights only, with its config).", required=True)
 @method_option
-@_apply(backbone_options)
+@option_group(backbone_options)
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
               help="ra-det: optimiser steps (class-balanced batches).")
 @click.option("--batch-size", type=click.IntRange(min=2), default=64, show_default=True,
@@ -329,7 +321,7 @@ def evaluate(run, model, real, fake, output, fail_under, skip_bad):
               help="Gaussian probe: standard deviation in pixel units.")
 @click.option("--draws", type=click.IntRange(min=1), default=4, show_default=True,
               help="Gaussian probe: noise draws averaged (antithetic pairs).")
-@_apply(backbone_options)
+@option_group(backbone_options)
 @output_option("Per-image drift (.csv or .jsonl: path, set, cos, drift = 1 - cos, l2).")
 @skip_bad_option
 def probe(run, images, real, model, noise, draws, backbone, backbone_weights, image_size, input_size, output,

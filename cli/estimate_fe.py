@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, output_option
+from icmlkit.cli._common import ToolGroup, make_main, option_group, output_option
 
 TOOL = "estimate-fe"
 RECONSTRUCTED = (
@@ -160,10 +160,7 @@ arch_options = [
 ]
 
 
-def _arch(f):
-    for opt in reversed(arch_options):
-        f = opt(f)
-    return f
+_arch = option_group(arch_options)
 
 
 @cli.command()
@@ -233,10 +230,7 @@ estimator_options = [
 ]
 
 
-def _est(f):
-    for opt in reversed(estimator_options):
-        f = opt(f)
-    return f
+_est = option_group(estimator_options)
 
 
 @cli.command()

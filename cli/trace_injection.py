@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, output_option, shard_option, shard_slice
+from icmlkit.cli._common import ToolGroup, make_main, option_group, output_option, shard_option, shard_slice
 
 TOOL = "trace-injection"
 RECONSTRUCTED = (
@@ -54,14 +54,6 @@ judge_options = [
 ]
 
 
-def _judge(opts):
-    def deco(f):
-        for o in reversed(opts):
-            f = o(f)
-        return f
-    return deco
-
-
 def _load(run, paths):
     from icmlkit.lib.trace.readers import read_traces
 
@@ -103,7 +95,7 @@ def _scorer(judge_url, judge_model):
               "it decides `attack` from the causal features.")
 @sinks_option
 @shard_option()
-@_judge(judge_options)
+@option_group(judge_options)
 def detect(run, traces, output, threshold, model_file, sinks_file, shard, judge_url, judge_model):
     """Verdict per trajectory: id, attack, effect, p_blocked, reachability, chain, llm_calls.
 
@@ -270,7 +262,7 @@ def fit(run, traces, kind, output, sinks_file):
 @threshold_option
 @sinks_option
 @click.option("--fail-under", type=float, default=None, help="Exit 3 when macro-F1 is below this.")
-@_judge(judge_options)
+@option_group(judge_options)
 def evaluate(run, traces, model_file, threshold, sinks_file, fail_under, judge_url, judge_model):
     """Score labelled traces: macro-F1, AUROC, precision, recall, attack-chain edge recall.
 

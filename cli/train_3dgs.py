@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main
+from icmlkit.cli._common import ToolGroup, make_main, option_group
 
 TOOL = "train-3dgs"
 RECONSTRUCTED = (
@@ -44,51 +44,47 @@ Examples:
 )
 
 
-def _fit_options(f):
-    opts = [
-        click.option("--iters", type=click.IntRange(min=1), default=1000, show_default=True, help="Optimizer steps."),
-        click.option("--batch", type=click.IntRange(min=1), default=4, show_default=True, help="Views per step."),
-        click.option("--init", "init_mode", type=click.Choice(["auto", "random", "sfm", "gt-noise"]), default="auto",
-                     show_default=True, help="auto: COLMAP points when present, else random; random: uniform in the "
-                     "box the cameras look at; gt-noise: known means (gt.ply of make-scene) + noise."),
-        click.option("--init-ply", default=None, help="Start from this .ply instead (overrides --init)."),
-        click.option("--n-gaussians", type=click.IntRange(min=1), default=5000, show_default=True,
-                     help="N for --init random."),
-        click.option("--noise", type=click.FloatRange(min=0), default=0.05, show_default=True,
-                     help="--init gt-noise: std of the noise on the means, times the extent of the known means."),
-        click.option("--sh-degree", type=click.IntRange(0, 3), default=3, show_default=True, help="Maximum SH degree."),
-        click.option("--sh-every", type=click.IntRange(min=1), default=1000, show_default=True,
-                     help="Raise the active SH degree every this many steps (3DGS)."),
-        click.option("--curvature", type=click.Choice(["hvp", "gn"]), default="hvp", show_default=True,
-                     help="TR: Hutchinson with Hessian-vector products (L2 loss) or Gauss-Newton J^T J z."),
-        click.option("--curvature-views", type=click.IntRange(min=0), default=1, show_default=True,
-                     help="TR: views per curvature pass (rendered, differentiated twice and freed in turn; the "
-                     "same probe z); 0: the whole batch in one graph (more memory)."),
-        click.option("--hessian-every", type=click.IntRange(min=1), default=10, show_default=True,
-                     help="TR: refresh the curvature diagonal every k steps."),
-        click.option("--probes", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="TR: Rademacher probes per refresh."),
-        click.option("--radius", type=click.FloatRange(min=0, min_open=True), default=1e-6, show_default=True,
-                     help="TR: initial squared-Hellinger radius."),
-        click.option("--radius-final", type=click.FloatRange(min=0, min_open=True), default=1e-8, show_default=True,
-                     help="TR: final radius (exponential decay)."),
-        click.option("--beta1", type=click.FloatRange(0, 1, max_open=True), default=0.9, show_default=True),
-        click.option("--beta2", type=click.FloatRange(0, 1, max_open=True), default=0.999, show_default=True),
-        click.option("--eps", "eps_", type=click.FloatRange(min=0), default=1e-15, show_default=True,
-                     help="TR: added to the curvature diagonal."),
-        click.option("--no-block-average", is_flag=True, help="TR: do not average the diagonal over each Gaussian's "
-                     "parameter block."),
-        click.option("--tile-size", type=click.IntRange(min=0), default=4, show_default=True,
-                     help="Tile culling with tiles of this many pixels; 0: dense (every Gaussian on every pixel)."),
-        click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True,
-                     help="Evaluate PSNR/SSIM on the test views every this many steps."),
-        click.option("--background", type=click.Choice(["white", "black"]), default="white", show_default=True),
-        click.option("--downscale", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Average-pool the images by this factor."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+_fit_options = option_group([
+    click.option("--iters", type=click.IntRange(min=1), default=1000, show_default=True, help="Optimizer steps."),
+    click.option("--batch", type=click.IntRange(min=1), default=4, show_default=True, help="Views per step."),
+    click.option("--init", "init_mode", type=click.Choice(["auto", "random", "sfm", "gt-noise"]), default="auto",
+                 show_default=True, help="auto: COLMAP points when present, else random; random: uniform in the "
+                 "box the cameras look at; gt-noise: known means (gt.ply of make-scene) + noise."),
+    click.option("--init-ply", default=None, help="Start from this .ply instead (overrides --init)."),
+    click.option("--n-gaussians", type=click.IntRange(min=1), default=5000, show_default=True,
+                 help="N for --init random."),
+    click.option("--noise", type=click.FloatRange(min=0), default=0.05, show_default=True,
+                 help="--init gt-noise: std of the noise on the means, times the extent of the known means."),
+    click.option("--sh-degree", type=click.IntRange(0, 3), default=3, show_default=True, help="Maximum SH degree."),
+    click.option("--sh-every", type=click.IntRange(min=1), default=1000, show_default=True,
+                 help="Raise the active SH degree every this many steps (3DGS)."),
+    click.option("--curvature", type=click.Choice(["hvp", "gn"]), default="hvp", show_default=True,
+                 help="TR: Hutchinson with Hessian-vector products (L2 loss) or Gauss-Newton J^T J z."),
+    click.option("--curvature-views", type=click.IntRange(min=0), default=1, show_default=True,
+                 help="TR: views per curvature pass (rendered, differentiated twice and freed in turn; the "
+                 "same probe z); 0: the whole batch in one graph (more memory)."),
+    click.option("--hessian-every", type=click.IntRange(min=1), default=10, show_default=True,
+                 help="TR: refresh the curvature diagonal every k steps."),
+    click.option("--probes", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="TR: Rademacher probes per refresh."),
+    click.option("--radius", type=click.FloatRange(min=0, min_open=True), default=1e-6, show_default=True,
+                 help="TR: initial squared-Hellinger radius."),
+    click.option("--radius-final", type=click.FloatRange(min=0, min_open=True), default=1e-8, show_default=True,
+                 help="TR: final radius (exponential decay)."),
+    click.option("--beta1", type=click.FloatRange(0, 1, max_open=True), default=0.9, show_default=True),
+    click.option("--beta2", type=click.FloatRange(0, 1, max_open=True), default=0.999, show_default=True),
+    click.option("--eps", "eps_", type=click.FloatRange(min=0), default=1e-15, show_default=True,
+                 help="TR: added to the curvature diagonal."),
+    click.option("--no-block-average", is_flag=True, help="TR: do not average the diagonal over each Gaussian's "
+                 "parameter block."),
+    click.option("--tile-size", type=click.IntRange(min=0), default=4, show_default=True,
+                 help="Tile culling with tiles of this many pixels; 0: dense (every Gaussian on every pixel)."),
+    click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True,
+                 help="Evaluate PSNR/SSIM on the test views every this many steps."),
+    click.option("--background", type=click.Choice(["white", "black"]), default="white", show_default=True),
+    click.option("--downscale", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Average-pool the images by this factor."),
+])
 
 
 def _bg(name):

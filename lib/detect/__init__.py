@@ -5,6 +5,8 @@ offline benchmark (method sheet detect-synthetic.md).
 Parts the paper text does not confirm are marked RECONSTRUCTED in each module's docstring.
 Submodules load on first use (``--help`` never imports torch).
 """
+from icmlkit.lib.core.lazy import lazy_exports
+
 _LAZY = {
     "DEFAULT_BACKBONE": "icmlkit.lib.detect.backbone",
     "EfficientNetLite": "icmlkit.lib.detect.backbone",
@@ -31,14 +33,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

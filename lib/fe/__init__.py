@@ -8,6 +8,8 @@ vacuum / OBC2, MD, the lambda-window MBAR baseline, FreeSolv access), ``pipeline
 The decoder's two-stream wiring, the Stage II weighting and the use of the frame gauge instead of
 the paper's principal-axes gauge are reconstructed (see each docstring).
 """
+from icmlkit.lib.core.lazy import lazy_exports
+
 _LAZY = {
     "RadixMap": "icmlkit.lib.fe.radix",
     "CARD": "icmlkit.lib.fe.model",
@@ -26,14 +28,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

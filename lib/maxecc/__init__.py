@@ -4,6 +4,8 @@ solvers, instance formats and generators (method sheet solve-maxecc.md).
 The three rounding algorithms with factors 1/(r+1), 1/ceil(k/2) and (1 - e^-r)/r are
 RECONSTRUCTED from the paper's abstract (the paper text is not known); see each docstring.
 """
+from icmlkit.lib.core.lazy import lazy_exports
+
 _LAZY = {  # name -> module: submodules load on first use, so `lp` never imports torch
     "ALGORITHMS": "icmlkit.lib.maxecc.solve",
     "DEFAULT_METHOD": "icmlkit.lib.maxecc.lp",
@@ -46,14 +48,7 @@ _LAZY = {  # name -> module: submodules load on first use, so `lp` never imports
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
