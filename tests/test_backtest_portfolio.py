@@ -280,6 +280,17 @@ def test_read_market_errors_and_nan_rule(tmp_path):
     assert mk.filled == 8 and "forward-filled 8" in mk.notes[0] and np.isfinite(mk.returns).all()
 
 
+def test_parquet_reads_like_csv(tmp_path):
+    import pandas as pd
+
+    csv = _write_prices(tmp_path / "p.csv", days=30)
+    df = pd.read_csv(csv, index_col=0)
+    df.index = pd.to_datetime(df.index)
+    df.to_parquet(tmp_path / "p.parquet")
+    a, b = read_market(csv), read_market(tmp_path / "p.parquet")
+    assert list(a.tickers) == list(b.tickers) and np.array_equal(a.returns, b.returns)
+
+
 def call(capsys, *args):
     """The command in process (no interpreter start-up per call)."""
     from icmlkit.cli._common import run_cli
