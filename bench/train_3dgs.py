@@ -127,7 +127,7 @@ def plot(path: Path, blocks: list[dict]) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--lego-iters", type=int, default=200)
     ap.add_argument("--lego-n", type=int, default=2000)
