@@ -80,6 +80,13 @@ def build(system, x: np.ndarray, r: int = 4, L: int = 3, K: int = 8, d: int = 32
     return model, order
 
 
+def check_energies(u: np.ndarray, where: str) -> None:
+    """InputError naming the first frame whose reduced energy is NaN or infinite."""
+    if not np.isfinite(u).all():
+        bad = int(np.flatnonzero(~np.isfinite(u))[0])
+        raise InputError(f"energy of frame {bad} is not finite (u[{bad}] = {u[bad]})", where)
+
+
 def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_steps: int = 500, batch: int = 128,
           lr: float = 2e-3, energy_weight: float = 1.0, seed: int = 0, val_fraction: float = 0.1, time_limit=None,
           threads: int = 1, **arch) -> tuple[dict, dict]:
@@ -89,9 +96,7 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
     torch.manual_seed(seed)
     torch.set_num_threads(threads)  # small tensors: one thread is fastest on a shared CPU
     t0 = time.perf_counter()
-    if not np.isfinite(u).all():
-        bad = int(np.flatnonzero(~np.isfinite(u))[0])
-        raise InputError(f"energy of frame {bad} is not finite (u[{bad}] = {u[bad]})", "frames field 'u'")
+    check_energies(u, "frames field 'u'")
     model, order = build(system, x, **arch)
     prep = prepare(x, u, order, system.invariant)
     n_val = max(1, int(round(val_fraction * len(x)))) if len(x) >= 20 else 0
@@ -207,9 +212,7 @@ def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: i
     t0 = time.perf_counter()
     check_system(bundle, system, frames_name)
     system.check_frames(x, frames_name)
-    if not np.isfinite(u).all():
-        bad = int(np.flatnonzero(~np.isfinite(u))[0])
-        raise InputError(f"energy of frame {bad} is not finite (u[{bad}] = {u[bad]})", frames_name, None)
+    check_energies(u, frames_name)
     if not np.isfinite(x).all():
         raise InputError("frames contain non-finite coordinates (field 'x')", frames_name)
     model = model_from_bundle(bundle)

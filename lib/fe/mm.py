@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from icmlkit.lib.core.errors import InputError, UsageError, require_module
+from icmlkit.lib.core.io import write_bytes
 from icmlkit.lib.fe.systems import System
 
 KB_KJ = 0.0083144626181532  # kJ/mol/K
@@ -64,10 +65,7 @@ def freesolv_files(compound: str) -> tuple[Path, Path]:
                 member = tar.getmember(f"amber/{p.name}")
             except KeyError:
                 raise InputError(f"no such compound in FreeSolv (amber/{p.name} missing)", f"freesolv:{compound}") from None
-            data = tar.extractfile(member).read()
-            tmp = p.with_suffix(p.suffix + f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, p)
+            write_bytes(p, tar.extractfile(member).read())
     return out
 
 
