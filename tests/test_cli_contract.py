@@ -158,3 +158,16 @@ def test_shard_slices_partition(shard, count, expected):
     assert list(shard_slice(count, shard)) == expected
     n = shard[1]
     assert sorted(i for k in range(1, n + 1) for i in shard_slice(count, (k, n))) == list(range(count))
+
+
+def test_missing_or_broken_optional_module_is_an_environment_problem(tmp_path, monkeypatch):
+    """A module that is absent, or installed but failing to import (e.g. a torchvision wheel built for
+    another torch, which raises RuntimeError), becomes exit-4 EnvironmentProblem with a hint."""
+    from icmlkit.lib.core.errors import EnvironmentProblem, require_module
+
+    (tmp_path / "icmlkit_broken_mod.py").write_text("raise RuntimeError('operator x::nms does not exist')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvironmentProblem, match="fails to import .*RuntimeError: operator x::nms"):
+        require_module("icmlkit_broken_mod", "detect")
+    with pytest.raises(EnvironmentProblem, match=r"pip install 'icmlkit\[detect\]'"):
+        require_module("icmlkit_no_such_module_here", "detect")

@@ -57,3 +57,9 @@ def require_module(module: str, extra: str, package: str | None = None):
             f"{module} is not installed ({exc}); install it with: pip install 'icmlkit[{extra}]' "
             f"(or pip install {pkg})"
         ) from None
+    except Exception as exc:  # noqa: BLE001 - installed but broken (e.g. a wheel built for another torch)
+        raise EnvironmentProblem(
+            f"{module} is installed but fails to import ({type(exc).__name__}: {exc}); it was most likely built for "
+            f"another version of its dependencies (e.g. a torchvision wheel for a CUDA torch): reinstall the build "
+            f"that matches them"
+        ) from None
