@@ -93,23 +93,27 @@ def _check_model_output(output):
 @output_option("The model file (.pt: weights only, with its config).", required=True)
 @method_option
 @option_group(backbone_options)
-@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
+@click.option("--steps", type=click.IntRange(min=1), default=300, show_default=True,
               help="ra-det: optimiser steps (class-balanced batches).")
 @click.option("--batch-size", type=click.IntRange(min=2), default=64, show_default=True,
               help="ra-det: images per step (half real, half generated).")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True,
-              help="ra-det: AdamW learning rate (weight decay 0.01).")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True,
+              help="ra-det: AdamW learning rate (weight decay 0.01; the method sheet's values).")
 @click.option("--eps", type=click.FloatRange(min=0, min_open=True), default=16 / 255, show_default=True,
               help="ra-det: L∞ bound of the probe at evaluation (training draws ε in [4/255, 32/255]).")
 @click.option("--margin", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="ra-det: margin m of the discrepancy loss.")
 @click.option("--rigid-noise", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
-              help="rigid: standard deviation of the Gaussian probe, in pixel units ([0, 1]).")
+              help="rigid: λ, the standard deviation of the Gaussian probe (RIGID's 0.05), in the units of "
+              "--rigid-space.")
+@click.option("--rigid-space", type=click.Choice(["normalised", "pixel"]), default="normalised", show_default=True,
+              help="rigid: add the noise to the encoder's normalised input tensor at its input size, unclamped "
+              "(RIGID's way), or to the [0, 1] pixels at the image size, clamped.")
 @click.option("--rigid-draws", type=click.IntRange(min=1), default=4, show_default=True,
               help="rigid: noise draws averaged (antithetic pairs).")
 @skip_bad_option
 def train(run, paths, output, method, backbone, backbone_weights, image_size, input_size, steps, batch_size, lr,
-          eps, margin, rigid_noise, rigid_draws, skip_bad):
+          eps, margin, rigid_noise, rigid_draws, rigid_space, skip_bad):
     """Train a detector on REAL_DIR FAKE_DIR, or on one ROOT in the CNNDetection layout.
 
     ROOT holds 0_real and 1_fake folders (ROOT/0_real, or ROOT/<class>/0_real as in Wang et al.
@@ -142,7 +146,8 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
     xf, _ = _load(run, fakes, image_size, skip_bad, "generated")
     config = DetectorConfig(method=method, backbone=backbone, backbone_weights=backbone_weights,
                             image_size=image_size, input_size=input_size, steps=steps, batch_size=batch_size,
-                            lr=lr, eps=eps, margin=margin, rigid_noise=rigid_noise, rigid_draws=rigid_draws)
+                            lr=lr, eps=eps, margin=margin, rigid_noise=rigid_noise, rigid_draws=rigid_draws,
+                            rigid_space=rigid_space)
     det = Detector(config, device=run.device, seed=run.seed)
     summary = det.fit(torch.cat([xr, xf]), torch.cat([torch.zeros(len(xr)), torch.ones(len(xf))]), seed=run.seed)
     save_model(output, det)
@@ -318,13 +323,16 @@ def evaluate(run, model, real, fake, output, fail_under, skip_bad):
 @click.option("--model", default=None, type=click.Path(dir_okay=False),
               help="Use the learned probe of an ra-det model (at its ε) instead of the fixed Gaussian probe.")
 @click.option("--noise", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
-              help="Gaussian probe: standard deviation in pixel units.")
+              help="Gaussian probe: λ, the standard deviation (RIGID's 0.05), in the units of --noise-space.")
+@click.option("--noise-space", type=click.Choice(["normalised", "pixel"]), default="normalised", show_default=True,
+              help="Gaussian probe: added to the encoder's normalised input tensor (RIGID's way) or to the "
+              "[0, 1] pixels (clamped).")
 @click.option("--draws", type=click.IntRange(min=1), default=4, show_default=True,
               help="Gaussian probe: noise draws averaged (antithetic pairs).")
 @option_group(backbone_options)
 @output_option("Per-image drift (.csv or .jsonl: path, set, cos, drift = 1 - cos, l2).")
 @skip_bad_option
-def probe(run, images, real, model, noise, draws, backbone, backbone_weights, image_size, input_size, output,
+def probe(run, images, real, model, noise, noise_space, draws, backbone, backbone_weights, image_size, input_size, output,
           skip_bad):
     """The raw robustness-asymmetry signal, no trained model needed: feature drift under a probe.
 
@@ -354,8 +362,8 @@ def probe(run, images, real, model, noise, draws, backbone, backbone_weights, im
     else:
         det = Detector(DetectorConfig(method="rigid", backbone=backbone, backbone_weights=backbone_weights,
                                       image_size=image_size, input_size=input_size, rigid_noise=noise,
-                                      rigid_draws=draws), device=run.device)
-        label = f"gaussian noise={noise} draws={draws}"
+                                      rigid_draws=draws, rigid_space=noise_space), device=run.device)
+        label = f"gaussian noise={noise} ({noise_space}) draws={draws}"
 
     def measure(paths):
         x, b = _load(run, paths, image_size, skip_bad)

@@ -55,6 +55,34 @@ def test_gaussian_probe_is_antithetic_and_clamped():
     assert p.min() >= 0 and p.max() <= 1
 
 
+def test_rigid_noise_lives_in_the_normalised_input_at_the_encoder_size():
+    """RIGID adds λ·N(0, I) to the encoder's normalised input tensor (after resizing), unclamped;
+    model files without rigid_space keep the older pixel-space probe."""
+    from icmlkit.lib.core.runtime import generator
+    from icmlkit.lib.detect.backbone import load_backbone
+    from icmlkit.lib.detect.model import Detector, DetectorConfig
+    from icmlkit.lib.detect.probe import gaussian_noise
+
+    torch.manual_seed(0)
+    enc = load_backbone(input_size=48)
+    x = torch.rand(3, 3, 24, 24)
+    det = Detector(DetectorConfig(method="rigid", rigid_noise=0.05, rigid_draws=2), encoder=enc)
+    d, _ = det.rigid_drift(x, seed=5)
+    n = gaussian_noise((3, 48, 48), 2, generator(5, "cpu"))
+    assert n.shape == (2, 1, 3, 48, 48) and torch.allclose(n[0], -n[1])
+    with torch.no_grad():
+        z = enc.prepare(x)  # resized to 48 px, then (255x - 127) / 128
+        f = enc.from_prepared(z)
+        cos = torch.stack([torch.nn.functional.cosine_similarity(f, enc.from_prepared(z + 0.05 * n[k, 0]), dim=1)
+                           for k in range(2)])
+    assert torch.allclose(d, 1 - cos.mean(0), atol=1e-5)
+    pix = Detector(DetectorConfig(method="rigid", rigid_noise=0.05, rigid_draws=2, rigid_space="pixel"), encoder=enc)
+    assert not torch.allclose(pix.rigid_drift(x, seed=5)[0], d)
+    old = json.loads(DetectorConfig(method="rigid").to_json())
+    del old["rigid_space"]
+    assert DetectorConfig.from_json(json.dumps(old)).rigid_space == "pixel"
+
+
 def test_discrepancy_loss_sign_on_a_hand_made_batch():
     from icmlkit.lib.detect.probe import discrepancy_loss
 

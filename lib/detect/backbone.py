@@ -159,10 +159,14 @@ class Encoder(nn.Module):
         return (x - self.mean) / self.std
 
     def forward(self, x):
-        x = self.prepare(x)
+        return self.from_prepared(self.prepare(x))
+
+    def from_prepared(self, z):
+        """The embedding of an already resized and normalised input tensor z (see :meth:`prepare`);
+        RIGID's probe adds its noise to z (the normalised tensor the network consumes)."""
         if hasattr(self.net, "features") and isinstance(self.net, EfficientNetLite):
-            return self.net.features(x)
-        return self.net(x).flatten(1)
+            return self.net.features(z)
+        return self.net(z).flatten(1)
 
     def logits(self, x):
         """ImageNet logits (EfficientNet-Lite0 only; for the sanity check)."""
@@ -217,7 +221,9 @@ def load_backbone(name: str = DEFAULT_BACKBONE, weights: str | None = None, inpu
         except Exception as exc:  # noqa: BLE001
             raise UsageError(f"--backbone {name}: unknown timm architecture ({exc})") from None
         state = {k: v for k, v in _load_state(weights).items() if not k.startswith(("head.", "fc."))}
-        net.load_state_dict(state, strict=False)
+        missing, _ = net.load_state_dict(state, strict=False)
+        if missing:  # a file for another architecture would otherwise leave random weights in place
+            raise InputError(f"weights do not fit {name} (missing {missing[:3]})", str(weights))
     else:
         raise UsageError(f"--backbone {name!r}: the prefix must be torchvision: or timm:")
     net.eval()

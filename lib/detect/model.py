@@ -6,8 +6,12 @@
   [DRP noise, LPD map], (c) L2-drift MLP (128-64-1, BN), (d) embedding-difference MLP. Training
   fusion: softmax-weighted branch logits; evaluation: max of the branch probabilities at the fixed
   ε = 16/255. Loss: BCE (λ = 1) + L_emb.
-- ``rigid``: training-free; drift = 1 − mean cosine under a fixed Gaussian probe; ``fit`` only
-  picks the threshold on the cosine drift (the ranking, hence AUROC/AP, does not depend on it).
+- ``rigid``: training-free; drift = 1 − mean cosine under a fixed Gaussian probe λ·N(0, I), λ =
+  0.05, added (as in RIGID, He, Chen, Ho 2024) to the encoder's normalised input tensor at its input
+  resolution, unclamped (``rigid_space="normalised"``; for EfficientNet-Lite0, std 128/255, that is
+  σ ≈ 0.025 in [0, 1] pixel units; for ImageNet-normalised encoders ≈ 0.011); ``rigid_space="pixel"``
+  is the older variant (λ in pixel units at the image resolution, clamped). ``fit`` only picks the
+  threshold on the cosine drift (the ranking, hence AUROC/AP, does not depend on it).
 - ``linear-probe``: UnivFD-style logistic regression on the clean embedding.
 
 **reconstructed** (the paper body is not known): the softmax-weighted training fusion with learned
@@ -31,7 +35,7 @@ from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.detect.backbone import DEFAULT_BACKBONE, Encoder, load_backbone
 from icmlkit.lib.detect.probe import (EPS_EVAL, EPS_TRAIN, ProbeUNet, apply_perturbation, discrepancy_loss, drift,
-                                      gaussian_probe, lpd_map, multiscale_views)
+                                      gaussian_noise, gaussian_probe, lpd_map, multiscale_views)
 
 METHODS = ("ra-det", "rigid", "linear-probe")
 FORMAT = "icmlkit-detect-synthetic/1"
@@ -58,12 +62,13 @@ class DetectorConfig:
     lambda_emb: float = 1.0
     probe_base: int = 16
     sigma: float = 1.0
-    steps: int = 200
+    steps: int = 300
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 1e-4  # the method sheet's AdamW learning rate (weight decay 0.01)
     weight_decay: float = 0.01
     rigid_noise: float = 0.05
     rigid_draws: int = 4
+    rigid_space: str = "normalised"
     linear_c: float = 1.0
     chunk: int = 128
 
@@ -77,6 +82,8 @@ class DetectorConfig:
         data = {k: v for k, v in data.items() if k in known}
         if "eps_train" in data:
             data["eps_train"] = tuple(data["eps_train"])
+        if data.get("method") == "rigid" and "rigid_space" not in data:
+            data["rigid_space"] = "pixel"  # model files written before rigid_space existed
         return cls(**data)
 
 
@@ -151,6 +158,8 @@ class Detector(nn.Module):
         super().__init__()
         if config.method not in METHODS:
             raise UsageError(f"--method must be one of {', '.join(METHODS)}, not {config.method!r}")
+        if config.rigid_space not in ("normalised", "pixel"):
+            raise UsageError(f"rigid_space must be normalised or pixel, not {config.rigid_space!r}")
         self.config = config
         self.device_ = torch.device(device)
         self.encoder = encoder if encoder is not None else load_backbone(
@@ -187,15 +196,25 @@ class Detector(nn.Module):
 
     def rigid_drift(self, x: torch.Tensor, seed: int = 0):
         """(1 − mean cosine, mean L2) under the fixed Gaussian probe, per image (no gradients);
-        the noise patterns depend on ``seed`` only (the same for every image and batch)."""
+        the noise patterns depend on ``seed`` only (the same for every image and batch).
+
+        ``rigid_space="normalised"`` (RIGID's): λ·n is added to the resized, normalised tensor the
+        encoder consumes (no clamping); ``"pixel"``: to x in [0, 1] at the image size, clamped."""
         from icmlkit.lib.core.runtime import generator
 
         c = self.config
         gen = generator(seed, self.device_)
         with torch.no_grad():
-            f = self.encoder(x)
-            noisy = gaussian_probe(x, c.rigid_noise, c.rigid_draws, gen)
-            fn = self.encoder(noisy.flatten(0, 1)).view(c.rigid_draws, len(x), -1)
+            if c.rigid_space == "pixel":
+                f = self.encoder(x)
+                noisy = gaussian_probe(x, c.rigid_noise, c.rigid_draws, gen)
+                fn = self.encoder(noisy.flatten(0, 1)).view(c.rigid_draws, len(x), -1)
+            else:
+                z = self.encoder.prepare(x)
+                f = self.encoder.from_prepared(z)
+                n = gaussian_noise(z.shape[1:], c.rigid_draws, gen, z.device, z.dtype)
+                fn = self.encoder.from_prepared((z.unsqueeze(0) + c.rigid_noise * n).flatten(0, 1))
+                fn = fn.view(c.rigid_draws, len(x), -1)
             cos, l2, _ = drift(f.unsqueeze(0).expand_as(fn), fn)
         return 1.0 - cos.mean(0), l2.mean(0)
 

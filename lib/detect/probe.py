@@ -6,8 +6,12 @@
 - :class:`ProbeUNet`: the learned perturbation generator g(x, views, f(x)) -> δ = ε·tanh(·), an
   L∞-bounded perturbation applied and clamped in **pixel space** ([0, 1]); the official code adds δ
   to the normalised tensor without clamping — our choice is documented in the README.
-- :func:`gaussian_probe`: RIGID's fixed probe x + λ·N(0, I) (antithetic draws ±n, so the average
-  is symmetric in the noise sign), clamped in pixel space.
+- :func:`gaussian_noise` / :func:`gaussian_probe`: RIGID's fixed probe λ·N(0, I) (antithetic draws
+  ±n, so the average is symmetric in the noise sign). RIGID (He, Chen, Ho 2024) adds it to the
+  encoder's *normalised* input tensor at the encoder's input resolution, unclamped; the detector
+  does that by default (``rigid_space="normalised"``, see ``Detector.rigid_drift``).
+  :func:`gaussian_probe` is the older pixel-space variant (x + λ·n clamped to [0, 1] at the image
+  resolution), kept for ``rigid_space="pixel"`` and model files written before.
 - :func:`drift`: cosine similarity, L2 distance and difference vector of f(x) and f(x + δ).
 - :func:`discrepancy_loss`: L_emb = relu(s_f − s_r + m(1 − s_r)) / (1 − s_r) over batch means of
   the cosine on reals (s_r) and fakes (s_f), margin m = 1 (method sheet, from the official code).
@@ -78,14 +82,20 @@ def apply_perturbation(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     return (x + delta).clamp(0.0, 1.0)
 
 
+def gaussian_noise(shape, draws: int, generator: torch.Generator, device=None, dtype=torch.float32) -> torch.Tensor:
+    """``draws`` standard-normal patterns (draws, 1, *shape), antithetic pairs (n, −n) when
+    ``draws`` is even; drawn once per call and shared by every image of a batch."""
+    half = (draws + 1) // 2
+    n = torch.randn((half, 1, *shape), generator=generator, device=device, dtype=dtype)
+    return torch.cat([n, -n])[:draws] if draws > 1 else n
+
+
 def gaussian_probe(x: torch.Tensor, strength: float, draws: int, generator: torch.Generator) -> torch.Tensor:
     """RIGID's fixed probe: ``draws`` perturbed copies (draws, B, 3, H, W) of x + λ·n, clamped,
     with antithetic pairs (n, −n) when ``draws`` is even. The noise patterns are drawn once per
     call and shared by every image of the batch, so with a fixed seed an image's score does not
     depend on the batch or shard it is scored in."""
-    half = (draws + 1) // 2
-    n = torch.randn((half, 1, *x.shape[1:]), generator=generator, device=x.device, dtype=x.dtype)
-    noise = torch.cat([n, -n])[:draws] if draws > 1 else n
+    noise = gaussian_noise(x.shape[1:], draws, generator, x.device, x.dtype)
     return apply_perturbation(x.unsqueeze(0), strength * noise)
 
 
