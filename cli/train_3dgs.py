@@ -163,7 +163,10 @@ def fit(run, scene, output, optimizer, metrics, resume, checkpoint_every, **kw):
 
     \b
     JSON keys: psnr_test, ssim_test, iters, seconds, seconds_per_iter, peak_memory_mb (peak RSS on
-    CPU, allocator peak on CUDA), peak_train_memory_mb, n_gaussians, optimizer, output, metrics,
+    CPU, allocator peak on CUDA), peak_train_memory_mb, peak_tensor_memory_mb (deterministic:
+    parameters + gradients + optimizer state + peak of the tensors saved for backward),
+    static_memory_mb, peak_saved_mb, peak_saved_train_mb, peak_saved_curvature_mb (TR),
+    clip_fraction (TR: per group, mean over steps), n_gaussians, optimizer, output, metrics,
     resumed_from.
     Examples:
       train-3dgs fit synth -o synth.ply --optimizer tr --init gt-noise --sh-degree 1 --json

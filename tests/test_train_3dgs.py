@@ -13,6 +13,7 @@ import torch
 from conftest import run_tool
 from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.gs.camera import Cameras, look_at, sphere_cameras
+from icmlkit.lib.gs.memory import TensorMemoryMeter, tensor_bytes
 from icmlkit.lib.gs.model import GROUPS, Gaussians, covariance
 from icmlkit.lib.gs.optim import GaussianTrustRegion, exp_schedule, hellinger_sq, named_groups, rotation_kappa
 from icmlkit.lib.gs.ply import read_ply, write_ply
@@ -271,6 +272,9 @@ def test_step_needs_curvature_and_radius_decays():
     params, opt = _tr_for(g)
     with pytest.raises(RuntimeError):
         opt.step()
+    for bad in (dict(radius=0.0), dict(radius_final=0.0), dict(radius=-1e-6)):
+        with pytest.raises(ValueError):
+            GaussianTrustRegion(named_groups(params), **bad)
     assert exp_schedule(1e-6, 1e-8, 0, 1000) == pytest.approx(1e-6)
     assert exp_schedule(1e-6, 1e-8, 999, 1000) == pytest.approx(1e-8)
     assert exp_schedule(1e-6, 1e-8, 500, 1001) == pytest.approx(1e-7)
@@ -398,6 +402,46 @@ def test_colmap_text_model_and_its_errors(tmp_path, scene_dir):
         read_scene(col)
 
 
+# --------------------------------------------------------------------------- memory meter
+
+
+def test_memory_meter_counts_a_known_graph():
+    """Saved-for-backward bytes of a hand-checked graph: storages deduplicated, parameters excluded,
+    released when autograd frees the graph; the double-backward graph counts too."""
+    import gc
+
+    x = torch.randn(1000, dtype=torch.float32, requires_grad=True)
+    meter = TensorMemoryMeter(static=[x])
+    assert meter.static_bytes == 8000  # parameter + its gradient
+    with meter:
+        with meter.section("a"):
+            y = torch.exp(x)                            # saves its result y: 4000 B
+            z = y * y.view(10, 100).reshape(1000)       # saves y twice (views of one storage): +0
+            v = (torch.sin(y) * 3).sum() + z.sum()      # sin saves y: +0; x * scalar, sum save no tensor
+            assert meter.live_bytes == 4000
+            w = torch.cos(x.double())                   # a new float64 storage saved by cos: +8000
+            assert meter.live_bytes == 12000
+        v.backward()                                     # frees v's graph: y's storage released
+        assert meter.live_bytes == 8000
+        del w
+        gc.collect()
+        assert meter.live_bytes == 0 and meter.peak_saved_bytes == 12000 and meter.section_peaks["a"] == 12000
+        with meter.section("b"):
+            f = torch.exp(x).square().sum()              # exp saves its result, square its input (same): 4000
+            g, = torch.autograd.grad(f, x, create_graph=True)  # the backward's own saved tensors join
+            during = meter.live_bytes
+            torch.autograd.grad(g, x, grad_outputs=torch.ones_like(x))
+        assert during > 4000
+        del f, g
+        gc.collect()
+        assert meter.live_bytes == 0
+    assert meter.add_static([torch.zeros(10, 10), torch.zeros(5, dtype=torch.float64)]) == 440
+    assert meter.peak_bytes == 8440 + max(12000, meter.section_peaks["b"])
+    assert tensor_bytes([x, x.view(10, 100), x.detach()]) == 4000
+    y = torch.exp(x)  # outside the context: not counted (the hooks were removed)
+    assert meter.live_bytes == 0
+
+
 # --------------------------------------------------------------------------- command line
 
 FIT = ["--iters", 6, "--init", "gt-noise", "--sh-degree", 1, "--sh-every", 3, "--eval-every", 3, "--no-progress"]
@@ -411,8 +455,10 @@ def test_fit_is_deterministic_and_eval_agrees(tmp_path, scene_dir):
         outs.append(json.loads(r.stdout))
     s = outs[0]
     for key in ("psnr_test", "ssim_test", "iters", "seconds", "seconds_per_iter", "peak_memory_mb", "n_gaussians",
-                "optimizer"):
+                "optimizer", "peak_tensor_memory_mb", "clip_fraction"):
         assert key in s
+    assert s["peak_tensor_memory_mb"] == outs[1]["peak_tensor_memory_mb"] > s["static_memory_mb"] > 0
+    assert set(s["clip_fraction"]) == set(GROUPS) and all(0 <= v <= 1 for v in s["clip_fraction"].values())
     assert s["optimizer"] == "tr" and s["iters"] == 6 and s["n_gaussians"] == 20
     assert (tmp_path / "f1.ply").read_bytes() == (tmp_path / "f2.ply").read_bytes()
     csv = (tmp_path / "f1.metrics.csv").read_text()

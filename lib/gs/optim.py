@@ -125,8 +125,8 @@ class GaussianTrustRegion(torch.optim.Optimizer):
                  radius_final: float = 1e-8, total_steps: int = 1000, opacity_range=(0.01, 1.0),
                  tau_q: float = 0.05, sh_rest_divisor: float = 20.0, color_floor: float = 1e-3,
                  probes: int = 1):
-        if not 0 < radius and not 0 < radius_final:
-            raise ValueError("radius must be positive")
+        if not (radius > 0 and radius_final > 0):  # the schedule is log-linear: both ends must be > 0
+            raise ValueError("radius and radius_final must be positive")
         defaults = dict(lr=lr)
         super().__init__(params, defaults)
         self.names = {grp["name"]: grp["params"][0] for grp in self.param_groups}

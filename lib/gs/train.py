@@ -23,6 +23,7 @@ import torch
 
 from icmlkit.lib.core.console import progress
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.gs.memory import TensorMemoryMeter
 from icmlkit.lib.gs.model import GROUPS, Gaussians, init_gaussians, random_box_init
 from icmlkit.lib.gs.metrics import gs_loss, psnr, ssim
 from icmlkit.lib.gs.optim import GaussianTrustRegion, adam_lr_update, make_adam, named_groups
@@ -206,58 +207,69 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
         torch.cuda.reset_peak_memory_stats(dev)
     rss0 = peak_memory_mb(dev)
     t_train = float(resume.get("seconds", 0.0)) if resume else 0.0
-    for step in progress(range(start, cfg.iters), total=cfg.iters - start, desc=f"fit {cfg.optimizer}"):
-        t0 = time.perf_counter()
-        ids = torch.randperm(n_views, generator=gen_batch)[:bsz].tolist()
-        g = current(step)
-        img = render(g, cams[ids], background=bg, tile_size=cfg.tile_size)
-        gt = images[ids]
-        loss = gs_loss(img, gt, cfg.lambda_dssim)
-        for p in params.values():
-            p.grad = None
-        if cfg.optimizer == "tr":
-            due = opt.curvature_due()
-            cv = cfg.curvature_views
-            loss.backward(retain_graph=due and not cv)
-            if due:
-                if cv:  # the curvature loss in chunks of views, each rendered and freed in turn
-                    n_tot = img.numel()
-                    parts = [ids[i:i + cv] for i in range(0, len(ids), cv)]
+    meter = TensorMemoryMeter(static=params.values())
+    clip_sum: dict[str, float] = {}
+    with meter:
+        for step in progress(range(start, cfg.iters), total=cfg.iters - start, desc=f"fit {cfg.optimizer}"):
+            t0 = time.perf_counter()
+            ids = torch.randperm(n_views, generator=gen_batch)[:bsz].tolist()
+            g = current(step)
+            with meter.section("train"):
+                img = render(g, cams[ids], background=bg, tile_size=cfg.tile_size)
+                gt = images[ids]
+                loss = gs_loss(img, gt, cfg.lambda_dssim)
+            for p in params.values():
+                p.grad = None
+            if cfg.optimizer == "tr":
+                due = opt.curvature_due()
+                cv = cfg.curvature_views
+                loss.backward(retain_graph=due and not cv)
+                if due:
+                    with meter.section("curvature"):
+                        if cv:  # the curvature loss in chunks of views, each rendered and freed in turn
+                            n_tot = img.numel()
+                            parts = [ids[i:i + cv] for i in range(0, len(ids), cv)]
 
-                    def chunk_residual(sub):
-                        return render(g, cams[sub], background=bg, tile_size=cfg.tile_size) - images[sub]
+                            def chunk_residual(sub):
+                                return render(g, cams[sub], background=bg, tile_size=cfg.tile_size) - images[sub]
 
-                    if cfg.curvature == "hvp":
-                        opt.hutchinson([lambda s=s: chunk_residual(s).square().sum() / n_tot for s in parts],
-                                       generator=gen_probe)
-                    else:
-                        opt.gauss_newton([lambda s=s: chunk_residual(s).reshape(-1) for s in parts],
-                                         generator=gen_probe, scale=2.0 / n_tot)
-                elif cfg.curvature == "hvp":
-                    opt.hutchinson((img - gt).square().mean(), generator=gen_probe)
-                else:
-                    opt.gauss_newton((img - gt).reshape(-1), generator=gen_probe)
-            step_size = opt.radius_now()
-            opt.step()
-        else:
-            loss.backward()
-            step_size = adam_lr_update(opt, step, cfg.iters, extent)
-            opt.step()
-        t_train += time.perf_counter() - t0
-        with torch.no_grad():
-            pb = float(psnr(img.detach(), gt))
-        if not math.isfinite(float(loss.detach())):
-            raise FloatingPointError(f"the loss is not finite at step {step + 1}")
-        rows.append(eval_row(step + 1, float(loss.detach()), pb, step_size))
-        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < cfg.iters:
-            checkpoint(_make_state(params, opt, gen_batch, gen_probe, rows, step + 1, cfg, t_train))
+                            if cfg.curvature == "hvp":
+                                opt.hutchinson([lambda s=s: chunk_residual(s).square().sum() / n_tot for s in parts],
+                                               generator=gen_probe)
+                            else:
+                                opt.gauss_newton([lambda s=s: chunk_residual(s).reshape(-1) for s in parts],
+                                                 generator=gen_probe, scale=2.0 / n_tot)
+                        elif cfg.curvature == "hvp":
+                            opt.hutchinson((img - gt).square().mean(), generator=gen_probe)
+                        else:
+                            opt.gauss_newton((img - gt).reshape(-1), generator=gen_probe)
+                step_size = opt.radius_now()
+                opt.step()
+                for k, v in opt.last_clip_fraction.items():
+                    clip_sum[k] = clip_sum.get(k, 0.0) + v
+            else:
+                loss.backward()
+                step_size = adam_lr_update(opt, step, cfg.iters, extent)
+                opt.step()
+            t_train += time.perf_counter() - t0
+            with torch.no_grad():
+                pb = float(psnr(img.detach(), gt))
+            if not math.isfinite(float(loss.detach())):
+                raise FloatingPointError(f"the loss is not finite at step {step + 1}")
+            rows.append(eval_row(step + 1, float(loss.detach()), pb, step_size))
+            if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < cfg.iters:
+                checkpoint(_make_state(params, opt, gen_batch, gen_probe, rows, step + 1, cfg, t_train))
+    meter.add_static(t for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
     peak = peak_memory_mb(dev)
     final = Gaussians(**{k: v.detach().cpu() for k, v in params.items()}, sh_degree=max_deg)
     last = next(r for r in reversed(rows) if r[4] is not None)
     summary = {"psnr_test": last[4], "ssim_test": last[5], "iters": cfg.iters, "seconds": round(t_train, 3),
                "seconds_per_iter": round(t_train / max(cfg.iters, 1), 5), "peak_memory_mb": round(peak, 1),
                "peak_train_memory_mb": round(max(peak - rss0, 0.0), 1) if dev.type != "cuda" else round(peak, 1),
-               "n_gaussians": final.n, "optimizer": cfg.optimizer}
+               "n_gaussians": final.n, "optimizer": cfg.optimizer, **meter.summary_mb()}
+    n_steps = cfg.iters - start
+    if clip_sum and n_steps:
+        summary["clip_fraction"] = {k: round(v / n_steps, 4) for k, v in clip_sum.items()}
     state = _make_state(params, opt, gen_batch, gen_probe, rows, cfg.iters, cfg, t_train)
     return FitResult(final, rows, summary, state)
 
