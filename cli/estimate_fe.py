@@ -180,27 +180,46 @@ _arch = option_group(arch_options)
 @click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True,
               help="Use the first part of FRAMES for training; `estimate` uses the rest of the same file.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, help="Seconds of training at most.")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=500, show_default=True,
+              help="Write OUTPUT.ckpt.pt every N steps (0: never); removed when training ends.")
+@click.option("--resume", is_flag=True, help="Continue from OUTPUT.ckpt.pt with the same settings and frames; the "
+              "weights equal those of an uninterrupted run.")
 def train(run, system, frames, output, env, temperature, inpcrd, r, L, K, d, layers, box, margin, steps,
-          stage2_steps, batch, lr, energy_weight, train_fraction, time_limit):
+          stage2_steps, batch, lr, energy_weight, train_fraction, time_limit, checkpoint_every, resume):
     """Fit CARD to frames: Stage I (NLL), then Stage II (NLL + centred energy matching).
+
+    A checkpoint OUTPUT.ckpt.pt is kept while training (every --checkpoint-every steps); after an
+    interruption, the same command with --resume continues from it.
 
     \b
     JSON keys: system, n_atoms, n_free, train_frames, val_frames, val_nll (nats per frame, held-out 10 %),
     box, steps_done, seconds_train, output.
     Example:  estimate-fe train freesolv:mobley_1636752 meoh.vac.npz -o meoh.vac.pt --steps 1500
     """
+    from pathlib import Path
+
     from icmlkit.lib.fe import card
 
+    if output == "-":
+        raise click.BadParameter("the model is a binary file: give a path", param_hint="-o")
+    ckpt = Path(str(output) + ".ckpt.pt")
+    state = None
+    if resume:
+        if not ckpt.is_file():
+            raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
+        state = card.load(run.input(ckpt), checkpoint=True)
     run.output(output)
     sysm = _system(run, system, env, temperature, inpcrd, "CPU")
     x, u, _ = _load_frames(run, frames, sysm)
     n_train = max(10, int(len(x) * train_fraction))
     bundle, info = card.train(sysm, x[:n_train], u[:n_train], steps=steps, stage2_steps=stage2_steps, batch=batch,
                               lr=lr, energy_weight=energy_weight, seed=run.seed, time_limit=time_limit, r=r, L=L,
-                              K=K, d=d, enc_layers=layers, dec_layers=layers, box=box, margin=margin)
+                              K=K, d=d, enc_layers=layers, dec_layers=layers, box=box, margin=margin, resume=state,
+                              checkpoint=lambda st: card.save(ckpt, st), checkpoint_every=checkpoint_every)
     bundle["frames_file_digest"] = card.frames_digest(x)
     card.save(output, bundle)
     run.wrote(output)
+    ckpt.unlink(missing_ok=True)
     return {"system": sysm.name, "n_atoms": sysm.n_atoms, "n_free": info["n_free"], "train_frames": info["train_frames"],
             "val_frames": info["val_frames"], "val_nll": info["val_nll"], "box": info["box"], "steps_done": info["steps_done"],
             "seconds_train": round(info["seconds_train"], 3), "output": output}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import REPO, run_tool
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.fe import card, gauge
 from icmlkit.lib.fe.estimate import bar_estimate
 from icmlkit.lib.fe.model import CARD
@@ -196,6 +196,33 @@ def test_tiny_model_on_a_harmonic_trap_gives_a_finite_estimate():
     assert res["energy_evals"] == 300 and res["n_model_samples"] == 300
 
 
+def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path):
+    s = builtin("trap4")
+    fr = s.sample(200, seed=0)
+    kw = dict(steps=30, stage2_steps=10, batch=32, d=16, heads=2, enc_layers=1, dec_layers=1, K=4, seed=3)
+    full, _ = card.train(s, fr["x"], fr["u"], **kw)
+
+    class Interrupted(Exception):
+        pass
+
+    def crash(state):  # written, read back from disk, then the run "dies"
+        card.save(tmp_path / "m.ckpt.pt", state)
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        card.train(s, fr["x"], fr["u"], checkpoint=crash, checkpoint_every=25, **kw)
+    state = card.load(tmp_path / "m.ckpt.pt", checkpoint=True)
+    assert state["step"] == 25
+    resumed, info = card.train(s, fr["x"], fr["u"], resume=state, **kw)
+    assert info["steps_done"] == 40
+    for k, v in full["state_dict"].items():
+        assert torch.equal(v, resumed["state_dict"][k]), k
+    with pytest.raises(UsageError, match="other settings"):
+        card.train(s, fr["x"], fr["u"], resume=state, **{**kw, "seed": 4})
+    with pytest.raises(InputError, match="not a CARD model file"):
+        card.load(tmp_path / "m.ckpt.pt")  # a checkpoint is not a model file
+
+
 def test_cli_sample_train_estimate_and_refusal(tmp_path):
     fr, model = tmp_path / "trap.npz", tmp_path / "trap.pt"
     r = run_tool("estimate-fe", "sample", "trap4", "--frames", "400", "-o", fr, "--json")
@@ -203,10 +230,13 @@ def test_cli_sample_train_estimate_and_refusal(tmp_path):
     r2 = run_tool("estimate-fe", "sample", "trap4", "--frames", "400", "-o", tmp_path / "again.npz")
     assert r2.returncode == 0 and fr.read_bytes() == (tmp_path / "again.npz").read_bytes()  # same seed, same bytes
     r = run_tool("estimate-fe", "train", "trap4", fr, "-o", model, "--steps", "60", "--stage2-steps", "5",
-                 "--width", "16", "--layers", "1", "--batch", "64", "--json")
+                 "--width", "16", "--layers", "1", "--batch", "64", "--checkpoint-every", "20", "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["train_frames"] + info["val_frames"] == 200 and info["val_frames"] == 20
+    assert not (tmp_path / "trap.pt.ckpt.pt").exists()  # the checkpoint is removed once training ends
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", tmp_path / "other.pt", "--resume")
+    assert r.returncode == 2 and "nothing to resume" in r.stderr
     r = run_tool("estimate-fe", "estimate", "trap4", model, fr, "--samples", "200", "--min-overlap", "0", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icmlkit.lib.core.console import log, progress
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.fe import gauge as G
 from icmlkit.lib.fe.estimate import bar_estimate, decorrelate
 from icmlkit.lib.fe.radix import RadixMap
@@ -89,8 +89,16 @@ def check_energies(u: np.ndarray, where: str) -> None:
 
 def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_steps: int = 500, batch: int = 128,
           lr: float = 2e-3, energy_weight: float = 1.0, seed: int = 0, val_fraction: float = 0.1, time_limit=None,
-          threads: int = 1, **arch) -> tuple[dict, dict]:
-    """Train CARD on frames; returns (bundle for :func:`save`, info)."""
+          threads: int = 1, resume: dict | None = None, checkpoint=None, checkpoint_every: int = 0,
+          **arch) -> tuple[dict, dict]:
+    """Train CARD on frames; returns (bundle for :func:`save`, info).
+
+    ``checkpoint(state)`` is called every ``checkpoint_every`` steps with a dict of tensors and plain
+    values (model, optimiser, schedule and sampler states, history; :func:`save` writes it and
+    :func:`load` reads it back with ``weights_only=True``); ``resume`` continues from such a state, and
+    gives the same weights as the uninterrupted run. The state records the run's settings and the
+    frames' digest: resuming with other ones is a UsageError.
+    """
     import torch
 
     torch.manual_seed(seed)
@@ -109,8 +117,26 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
     total = steps + stage2_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, min(100, total // 10))) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     gen = torch.Generator().manual_seed(seed)
-    hist, stopped = [], None
-    for step in progress(range(total), total=total, desc="train"):
+    hist, stopped, start, t_before = [], None, 0, 0.0
+    settings = {"steps": steps, "stage2_steps": stage2_steps, "batch": batch, "lr": lr, "energy_weight": energy_weight,
+                "seed": seed, "val_fraction": val_fraction, "frames_digest": frames_digest(x),
+                "arch": {k: v for k, v in sorted(arch.items())}}
+    if resume is not None:
+        if resume.get("format") != FORMAT + "/checkpoint" or resume.get("settings") != settings:
+            raise UsageError("the checkpoint was written by a run with other settings or frames; rerun without "
+                             "--resume (or with the original settings)")
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["opt"])
+        sched.load_state_dict(resume["sched"])
+        gen.set_state(resume["gen"])
+        hist, start, t_before = list(resume["hist"]), int(resume["step"]), float(resume["seconds"])
+
+    def state(next_step: int) -> dict:
+        return {"format": FORMAT + "/checkpoint", "settings": settings, "step": next_step, "model": model.state_dict(),
+                "opt": opt.state_dict(), "sched": sched.state_dict(), "gen": gen.get_state(), "hist": hist,
+                "seconds": t_before + time.perf_counter() - t0}
+
+    for step in progress(range(start, total), total=total - start, desc="train"):
         idx = torch.randint(0, len(y_tr), (min(batch, len(y_tr)),), generator=gen)
         lq = model.log_prob(y_tr[idx])
         nll = -lq.mean()
@@ -128,6 +154,8 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
         if step % 100 == 0 or step == total - 1:
             hist.append({"step": step, "nll": float(nll.detach()), "energy_match": float(em.detach())})
             log.debug("step %d nll %.3f em %.3f", step, float(nll.detach()), float(em.detach()))
+        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < total:
+            checkpoint(state(step + 1))
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             stopped = step + 1
             log.warning("training stopped at step %d by the time limit", stopped)
@@ -137,7 +165,7 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
         val_nll = float(-torch.cat([model.log_prob(y_va[i:i + 1024]) for i in range(0, len(y_va), 1024)]).mean()) if n_val else None
     info = {"steps": steps, "stage2_steps": stage2_steps, "steps_done": stopped or total, "train_frames": len(y_tr),
             "val_frames": n_val, "val_nll": val_nll, "train_nll": hist[-1]["nll"], "n_free": n_free,
-            "box": model.radix.a, "seconds_train": time.perf_counter() - t0, "history": hist}
+            "box": model.radix.a, "seconds_train": t_before + time.perf_counter() - t0, "history": hist}
     bundle = {
         "format": FORMAT, "config": dict(model.config), "radix": model.radix.state(), "order": list(map(int, order)),
         "invariant": bool(system.invariant), "z": [int(v) for v in np.asarray(system.z)],
@@ -174,13 +202,15 @@ def save(path, bundle: dict) -> None:
     write_bytes(path, buf.getvalue())
 
 
-def load(path) -> dict:
+def load(path, checkpoint: bool = False) -> dict:
+    """A model file (or, with ``checkpoint``, a training checkpoint), read with ``weights_only=True``."""
     import io
 
     import torch
 
     from icmlkit.lib.core.io import display_name, read_bytes
 
+    fmt, what = (FORMAT + "/checkpoint", "checkpoint") if checkpoint else (FORMAT, "model file")
     try:
         data = read_bytes(path)
     except FileNotFoundError:
@@ -188,9 +218,9 @@ def load(path) -> dict:
     try:
         bundle = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"not a CARD model file ({type(exc).__name__})", display_name(path)) from None
-    if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
-        raise InputError(f"not a CARD model file (format {FORMAT} expected)", display_name(path))
+        raise InputError(f"not a CARD {what} ({type(exc).__name__})", display_name(path)) from None
+    if not isinstance(bundle, dict) or bundle.get("format") != fmt:
+        raise InputError(f"not a CARD {what} (format {fmt} expected)", display_name(path))
     return bundle
 
 
