@@ -325,12 +325,7 @@ def main() -> None:
         result["results"]["travel_budget"] = travel_block(tmp / "synth", it, args.long_only)
         result["results"]["long"]["machine"] = info
         result["results"]["long"]["command"] = f"python bench/train_3dgs.py --long-only {args.long_only}"
-        text = render_md(result)
-        if args.quick:
-            sys.stdout.write(text)
-            return
-        write_results("train_3dgs", result, text)
-        sys.stdout.write(text)
+        emit(result, args.quick)
         return
     it = args.iters
     specs = []
@@ -407,11 +402,14 @@ def main() -> None:
                                        "curvature": "hutchinson hvp, 1 probe, block-averaged, one view per curvature pass",
                                        "workers": args.workers, "long": args.long or None}},
               "targets": targets}
+    emit(result, args.quick)
+
+
+def emit(result: dict, quick: bool) -> None:
+    """Print the Markdown; write bench/results unless it is a --quick smoke run."""
     text = render_md(result)
-    if args.quick:
-        sys.stdout.write(text)
-        return
-    write_results("train_3dgs", result, text)
+    if not quick:
+        write_results("train_3dgs", result, text)
     sys.stdout.write(text)
 
 
