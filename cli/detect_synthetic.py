@@ -111,13 +111,18 @@ def _check_model_output(output):
               "(RIGID's way), or to the [0, 1] pixels at the image size, clamped.")
 @click.option("--rigid-draws", type=click.IntRange(min=1), default=4, show_default=True,
               help="rigid: noise draws averaged (antithetic pairs).")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=100, show_default=True,
+              help="ra-det: write OUTPUT.ckpt.pt every N steps (0: never); removed when training ends.")
+@click.option("--resume", is_flag=True, help="ra-det: continue from OUTPUT.ckpt.pt (same images, options and seed); "
+              "the weights equal those of an uninterrupted run.")
 @skip_bad_option
 def train(run, paths, output, method, backbone, backbone_weights, image_size, input_size, steps, batch_size, lr,
-          eps, margin, rigid_noise, rigid_draws, rigid_space, skip_bad):
+          eps, margin, rigid_noise, rigid_draws, rigid_space, checkpoint_every, resume, skip_bad):
     """Train a detector on REAL_DIR FAKE_DIR, or on one ROOT in the CNNDetection layout.
 
     ROOT holds 0_real and 1_fake folders (ROOT/0_real, or ROOT/<class>/0_real as in Wang et al.
-    2020). rigid only picks its threshold on the cosine drift (training-free ranking).
+    2020). rigid only picks its threshold on the cosine drift (training-free ranking). ra-det keeps a
+    checkpoint OUTPUT.ckpt.pt while it trains; after an interruption, rerun with --resume.
 
     \b
     JSON keys: method, n_real, n_fake, seconds, output, plus the method's training figures
@@ -127,10 +132,15 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
       detect-synthetic train bench_data/train -o radet.pt --steps 300 --json
       detect-synthetic train real/ fake/ --method linear-probe -o lp.pt
     """
+    import io
+
     import torch
 
     from icmlkit.lib.detect.images import split_layout
-    from icmlkit.lib.detect.model import Detector, DetectorConfig, save_model
+    from pathlib import Path
+
+    from icmlkit.lib.core.io import write_bytes
+    from icmlkit.lib.detect.model import Detector, DetectorConfig, load_checkpoint, save_model
 
     _check_model_output(output)
     if output == "-":
@@ -141,6 +151,13 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
         reals, fakes = [paths[0]], [paths[1]]
     else:
         raise click.BadParameter("give REAL_DIR FAKE_DIR or one ROOT with 0_real/1_fake", param_hint="PATHS")
+    ckpt = Path(str(output) + ".ckpt.pt")
+    state = None
+    if resume:
+        if method != "ra-det" or not ckpt.is_file():
+            raise click.BadParameter(f"{ckpt} does not exist (nothing to resume; only ra-det checkpoints)",
+                                     param_hint="--resume")
+        state = load_checkpoint(run.input(ckpt))
     run.output(output)
     xr, _ = _load(run, reals, image_size, skip_bad, "real")
     xf, _ = _load(run, fakes, image_size, skip_bad, "generated")
@@ -149,9 +166,17 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
                             lr=lr, eps=eps, margin=margin, rigid_noise=rigid_noise, rigid_draws=rigid_draws,
                             rigid_space=rigid_space)
     det = Detector(config, device=run.device, seed=run.seed)
-    summary = det.fit(torch.cat([xr, xf]), torch.cat([torch.zeros(len(xr)), torch.ones(len(xf))]), seed=run.seed)
+
+    def save_checkpoint(st):
+        buf = io.BytesIO()
+        torch.save(st, buf)
+        write_bytes(ckpt, buf.getvalue())
+
+    summary = det.fit(torch.cat([xr, xf]), torch.cat([torch.zeros(len(xr)), torch.ones(len(xf))]), seed=run.seed,
+                      resume=state, checkpoint=save_checkpoint, checkpoint_every=checkpoint_every)
     save_model(output, det)
     run.wrote(output)
+    ckpt.unlink(missing_ok=True)
     return {**summary, "output": output}
 
 

@@ -245,6 +245,40 @@ def test_train_score_eval_roundtrip(tiny, tmp_path):
     assert 0 <= e["auroc"] <= 1 and e["oracle_threshold_acc"] >= e["acc_at_0_5"] - 1e-12
 
 
+def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_path):
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.detect.images import to_tensor
+    from icmlkit.lib.detect.model import Detector, DetectorConfig, load_checkpoint
+
+    root, _, _ = tiny
+    assert not (root / "radet.pt.ckpt.pt").exists()  # the CLI removes its checkpoint once training ends
+    x = torch.cat([to_tensor(_crops(8, 0)), to_tensor(_crops(8, 5)).flip(-1) * 0.8])
+    y = torch.cat([torch.zeros(8), torch.ones(8)])
+    cfg = DetectorConfig(method="ra-det", steps=5, batch_size=8)
+    full = Detector(cfg, seed=1)
+    full.fit(x, y, seed=1)
+
+    class Interrupted(Exception):
+        pass
+
+    def crash(state):
+        torch.save(state, tmp_path / "m.ckpt.pt")
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=1, checkpoint=crash, checkpoint_every=3)
+    state = load_checkpoint(tmp_path / "m.ckpt.pt")
+    assert state["step"] == 3
+    resumed = Detector(cfg, encoder=full.encoder, seed=1)
+    resumed.fit(x, y, seed=1, resume=state)
+    a, b = full.trainable_state(), resumed.trainable_state()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UsageError, match="other settings"):
+        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=2, resume=state)
+    r = run_tool(TOOL, "train", root / "train", "-o", tmp_path / "n.pt", "--resume")
+    assert r.returncode == 2 and "nothing to resume" in r.stderr
+
+
 def test_score_shards_concatenate_to_the_whole(tiny, tmp_path):
     root, model, _ = tiny
     whole = run_tool(TOOL, "score", model, root / "test" / "0_real", "-o", "-", "--no-manifest")

@@ -234,8 +234,13 @@ class Detector(nn.Module):
         return z, cos, l2, delta
 
     # ---------------------------------------------------------------- training
-    def fit(self, x: torch.Tensor, y: torch.Tensor, seed: int = 0) -> dict:
-        """Train on images x (N, 3, S, S) in [0, 1] and labels y (1 = generated). Returns a summary."""
+    def fit(self, x: torch.Tensor, y: torch.Tensor, seed: int = 0, resume: dict | None = None, checkpoint=None,
+            checkpoint_every: int = 0) -> dict:
+        """Train on images x (N, 3, S, S) in [0, 1] and labels y (1 = generated). Returns a summary.
+
+        ra-det only: ``checkpoint(state)`` is called every ``checkpoint_every`` steps with a dict that
+        :func:`load_checkpoint` reads back (weights only); ``resume`` continues from it to the same
+        weights as an uninterrupted run (same config, seed and data, else a UsageError)."""
         y = y.long()
         n_real, n_fake = int((y == 0).sum()), int((y == 1).sum())
         if n_real == 0 or n_fake == 0:
@@ -248,7 +253,7 @@ class Detector(nn.Module):
         elif m == "linear-probe":
             summary = self._fit_linear(x, y)
         else:
-            summary = self._fit_radet(x, y, seed)
+            summary = self._fit_radet(x, y, seed, resume, checkpoint, checkpoint_every)
         summary.update(method=m, n_real=n_real, n_fake=n_fake, seconds=round(time.perf_counter() - t0, 3))
         self.train_summary = summary
         return summary
@@ -282,7 +287,9 @@ class Detector(nn.Module):
             self.linear.bias.copy_(torch.tensor(clf.intercept_, dtype=torch.float32))
         return {"train_acc": float(clf.score(z, y.cpu().numpy()))}
 
-    def _fit_radet(self, x, y, seed):
+    def _fit_radet(self, x, y, seed, resume=None, checkpoint=None, checkpoint_every=0):
+        import hashlib
+
         from icmlkit.lib.core.runtime import generator
 
         c = self.config
@@ -298,10 +305,20 @@ class Detector(nn.Module):
         g = generator(seed, "cpu")
         params = list(self.probe.parameters()) + list(self.head.parameters())
         opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
+        key = {"config": self.config.to_json(), "seed": seed,
+               "data": hashlib.sha256(x.cpu().numpy().tobytes() + y.cpu().numpy().tobytes()).hexdigest()}
+        hist, start = [], 0
+        if resume is not None:
+            if resume.get("key") != key:
+                raise UsageError("the checkpoint was written by a run with other settings, seed or images; rerun "
+                                 "without --resume")
+            self.load_state_dict(resume["state"], strict=False)
+            opt.load_state_dict(resume["opt"])
+            g.set_state(resume["gen"])
+            hist, start = [list(h) for h in resume["hist"]], int(resume["step"])
         self.probe.train()
         self.head.train()
-        hist = []
-        for step in progress(range(c.steps), total=c.steps, desc="train ra-det"):
+        for step in progress(range(start, c.steps), total=c.steps - start, desc="train ra-det"):
             # class-balanced batch: half reals, half fakes (the discrepancy loss uses both batch means)
             ri = real_idx[torch.randint(len(real_idx), (half,), generator=g)]
             fi = fake_idx[torch.randint(len(fake_idx), (half,), generator=g)]
@@ -320,6 +337,9 @@ class Detector(nn.Module):
             hist.append([bce.item(), aux.item(), emb.item(), cos[yb == 0].mean().item(), cos[yb == 1].mean().item()])
             if step % 50 == 0 or step == c.steps - 1:
                 log.debug("step %d bce %.4f aux %.4f emb %.4f s_r %.4f s_f %.4f", step, *hist[-1])
+            if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < c.steps:
+                checkpoint({"format": FORMAT + "/checkpoint", "key": key, "step": step + 1, "state": self.trainable_state(),
+                            "opt": opt.state_dict(), "gen": g.get_state(), "hist": hist})
         self.probe.eval()
         self.head.eval()
         last = torch.tensor(hist[-min(20, len(hist)):]).mean(0).tolist()
@@ -386,6 +406,17 @@ def save_model(path, detector: Detector) -> None:
     from icmlkit.lib.core.io import write_bytes
 
     write_bytes(path, detector.to_bytes())
+
+
+def load_checkpoint(path) -> dict:
+    """Read a training checkpoint written through ``Detector.fit(checkpoint=...)`` (weights only)."""
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"not a detect-synthetic checkpoint ({type(exc).__name__})", str(path)) from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT + "/checkpoint":
+        raise InputError(f"not a detect-synthetic checkpoint (expected format {FORMAT}/checkpoint)", str(path))
+    return blob
 
 
 def load_model(path, device="cpu", encoder: Encoder | None = None) -> Detector:
