@@ -173,6 +173,14 @@ def _parse_shard(ctx, param, value: str) -> tuple[int, int]:
     return k, n
 
 
+def checkpoint_file(output: str, resume: bool) -> Path:
+    """The training checkpoint kept beside OUTPUT (``OUTPUT.ckpt.pt``); with ``resume`` it must exist."""
+    ckpt = Path(str(output) + ".ckpt.pt")
+    if resume and not ckpt.is_file():
+        raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
+    return ckpt
+
+
 def shard_slice(count: int, shard: tuple[int, int]) -> range:
     """The items of ``shard`` = (K, N) among ``count`` items: contiguous, deterministic slices."""
     k, n = shard

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, option_group, output_option, shard_option, shard_slice
+from icmlkit.cli._common import (ToolGroup, checkpoint_file, make_main, option_group, output_option, shard_option,
+                                 shard_slice)
 
 TOOL = "detect-synthetic"
 METHODS = ["ra-det", "rigid", "linear-probe"]
@@ -137,8 +138,6 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
     import torch
 
     from icmlkit.lib.detect.images import split_layout
-    from pathlib import Path
-
     from icmlkit.lib.core.io import write_bytes
     from icmlkit.lib.detect.model import Detector, DetectorConfig, load_checkpoint, save_model
 
@@ -151,13 +150,10 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
         reals, fakes = [paths[0]], [paths[1]]
     else:
         raise click.BadParameter("give REAL_DIR FAKE_DIR or one ROOT with 0_real/1_fake", param_hint="PATHS")
-    ckpt = Path(str(output) + ".ckpt.pt")
-    state = None
-    if resume:
-        if method != "ra-det" or not ckpt.is_file():
-            raise click.BadParameter(f"{ckpt} does not exist (nothing to resume; only ra-det checkpoints)",
-                                     param_hint="--resume")
-        state = load_checkpoint(run.input(ckpt))
+    if resume and method != "ra-det":
+        raise click.BadParameter("only ra-det training has checkpoints", param_hint="--resume")
+    ckpt = checkpoint_file(output, resume)
+    state = load_checkpoint(run.input(ckpt)) if resume else None
     run.output(output)
     xr, _ = _load(run, reals, image_size, skip_bad, "real")
     xf, _ = _load(run, fakes, image_size, skip_bad, "generated")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, option_group, output_option
+from icmlkit.cli._common import ToolGroup, checkpoint_file, make_main, option_group, output_option
 
 TOOL = "estimate-fe"
 RECONSTRUCTED = (
@@ -196,18 +196,12 @@ def train(run, system, frames, output, env, temperature, inpcrd, r, L, K, d, lay
     box, steps_done, seconds_train, output.
     Example:  estimate-fe train freesolv:mobley_1636752 meoh.vac.npz -o meoh.vac.pt --steps 1500
     """
-    from pathlib import Path
-
     from icmlkit.lib.fe import card
 
     if output == "-":
         raise click.BadParameter("the model is a binary file: give a path", param_hint="-o")
-    ckpt = Path(str(output) + ".ckpt.pt")
-    state = None
-    if resume:
-        if not ckpt.is_file():
-            raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
-        state = card.load(run.input(ckpt), checkpoint=True)
+    ckpt = checkpoint_file(output, resume)
+    state = card.load(run.input(ckpt), checkpoint=True) if resume else None
     run.output(output)
     sysm = _system(run, system, env, temperature, inpcrd, "CPU")
     x, u, _ = _load_frames(run, frames, sysm)

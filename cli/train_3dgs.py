@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, option_group
+from icmlkit.cli._common import ToolGroup, checkpoint_file, make_main, option_group
 
 TOOL = "train-3dgs"
 RECONSTRUCTED = (
@@ -172,8 +172,6 @@ def fit(run, scene, output, optimizer, metrics, resume, checkpoint_every, **kw):
       train-3dgs fit synth -o synth.ply --optimizer tr --init gt-noise --sh-degree 1 --json
       train-3dgs fit colmap_scene -o s.ply --optimizer adam --iters 7000 --downscale 4
     """
-    from pathlib import Path
-
     from icmlkit.lib.core.io import write_bytes, write_text
     from icmlkit.lib.gs.ply import write_ply
     from icmlkit.lib.gs.train import checkpoint_bytes, fit as fit_scene, load_checkpoint, metrics_csv
@@ -181,12 +179,8 @@ def fit(run, scene, output, optimizer, metrics, resume, checkpoint_every, **kw):
     if not str(output).endswith(".ply") or output == "-":
         raise click.BadParameter(f"{output}: the scene is written as a .ply file", param_hint="-o")
     metrics = metrics or str(output)[:-4] + ".metrics.csv"
-    ckpt = Path(str(output) + ".ckpt.pt")
-    state = None
-    if resume:
-        if not ckpt.is_file():
-            raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
-        state = load_checkpoint(run.input(ckpt))
+    ckpt = checkpoint_file(output, resume)
+    state = load_checkpoint(run.input(ckpt)) if resume else None
     run.output(output)
     run.output(metrics)
     sc = _scene(run, scene, kw["background"], kw["downscale"])
