@@ -38,6 +38,7 @@ Run:  make bench TOOL=train-3dgs   (or .venv/bin/python bench/train_3dgs.py [--s
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import sys
 import tempfile
@@ -347,11 +348,7 @@ def main() -> None:
 
     t_start = time.perf_counter()
     info = machine()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-3dgs-"))
-    make_synthetic_scene(tmp / "synth", seed=0, **SYN)
-    if args.lego_only:
-        import json
-
+    if args.lego_only:  # needs no synthetic scene
         result = json.loads((RESULTS / "train_3dgs.json").read_text())
         t0 = time.perf_counter()
         lego = lego_check(args)
@@ -369,9 +366,9 @@ def main() -> None:
             plot(RESULTS / "train_3dgs.png", [b for b in (result["results"]["synthetic"], lego) if b is not None])
         emit(result, args.quick)
         return
+    tmp = Path(tempfile.mkdtemp(prefix="bench-3dgs-"))
+    make_synthetic_scene(tmp / "synth", seed=0, **SYN)
     if args.long_only:
-        import json
-
         result = json.loads((RESULTS / "train_3dgs.json").read_text())
         it = result["results"]["settings"]["iters"]
         result["results"]["long"] = long_check(tmp / "synth", args.long_only)

@@ -133,12 +133,10 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
       detect-synthetic train bench_data/train -o radet.pt --steps 300 --json
       detect-synthetic train real/ fake/ --method linear-probe -o lp.pt
     """
-    import io
-
     import torch
 
+    from icmlkit.lib.core.io import write_torch
     from icmlkit.lib.detect.images import split_layout
-    from icmlkit.lib.core.io import write_bytes
     from icmlkit.lib.detect.model import Detector, DetectorConfig, load_checkpoint, save_model
 
     _check_model_output(output)
@@ -162,14 +160,8 @@ def train(run, paths, output, method, backbone, backbone_weights, image_size, in
                             lr=lr, eps=eps, margin=margin, rigid_noise=rigid_noise, rigid_draws=rigid_draws,
                             rigid_space=rigid_space)
     det = Detector(config, device=run.device, seed=run.seed)
-
-    def save_checkpoint(st):
-        buf = io.BytesIO()
-        torch.save(st, buf)
-        write_bytes(ckpt, buf.getvalue())
-
     summary = det.fit(torch.cat([xr, xf]), torch.cat([torch.zeros(len(xr)), torch.ones(len(xf))]), seed=run.seed,
-                      resume=state, checkpoint=save_checkpoint, checkpoint_every=checkpoint_every)
+                      resume=state, checkpoint=lambda st: write_torch(ckpt, st), checkpoint_every=checkpoint_every)
     save_model(output, det)
     run.wrote(output)
     ckpt.unlink(missing_ok=True)

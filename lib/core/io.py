@@ -122,6 +122,37 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         fh.write(data)
 
 
+def torch_bytes(obj) -> bytes:
+    """``obj`` (tensors, dicts, lists, numbers, strings) serialised by ``torch.save``."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def write_torch(path: str | os.PathLike, obj) -> None:
+    """:func:`torch_bytes` of ``obj``, written atomically."""
+    write_bytes(path, torch_bytes(obj))
+
+
+def read_torch(path: str | os.PathLike, what: str, fmt: str | None = None):
+    """A file written by :func:`write_torch`, loaded with ``weights_only=True`` (no pickled code).
+
+    ``what`` names the kind of file in errors ("not a <what>"); with ``fmt`` the content must be a
+    dict whose ``"format"`` is ``fmt``. Any failure is an :class:`InputError` naming the file."""
+    import torch
+
+    data = read_bytes(path)
+    try:
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
+        raise InputError(f"not a {what} ({type(exc).__name__}: {exc})", display_name(path)) from None
+    if fmt is not None and (not isinstance(obj, dict) or obj.get("format") != fmt):
+        raise InputError(f"not a {what} (format {fmt} expected)", display_name(path))
+    return obj
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_write(path) as fh:
         fh.write(text)

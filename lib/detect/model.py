@@ -22,7 +22,6 @@ branch's noise input, and the small sizes (see :class:`DetectorConfig`).
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from torch import nn
 
 from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import read_torch, torch_bytes, write_bytes
 from icmlkit.lib.detect.backbone import DEFAULT_BACKBONE, Encoder, load_backbone
 from icmlkit.lib.detect.probe import (EPS_EVAL, EPS_TRAIN, ProbeUNet, apply_perturbation, discrepancy_loss, drift,
                                       gaussian_noise, gaussian_probe, lpd_map, multiscale_views)
@@ -393,45 +393,25 @@ class Detector(nn.Module):
         return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
 
     def to_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        torch.save({"format": FORMAT, "config": self.config.to_json(),
-                    "train_summary": json.dumps({k: v for k, v in self.train_summary.items() if k != "seconds"},
-                                                sort_keys=True),  # no timings: same seed, same bytes
-                    "state": self.trainable_state()}, buf)
-        return buf.getvalue()
+        return torch_bytes({"format": FORMAT, "config": self.config.to_json(),
+                            "train_summary": json.dumps({k: v for k, v in self.train_summary.items() if k != "seconds"},
+                                                        sort_keys=True),  # no timings: same seed, same bytes
+                            "state": self.trainable_state()})
 
 
 def save_model(path, detector: Detector) -> None:
     """Write the model file (.pt: weights only, with its config) atomically."""
-    from icmlkit.lib.core.io import write_bytes
-
     write_bytes(path, detector.to_bytes())
 
 
 def load_checkpoint(path) -> dict:
     """Read a training checkpoint written through ``Detector.fit(checkpoint=...)`` (weights only)."""
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"not a detect-synthetic checkpoint ({type(exc).__name__})", str(path)) from None
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT + "/checkpoint":
-        raise InputError(f"not a detect-synthetic checkpoint (expected format {FORMAT}/checkpoint)", str(path))
-    return blob
+    return read_torch(path, "detect-synthetic checkpoint", FORMAT + "/checkpoint")
 
 
 def load_model(path, device="cpu", encoder: Encoder | None = None) -> Detector:
     """Read a model file written by :func:`save_model` (``torch.load(weights_only=True)``)."""
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such model file", str(path))
-    try:
-        blob = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"not a detect-synthetic model file ({type(exc).__name__})", str(path)) from None
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-        raise InputError(f"not a detect-synthetic model file (expected format {FORMAT})", str(path))
+    blob = read_torch(path, "detect-synthetic model file", FORMAT)
     config = DetectorConfig.from_json(blob["config"])
     det = Detector(config, encoder=encoder, device=device)
     missing, unexpected = det.load_state_dict(blob["state"], strict=False)

@@ -23,6 +23,7 @@ import numpy as np
 
 from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import read_torch, write_torch
 from icmlkit.lib.fe import gauge as G
 from icmlkit.lib.fe.estimate import bar_estimate, decorrelate
 from icmlkit.lib.fe.radix import RadixMap
@@ -190,38 +191,14 @@ def model_from_bundle(bundle: dict):
     return model
 
 
-def save(path, bundle: dict) -> None:
-    import io
-
-    import torch
-
-    from icmlkit.lib.core.io import write_bytes
-
-    buf = io.BytesIO()
-    torch.save(bundle, buf)
-    write_bytes(path, buf.getvalue())
+save = write_torch  # a model bundle or a training checkpoint, written atomically
 
 
 def load(path, checkpoint: bool = False) -> dict:
     """A model file (or, with ``checkpoint``, a training checkpoint), read with ``weights_only=True``."""
-    import io
-
-    import torch
-
-    from icmlkit.lib.core.io import display_name, read_bytes
-
-    fmt, what = (FORMAT + "/checkpoint", "checkpoint") if checkpoint else (FORMAT, "model file")
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        raise InputError("no such file", display_name(path)) from None
-    try:
-        bundle = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"not a CARD {what} ({type(exc).__name__})", display_name(path)) from None
-    if not isinstance(bundle, dict) or bundle.get("format") != fmt:
-        raise InputError(f"not a CARD {what} (format {fmt} expected)", display_name(path))
-    return bundle
+    if checkpoint:
+        return read_torch(path, "CARD checkpoint", FORMAT + "/checkpoint")
+    return read_torch(path, "CARD model file", FORMAT)
 
 
 def check_system(bundle: dict, system, where: str) -> None:

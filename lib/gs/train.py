@@ -13,7 +13,6 @@ independent), so only one view's double-backward graph is alive at a time.
 from __future__ import annotations
 
 import copy
-import io
 import math
 import resource
 import time
@@ -23,6 +22,7 @@ import torch
 
 from icmlkit.lib.core.console import progress
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import read_torch, torch_bytes
 from icmlkit.lib.gs.memory import TensorMemoryMeter
 from icmlkit.lib.gs.model import GROUPS, Gaussians, init_gaussians, random_box_init
 from icmlkit.lib.gs.metrics import gs_loss, psnr, ssim
@@ -133,19 +133,8 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
     raise UsageError(f"--init must be auto, random, sfm or gt-noise, not {mode!r}")
 
 
-def _state_bytes(state: dict) -> bytes:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getvalue()
-
-
 def load_checkpoint(path) -> dict:
-    from icmlkit.lib.core.io import read_bytes
-
-    try:
-        return torch.load(io.BytesIO(read_bytes(path)), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
-        raise InputError(f"not a train-3dgs checkpoint ({type(exc).__name__}: {exc})", str(path)) from None
+    return read_torch(path, "train-3dgs checkpoint")
 
 
 def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cpu", resume: dict | None = None,
@@ -281,8 +270,7 @@ def _make_state(params, opt, gen_batch, gen_probe, rows, step, cfg, seconds) -> 
             "config": {k: v for k, v in asdict(cfg).items() if k != "eval_iters"}}
 
 
-def checkpoint_bytes(state: dict) -> bytes:
-    return _state_bytes(state)
+checkpoint_bytes = torch_bytes  # the bytes of a checkpoint state (read back by load_checkpoint)
 
 
 def metrics_csv(rows: list) -> str:

@@ -264,33 +264,18 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
 def save_model(path, model, cfg: Config, meta: dict) -> None:
     """A .pt file with the state dict, the config and metadata (loadable with weights_only=True)."""
     import dataclasses
-    import io
 
-    import torch
+    from icmlkit.lib.core.io import write_torch
 
-    from icmlkit.lib.core.io import write_bytes
-
-    buf = io.BytesIO()
-    torch.save({"format": "icmlkit-portfolio-1", "state_dict": model.state_dict(),
-                "config": dataclasses.asdict(cfg), "meta": meta}, buf)
-    write_bytes(path, buf.getvalue())
+    write_torch(path, {"format": "icmlkit-portfolio-1", "state_dict": model.state_dict(),
+                       "config": dataclasses.asdict(cfg), "meta": meta})
 
 
 def load_model(path):
     """(model, cfg, meta) from :func:`save_model`'s file; torch.load with weights_only=True."""
-    import io
+    from icmlkit.lib.core.io import read_torch
 
-    import torch
-
-    from icmlkit.lib.core.errors import InputError
-    from icmlkit.lib.core.io import display_name, read_bytes
-
-    try:
-        obj = torch.load(io.BytesIO(read_bytes(path)), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise InputError(f"not a backtest-portfolio model ({type(exc).__name__}: {exc})", display_name(path)) from None
-    if not isinstance(obj, dict) or obj.get("format") != "icmlkit-portfolio-1":
-        raise InputError("not a backtest-portfolio model file (missing format tag)", display_name(path))
+    obj = read_torch(path, "backtest-portfolio model file", "icmlkit-portfolio-1")
     cfg = Config(**obj["config"])
     model = new_model(cfg, len(cfg.features))
     model.load_state_dict(obj["state_dict"])
