@@ -94,13 +94,18 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
         for k, v in d.items():
             key = str(k).replace("-", "_")
             if isinstance(v, dict):
-                continue
+                raise click.BadParameter(f"{value}: unknown table [{k}]{where}; tables are named after a "
+                                         f"subcommand ({', '.join(sorted(siblings))})", param_hint="--config")
             if key not in allowed:
                 raise click.BadParameter(f"{value}: unknown option {k!r}{where}", param_hint="--config")
             out[key] = v
         return out
 
     top = norm({k: v for k, v in data.items() if k not in siblings}, "", known)
+    for name in siblings:
+        if name in data and not isinstance(data[name], dict):
+            raise click.BadParameter(f"{value}: {name!r} names a subcommand; write its options as a table [{name}]",
+                                     param_hint="--config")
     own = {p.name for p in command.params}
     merged = {k: v for k, v in top.items() if k in own}
     section = data.get(command.name)
@@ -114,14 +119,17 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 SHARED = ("seed", "device", "config", "quiet", "verbose", "debug", "overwrite", "no_manifest",
           "json_out", "no_progress")
+# Shared options a command may leave out (csvkit's override_flags): ``--device`` only where the
+# command runs torch on a device and honours it; ``--seed`` only where something is random.
+OPTIONAL_SHARED = ("seed", "device")
 
 
-def _shared_params() -> list[click.Parameter]:
-    return [
+def _shared_params(omit: tuple[str, ...] = ()) -> list[click.Parameter]:
+    params = [
         click.Option(["--seed"], type=int, default=0, show_default=True, envvar="ICMLKIT_SEED",
                      help="Random seed; the same seed gives the same output bytes on CPU."),
         click.Option(["--device"], default="auto", show_default=True, envvar="ICMLKIT_DEVICE",
-                     help="auto, cpu, cuda or cuda:N."),
+                     help="auto, cpu, cuda or cuda:N (cuda without a GPU: exit 4)."),
         click.Option(["--config"], type=click.Path(dir_okay=False), is_eager=True, envvar="ICMLKIT_CONFIG",
                      callback=_load_config, help="TOML or JSON file of option defaults (flags and "
                      "environment variables win over it)."),
@@ -136,12 +144,44 @@ def _shared_params() -> list[click.Parameter]:
         click.Option(["--no-progress"], is_flag=True, envvar="ICMLKIT_NO_PROGRESS",
                      help="No progress bars (they show only on a terminal anyway)."),
     ]
+    return [p for p in params if p.name not in omit]
 
 
-def output_option(help_text: str, required: bool = False) -> Callable:
-    """``-o/--output PATH`` (``-`` = stdout)."""
-    return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
-                        required=required, default=None, help=help_text + " '-' writes to stdout.")
+def _suffix_of(value: str) -> str:
+    from icmlkit.lib.core.io import suffix
+
+    return suffix(value)
+
+
+def output_option(help_text: str, suffixes: tuple[str, ...] | None = None, stdout: bool = True,
+                  required: bool = False, directory: bool = False, flags: tuple[str, ...] = ("-o", "--output"),
+                  name: str | None = None, default: str | None = None) -> Callable:
+    """``-o/--output PATH``: one suffix check and one wording for every tool.
+
+    ``suffixes``: the extensions accepted (``.gz`` after them is allowed); ``stdout``: ``-`` writes
+    to stdout (text formats only); ``directory``: the output is a run folder (never ``-``)."""
+    if directory:
+        stdout = False
+
+    def check(ctx, param, value):
+        if value is None:
+            return value
+        if str(value) == "-":
+            if not stdout:
+                what = "a folder" if directory else "a file"
+                raise click.BadParameter(f"'-' (stdout) is not possible here: name {what}", ctx, param)
+            return value
+        if suffixes and _suffix_of(value) not in suffixes:
+            raise click.BadParameter(f"{value}: expected a {' or '.join(suffixes)} file", ctx, param)
+        return value
+
+    dash = " '-' writes to stdout." if stdout else ""
+    if suffixes:
+        dash = f" ({', '.join(suffixes)})" + dash
+    ptype = click.Path(file_okay=not directory, dir_okay=directory, allow_dash=stdout)
+    decls = list(flags) + ([name] if name else [])
+    return click.option(*decls, type=ptype, required=required, default=default, callback=check,
+                        show_default=default is not None, help=help_text + dash)
 
 
 def option_group(options: list[Callable]) -> Callable:
@@ -154,6 +194,127 @@ def option_group(options: list[Callable]) -> Callable:
         return f
 
     return deco
+
+
+class CommaList(click.ParamType):
+    """``a,b,c`` -> a tuple of ``item`` values (a list or tuple given by a config file is accepted)."""
+
+    name = "list"
+
+    def __init__(self, item: type = float, length: int | None = None):
+        self.item, self.length = item, length
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (list, tuple)):
+            parts = list(value)
+        else:
+            parts = [p for p in str(value).split(",") if p.strip()]
+        try:
+            out = tuple(self.item(p) for p in parts)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a comma-separated list of {self.item.__name__}", param, ctx)
+        if self.length is not None and len(out) != self.length:
+            self.fail(f"{value!r}: expected {self.length} comma-separated values", param, ctx)
+        return out
+
+
+def _field_option(f, hint, overrides: dict) -> click.Option:
+    """The click option of one dataclass field (see :func:`config_options`)."""
+    import dataclasses
+    import typing
+
+    meta = {**dict(f.metadata or {}), **overrides}
+    opt = meta.get("flag", "--" + f.name.replace("_", "-"))
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = f.default_factory()  # type: ignore[misc]
+    else:
+        default = None
+    args = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
+    base = args[0] if len(args) == 1 else hint
+    kw: dict = {"default": default, "help": meta.get("help")}
+    if not kw["help"]:
+        raise TypeError(f"config_options: field {f.name!r} has no help text")
+    if "choices" in meta:
+        kw["type"] = click.Choice(list(meta["choices"]))
+    elif "type" in meta:
+        kw["type"] = meta["type"]
+    elif base is bool:
+        return click.Option([f"{opt}/--no-{opt[2:]}"], default=bool(default), show_default=True, help=kw["help"])
+    elif base in (int, float):
+        lo, hi = meta.get("min"), meta.get("max")
+        if lo is not None or hi is not None:
+            rng = click.IntRange if base is int else click.FloatRange
+            kw["type"] = rng(min=lo, max=hi, min_open=meta.get("min_open", False))
+        else:
+            kw["type"] = base
+    elif typing.get_origin(base) in (list, tuple) or base in (list, tuple):
+        inner = (typing.get_args(base) or (float,))[0]
+        kw["type"] = CommaList(inner if inner is not Ellipsis else float)
+        kw["default"] = ",".join(map(str, default)) if default else None
+    else:
+        kw["type"] = str
+    return click.Option([opt], show_default=default is not None and default != "", **kw)
+
+
+def config_options(cls, arg: str = "cfg", exclude: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
+                   **overrides: dict) -> Callable:
+    """Declare a config dataclass's fields as click options once, and hand the command ``cfg``.
+
+    Every field ``name`` becomes ``--name`` (underscores as dashes) with the field's default and
+    type (bool -> ``--x/--no-x``; ``X | None`` -> X with default None; a list/tuple -> comma-separated
+    values). The field's ``metadata`` (or a keyword ``name={...}`` here) gives ``help`` (required),
+    and optionally ``choices``, ``min``/``max``, a click ``type`` or another ``flag``. The command
+    receives ``arg=cls(**values)``, already ``check()``-ed; the manifest still records every option.
+    """
+    import dataclasses
+    import functools
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    fields = [f for f in dataclasses.fields(cls)
+              if f.init and f.name not in exclude and (only is None or f.name in only)]
+    unknown = set(overrides) - {f.name for f in fields}
+    if unknown:
+        raise TypeError(f"config_options({cls.__name__}): no fields {sorted(unknown)}")
+    options = [_field_option(f, hints[f.name], overrides.get(f.name, {})) for f in fields]
+    names = [f.name for f in fields]
+
+    def deco(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            values = {n: kwargs.pop(n) for n in names}
+            kwargs[arg] = build_config(cls, values)
+            return fn(*args, **kwargs)
+
+        wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+        wrapper.__click_params__.extend(reversed(options))  # type: ignore[attr-defined]
+        return wrapper
+
+    return deco
+
+
+def build_config(cls, values: dict):
+    """``cls(**values)`` (tuples where the field's default is a list become lists), then its
+    ``check()``; a value the dataclass rejects is a usage error (exit 2)."""
+    import dataclasses
+
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            v = values[f.name]
+            if isinstance(v, tuple) and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                v = list(v)
+            kw[f.name] = v
+    try:
+        cfg = cls(**kw)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    check = getattr(cfg, "check", None)
+    if callable(check):
+        check()
+    return cfg
 
 
 def shard_option() -> Callable:
@@ -173,12 +334,16 @@ def _parse_shard(ctx, param, value: str) -> tuple[int, int]:
     return k, n
 
 
-def checkpoint_file(output: str, resume: bool) -> Path:
-    """The training checkpoint kept beside OUTPUT (``OUTPUT.ckpt.pt``); with ``resume`` it must exist."""
-    ckpt = Path(str(output) + ".ckpt.pt")
-    if resume and not ckpt.is_file():
-        raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
-    return ckpt
+def checkpoint_options(what: str = "training") -> Callable:
+    """``--checkpoint-every N`` and ``--resume``, declared once for every training command; the
+    command gets them as ``checkpoint_every`` and ``resume`` and passes them to
+    :meth:`Run.checkpointer`."""
+    return option_group([
+        click.option("--checkpoint-every", type=click.IntRange(min=0), default=100, show_default=True,
+                     help=f"Write OUTPUT.ckpt.pt every N {what} steps (0: never); removed when the run ends."),
+        click.option("--resume", is_flag=True, help="Continue from OUTPUT.ckpt.pt (same inputs, options and "
+                     "seed) to the same output bytes as an uninterrupted run."),
+    ])
 
 
 def shard_slice(count: int, shard: tuple[int, int]) -> range:
@@ -187,30 +352,64 @@ def shard_slice(count: int, shard: tuple[int, int]) -> range:
     return range((k - 1) * count // n, k * count // n)
 
 
+def add_demo(group: "ToolGroup", runner: str, doc: str, options: list[Callable] = (), device: bool = False,
+             **command_kw) -> click.Command:
+    """The tool's ``demo`` subcommand, built once for every tool: ``--outdir`` (default
+    ``outputs/demo/<tool>``, built atomically as ``<outdir>.partial``), the given options, and one
+    call ``runner(folder, seed=..., [device=...,] **options)`` (``runner`` is ``"module:function"``,
+    imported only when the demo runs) whose summary is returned with ``outdir`` added."""
+
+    def demo(run, outdir, **opts):
+        from importlib import import_module
+
+        module, _, fn = runner.partition(":")
+        call = getattr(import_module(module), fn)
+        extra = {"device": run.device} if device else {}
+        with run.run_dir(outdir) as folder:
+            summary = call(folder, seed=run.seed, **extra, **opts)
+        return {**summary, "outdir": outdir}
+
+    demo.__doc__ = doc
+    demo = option_group([output_option("Run directory (built as <outdir>.partial).", directory=True,
+                                       flags=("--outdir",), name="outdir", default=f"outputs/demo/{group.tool}"),
+                         *options])(demo)
+    return group.command("demo", device=device, **command_kw)(demo)
+
+
 # --------------------------------------------------------------------------- the run
 
 
 class Run:
-    """Passed as the first argument to every subcommand function."""
+    """Passed as the first argument to every subcommand function.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) only rank 0 checks, writes and records outputs and the
+    manifest; the other ranks compute and take part in the collective operations."""
 
     def __init__(self, ctx: click.Context, tool: str, shared: dict):
+        from icmlkit.lib.core.runtime import env_rank
+
         self.tool = tool
         self.command = ctx.info_name
-        self.seed: int = shared["seed"]
-        self.device_spec: str = shared["device"]
+        self.seed: int = shared.get("seed", 0)
+        self.device_spec: str | None = shared.get("device")
         self.json: bool = shared["json_out"]
         self.overwrite: bool = shared["overwrite"]
-        self.write_manifest: bool = not shared["no_manifest"]
+        self.is_main = env_rank() == 0
+        self.write_manifest: bool = not shared["no_manifest"] and self.is_main
         self.manifest = Manifest(tool, self.command, sys.argv[1:])
-        self.manifest.seed = self.seed
+        self.manifest.seed = self.seed if "seed" in shared else None
         self.stdout_is_data = False
         self._outputs: list[str] = []
         self._device = None
+        self._dist = None
         self._check_failure: str | None = None
 
     @property
     def device(self):
         """The torch device (resolved on first use, so commands without torch never import it)."""
+        if self.device_spec is None:
+            raise RuntimeError(f"{self.tool} {self.command} uses a device: declare it with "
+                               "@group.command(device=True)")
         if self._device is None:
             from icmlkit.lib.core.runtime import resolve_device
 
@@ -218,10 +417,27 @@ class Run:
             self.manifest.device = str(self._device)
         return self._device
 
+    @property
+    def dist(self):
+        """This process's :class:`~icmlkit.lib.core.runtime.Dist` (torch.distributed is initialised
+        on first use under torchrun: NCCL on a CUDA device, gloo otherwise)."""
+        if self._dist is None:
+            from icmlkit.lib.core.runtime import distributed
+
+            self._dist = distributed(self.device if self.device_spec is not None else None)
+            if self._dist.active:
+                self.manifest.distributed = {"world_size": self._dist.world, "backend": self._dist.backend}
+        return self._dist
+
     def input(self, path):
         """Record an input for the manifest; returns ``path``."""
         self.manifest.add_input(path)
         return path
+
+    def builtin_input(self, name: str, package: str) -> str:
+        """Record a data set shipped by a package (e.g. ``skfolio:sp500``) with the package's version."""
+        self.manifest.add_builtin(name, package)
+        return name
 
     def output(self, path):
         """Declare an output before computing: checks ``--overwrite`` and the folder; returns it.
@@ -235,16 +451,34 @@ class Run:
                 raise UsageError("--json and -o - both write to stdout; choose one")
             self.stdout_is_data = True
             return path
-        check_writable(path, self.overwrite)
-        if self.write_manifest:
-            check_writable(manifest_path_for(path), self.overwrite)
+        if self.is_main:
+            check_writable(path, self.overwrite)
+            if self.write_manifest:
+                check_writable(manifest_path_for(path), self.overwrite)
         return path
 
     def wrote(self, path) -> None:
         """Mark ``path`` as written by this run (removed again if the run fails later)."""
-        if path is not None and not is_stdio(path):
+        if path is not None and not is_stdio(path) and self.is_main:
             self._outputs.append(str(path))
             self.manifest.add_output(path)
+
+    def save(self, path, writer: Callable, *args, **kwargs) -> None:
+        """``writer(path, *args, **kwargs)`` then :meth:`wrote` on the main process only (the one
+        call for writing an output of a command that may run under torchrun)."""
+        if path is not None and self.is_main:
+            writer(path, *args, **kwargs)
+            self.wrote(path)
+
+    def checkpointer(self, output, every: int, resume: bool):
+        """The :class:`~icmlkit.lib.core.checkpoint.Checkpointer` of ``OUTPUT.ckpt.pt`` (recorded as an
+        input when resuming)."""
+        from icmlkit.lib.core.checkpoint import Checkpointer
+
+        ckpt = Checkpointer(str(output) + ".ckpt.pt", every=every, resume=resume, is_main=self.is_main)
+        if resume:
+            self.input(ckpt.path)
+        return ckpt
 
     @contextlib.contextmanager
     def run_dir(self, path):
@@ -277,7 +511,7 @@ class Run:
         status = "check_failed" if self._check_failure else "ok"
         if self.write_manifest and self._outputs:
             self.manifest.write(manifest_path_for(self._outputs[0]), status)
-        if summary is not None:
+        if summary is not None and self.is_main:
             emit_summary(summary, self.json, to_stderr=self.stdout_is_data)
         if self._check_failure:
             raise CheckFailed(self._check_failure)
@@ -309,23 +543,26 @@ class PipeClosed(Exception):
 class ToolCommand(click.Command):
     """A subcommand with the shared options; its function gets a :class:`Run` first."""
 
-    def __init__(self, *args, tool: str, **kwargs):
+    def __init__(self, *args, tool: str, device: bool = False, seed: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.tool = tool
         prefix = "ICMLKIT_" + tool.upper().replace("-", "_") + "_"
         for p in self.params:
             if isinstance(p, click.Option) and p.envvar is None:
                 p.envvar = prefix + p.name.upper()
-        self.params.extend(_shared_params())
+        self.omitted = tuple(n for n, keep in (("device", device), ("seed", seed)) if not keep)
+        self.params.extend(_shared_params(self.omitted))
 
     def invoke(self, ctx: click.Context):
         sources = {name: _SOURCES.get(ctx.get_parameter_source(name), "default") for name in ctx.params}
         params = dict(ctx.params)
-        shared = {name: ctx.params.pop(name) for name in SHARED}
+        shared = {name: ctx.params.pop(name) for name in SHARED if name in ctx.params}
         _state["debug"] = bool(shared["debug"])
         console.configure(shared["verbose"] - shared["quiet"], progress=not shared["no_progress"])
         run = Run(ctx, self.tool, shared)
         run.manifest.set_params(params, sources)
+        if run.device_spec is not None:
+            run.device  # noqa: B018 - resolve now: --device cuda without a GPU exits 4 before any work
         try:
             summary = ctx.invoke(self.callback, run, **ctx.params)
             run._finish(summary)
@@ -340,8 +577,20 @@ class ToolCommand(click.Command):
         return summary
 
 
-class ToolGroup(click.Group):
-    """The click group of one tool; ``@group.command()`` makes :class:`ToolCommand` subcommands."""
+class PipeAwareGroup(click.Group):
+    """A click group under which a closed stdout (``| head -1``) ends the run with exit 0 (click alone
+    turns the broken pipe into exit 1)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise PipeClosed() from None
+
+
+class ToolGroup(PipeAwareGroup):
+    """The click group of one tool; ``@group.command()`` makes :class:`ToolCommand` subcommands
+    (``device=True`` adds ``--device``, ``seed=False`` drops ``--seed``)."""
 
     def __init__(self, tool: str, **kwargs):
         kwargs.setdefault("context_settings", {"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -403,3 +652,10 @@ def _error(message: str, code: int) -> int:
     first = " ".join(str(message).split("\n"))
     sys.stderr.write(f"Error: {first}\n")
     return code
+
+
+def checkpoint_file(output: str, resume: bool) -> Path:  # TRANSITIONAL: removed once the tools use Run.checkpointer
+    ckpt = Path(str(output) + ".ckpt.pt")
+    if resume and not ckpt.is_file():
+        raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
+    return ckpt

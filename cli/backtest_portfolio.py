@@ -188,7 +188,7 @@ def _load(run, model_path, market):
     return model, cfg, meta
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("model_path", metavar="MODEL")
 @click.argument("prices")
 @click.option("--date", "date", required=True, help="Rebalancing date D (the last trading day <= D is used).")
@@ -303,7 +303,7 @@ def backtest(run, prices, strategy, model_path, output, is_returns, max_gap, k, 
     return {**summary, "outdir": output}
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("results", nargs=-1, required=True)
 @output_option("Folder for report.md, report.csv, summary.json, equity.png.", required=True)
 def report(run, results, output):

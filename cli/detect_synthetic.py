@@ -89,7 +89,7 @@ def _check_model_output(output):
         raise click.BadParameter(f"{output}: the model is written as .pt (weights only)", param_hint="-o")
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=False))
 @output_option("The model file (.pt: weights only, with its config).", required=True)
 @method_option
@@ -191,7 +191,7 @@ def _rows(paths, out: dict, fmt: str) -> str:
     return buf.getvalue()
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.argument("images", nargs=-1, required=True)
 @output_option("Per-image scores: .csv or .jsonl (path, score = probability generated, drift statistics).")
@@ -254,7 +254,7 @@ def score(run, model, images, output, fmt, batch_size, shard, skip_bad):
             "output": output}
 
 
-@cli.command(name="eval")
+@cli.command(name="eval", device=True)
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--real", "real", multiple=True, required=True, help="Real images (folder, file or list; repeatable).")
 @click.option("--fake", "fake", multiple=True, required=True,
@@ -329,7 +329,7 @@ def evaluate(run, model, real, fake, output, fail_under, skip_bad):
     return {**res, "method": det.config.method, "output": output}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("images", nargs=-1, required=True)
 @click.option("--real", "real", multiple=True, help="A reference set (real images): adds a one-sided "
               "Mann-Whitney test that IMAGES drift more than it.")
@@ -437,7 +437,7 @@ def make_benchmark(run, out_dir, train_generator, n_train, n_test, quick):
     return {**info, "outdir": out_dir}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.option("--outdir", default="outputs/demo/detect-synthetic", show_default=True,
               type=click.Path(file_okay=False), help="Run directory (built as <outdir>.partial).")
 def demo(run, outdir):

@@ -246,7 +246,7 @@ estimator_options = [
 _est = option_group(estimator_options)
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("system")
 @click.argument("model")
 @click.argument("frames")
@@ -379,7 +379,7 @@ def baseline(run, system, temperature, inpcrd, windows, frames_per_window, inter
     return out
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.option("--name", default=None, help="Write this built-in system's JSON spec to -o.")
 @output_option("With --name: the spec file (.json).")
 def systems(run, name, output):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from icmlkit.cli._common import make_main
+from icmlkit.cli._common import PipeAwareGroup, make_main
 
 UMBRELLA = "icmlkit"
 
@@ -40,7 +40,7 @@ def _executable(name: str) -> str | None:
     return str(beside) if beside.exists() else shutil.which(name)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=PipeAwareGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="icmlkit", prog_name=UMBRELLA)
 def cli():
     """icmlkit: one command-line tool per method of nineteen ICML 2026 papers.

@@ -63,7 +63,7 @@ lp_time_option = click.option("--lp-time-limit", type=click.FloatRange(min=0, mi
                               "and lp_value is no longer an upper bound (status says so).")
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("instance")
 @output_option("Save the fractional solution (.npz) for reuse by `solve --lp`.")
 @lp_method_option
@@ -89,7 +89,7 @@ def lp(run, instance, output, lp_method, lp_time_limit):
             "status": sol.status, "lp_method": lp_method}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("instance")
 @output_option("Write the colouring as CSV (vertex,colour) with the instance's own ids.")
 @click.option("--algorithm", "-a", type=click.Choice(ALGORITHMS), default="best", show_default=True,
@@ -148,7 +148,7 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
     return summary
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("instance")
 @click.argument("colouring")
 def evaluate(run, instance, colouring):
@@ -207,7 +207,7 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, output):
     return {"kind": kind, **_size(H), "output": output}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.option("--outdir", default="outputs/demo/solve-maxecc", show_default=True,
               type=click.Path(file_okay=False), help="Run directory (built as <outdir>.partial).")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)

@@ -90,7 +90,7 @@ def _check_npz_output(output, what="activations"):
         raise click.BadParameter(".npz output cannot go to stdout; give a file name", param_hint="-o")
 
 
-@cli.command()
+@cli.command(device=True, seed=False)
 @click.argument("args", nargs=-1, required=True, metavar="[MODEL] TEXTS")
 @output_option("Write the activations (.npz).", required=True)
 @_layers_option()
@@ -141,7 +141,7 @@ def embed(run, args, output, layers, site, pool, batch_size, max_length, dtype, 
             "output": output}
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.option("--neutral", "neutral_path", default=None,
               help="Neutral activations (.npz): mu0 and Sigma. Not needed for casteer.")
 @click.option("--source", "sources", multiple=True, required=True,
@@ -281,7 +281,7 @@ def fit(run, neutral_path, sources, targets, method, beta, clip, renormalize, sh
             "shrinkage": first.info["shrinkage"], "seconds": round(time.perf_counter() - t0, 4), "output": output}
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("steer")
 @click.argument("arrays")
 @output_option("Write the steered arrays (.npz; every other array is copied).", required=True)
@@ -339,7 +339,7 @@ def apply(run, steer, arrays, output, strength, key):
             "seconds": round(secs, 4), "vectors_per_second": round(n / secs, 1) if secs > 0 else None, "output": output}
 
 
-@cli.command(name="run")
+@cli.command(name="run", device=True, seed=False)
 @click.argument("args", nargs=-1, required=True, metavar="[MODEL] STEER TEXTS")
 @output_option("Write the steered activations (.npz, as embed writes).", required=True)
 @click.option("--strength", type=float, default=None, help="Replace every step's beta (applied at each layer).")
@@ -400,7 +400,7 @@ def run_cmd(run, args, output, strength, layers, pool, batch_size, max_length, d
             "disturbance": disturbance, "seconds": round(time.perf_counter() - t0, 3), "output": output}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("steers", nargs=-1, required=True, metavar="STEER...")
 @click.option("--model", default=None, help="MODEL (default: the one named in the first steering file).")
 @click.option("--source", "source_path", required=True, help="Held-out source-concept texts.")
@@ -525,7 +525,7 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
             "table": output, "plot": plot}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.option("--outdir", default="outputs/demo/steer-concept", show_default=True,
               type=click.Path(file_okay=False), help="Run directory (built as <outdir>.partial).")
 def demo(run, outdir):

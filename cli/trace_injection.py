@@ -87,7 +87,7 @@ def _scorer(judge_url, judge_model):
     return InstructionJudge(ChatClient(judge_url, judge_model))
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("traces", nargs=-1, required=True)
 @output_option("Write one JSON verdict per line (JSONL).")
 @threshold_option
@@ -145,7 +145,7 @@ def detect(run, traces, output, threshold, model_file, sinks_file, shard, judge_
             "traces_per_second": round(len(records) / secs, 2) if secs > 0 else None, "output": output}
 
 
-@cli.command()
+@cli.command(seed=False)
 @click.argument("trace")
 @click.option("--id", "trace_id", default=None, help="Which trace of a multi-trace file (default: the first).")
 @click.option("--format", "fmt", type=click.Choice(["text", "dot", "graphml", "json"]), default="text",
@@ -255,7 +255,7 @@ def fit(run, traces, kind, output, sinks_file):
             "train_auroc": m["auroc"], "features": head.features, "output": output}
 
 
-@cli.command(name="eval")
+@cli.command(name="eval", seed=False)
 @click.argument("traces", nargs=-1, required=True)
 @click.option("--model", "model_file", default=None, help="A model from `fit`; without it the default causal "
               "detector (effect threshold 0.5, no fitting).")

@@ -139,7 +139,7 @@ def _pad_sh(g, degree):
     return g.replace(shN=torch.cat([g.shN, extra], 1), sh_degree=degree)
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("scene")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The fitted scene as a standard 3DGS .ply (a file, not stdout).")
@@ -200,7 +200,7 @@ def fit(run, scene, output, optimizer, metrics, resume, checkpoint_every, **kw):
     return {**res.summary, "output": output, "metrics": metrics, "resumed_from": state["step"] if state else None}
 
 
-@cli.command()
+@cli.command(device=True, seed=False)
 @click.argument("splats")
 @click.argument("cameras")
 @click.option("--outdir", required=True, type=click.Path(file_okay=False), help="Folder of PNGs (built atomically).")
@@ -250,7 +250,7 @@ def render(run, splats, cameras, outdir, background, size, tile_size):
     return {"outdir": outdir, "n_views": len(cams), "width": cams.width, "height": cams.height}
 
 
-@cli.command(name="eval")
+@cli.command(name="eval", device=True, seed=False)
 @click.argument("splats")
 @click.argument("scene")
 @click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
@@ -307,7 +307,7 @@ def make_scene(run, output, n_gaussians, size, n_train, n_test, sh_degree, fov):
     return {"output": output, **info}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.argument("scene")
 @click.option("--outdir", required=True, type=click.Path(file_okay=False), help="Run folder (built atomically).")
 @_fit_options
@@ -333,7 +333,7 @@ def compare(run, scene, outdir, **kw):
     return {**{k: v for k, v in s.items() if k != "table"}, "outdir": outdir}
 
 
-@cli.command()
+@cli.command(device=True)
 @click.option("--outdir", default="outputs/demo/train-3dgs", show_default=True, type=click.Path(file_okay=False),
               help="Run directory (built as <outdir>.partial).")
 @click.option("--iters", type=click.IntRange(min=2), default=120, show_default=True)

@@ -167,6 +167,108 @@ def write_json(path: str | os.PathLike, obj) -> None:
     write_text(path, dumps_json(obj))
 
 
+def parse_json(text: str, where: str, expect: type | tuple | None = None, what: str = "JSON", line: int | None = None):
+    """``text`` decoded as JSON; an :class:`InputError` naming ``where`` (and the line) otherwise.
+
+    ``expect`` (``dict``, ``list`` or a tuple of types) is the type the top level must have."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = line if line is not None else exc.lineno
+        raise InputError(f"not valid {what} ({exc.msg}, column {exc.colno})", where, at) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"not valid {what} ({exc})", where, line) from None
+    if expect is not None and not isinstance(obj, expect):
+        names = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
+        want = " or ".join(names.get(t, t.__name__) for t in (expect if isinstance(expect, tuple) else (expect,)))
+        raise InputError(f"expected {want} at the top level of the {what}, found {type(obj).__name__}", where, line)
+    return obj
+
+
+def load_json(path: str | os.PathLike, expect: type | tuple | None = dict, what: str = "JSON"):
+    """A JSON file (``-`` is stdin, ``.gz`` is decompressed) through :func:`parse_json`: the one
+    wording of every JSON error (missing file, not UTF-8, bad syntax with line and column, wrong
+    top-level type)."""
+    with open_text(path) as fh:
+        text = fh.read()
+    return parse_json(text, display_name(path), expect, what)
+
+
+def read_jsonl(path: str | os.PathLike, what: str = "JSON Lines") -> list[tuple[int, dict]]:
+    """``(line number, object)`` of every non-blank line of a JSON Lines file; each must be an object."""
+    rows = []
+    with open_text(path) as fh:
+        for ln, raw in enumerate(fh, 1):
+            if raw.strip():
+                rows.append((ln, parse_json(raw, display_name(path), dict, what, line=ln)))
+    return rows
+
+
+ROW_FORMATS = (".csv", ".jsonl", ".parquet")
+
+
+def rows_format(path: str | os.PathLike, default: str = ".csv") -> str:
+    """The row format of ``path`` by its suffix (``-``: ``default``); an InputError for others."""
+    if is_stdio(path):
+        return default
+    fmt = suffix(path)
+    if fmt not in ROW_FORMATS:
+        raise InputError(f"expected a {', '.join(ROW_FORMATS)} file for a table", str(path))
+    return fmt
+
+
+def write_rows(path: str | os.PathLike, rows: list[dict], columns: list[str] | None = None,
+               fmt: str | None = None, float_format: str | None = None) -> None:
+    """Write a table atomically as CSV, JSON Lines or Parquet, chosen by ``path``'s suffix (or
+    ``fmt``; ``-`` writes CSV or JSON Lines to stdout). ``columns`` fixes the column order (default:
+    the keys of the first row, then any new keys in order of appearance); a missing value is empty
+    in CSV and null in JSON Lines. Floats are written with ``repr`` (exact round trip) unless
+    ``float_format`` (e.g. ``"%.6g"``) is given."""
+    fmt = fmt if fmt is not None else rows_format(path)
+    fmt = fmt if fmt.startswith(".") else "." + fmt
+    if columns is None:
+        columns = []
+        for r in rows:
+            columns.extend(k for k in r if k not in columns)
+    if fmt == ".parquet":
+        if is_stdio(path):
+            raise InputError("Parquet cannot be written to stdout; name a .parquet file", "-")
+        from icmlkit.lib.core.errors import require_module
+
+        pa = require_module("pyarrow", "portfolio", "pyarrow")
+        import pyarrow.parquet as pq
+
+        table = pa.table({c: [r.get(c) for r in rows] for c in columns})
+        buf = pa.BufferOutputStream()
+        pq.write_table(table, buf)
+        write_bytes(path, buf.getvalue().to_pybytes())
+        return
+    if fmt == ".jsonl":
+        text = "".join(json.dumps({c: r.get(c) for c in columns}, ensure_ascii=False, allow_nan=False) + "\n"
+                       for r in rows)
+    elif fmt == ".csv":
+        import csv
+
+        def cell(v):
+            if v is None:
+                return ""
+            if isinstance(v, float) and float_format is not None:
+                return float_format % v
+            if isinstance(v, (list, dict)):
+                return json.dumps(v, ensure_ascii=False)
+            return v
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([cell(r.get(c)) for c in columns] for r in rows)
+        text = buf.getvalue()
+    else:
+        raise InputError(f"cannot write a table as {fmt}; expected one of {', '.join(ROW_FORMATS)}", str(path))
+    with atomic_write(path) as fh:
+        fh.write(text)
+
+
 def write_npz(path: str | os.PathLike, **arrays) -> None:
     """Save arrays as an uncompressed .npz through :func:`atomic_write` (byte-identical reruns)."""
     import numpy as np

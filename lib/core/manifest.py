@@ -16,7 +16,31 @@ from pathlib import Path
 
 from icmlkit.lib.core.io import is_stdio, sha256_file, write_json
 
-_SECRET = re.compile(r"(key|token|secret|password|passwd|credential|auth)", re.I)
+# Secrets are recognised by the *option name*, never by a substring of a value or a path: a parameter
+# named key, api_key, token, password, secret (or ending in _key, _token, _password, _secret) is
+# redacted, and so is the argv value after such a flag (``--api-key VALUE`` or ``--api-key=VALUE``).
+_SECRET_NAME = re.compile(r"^(?:.*[_-])?(key|token|password|passwd|secret|credentials?)$", re.I)
+REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a parameter or flag name that holds a secret (``api_key``, ``--hf-token``, ...)."""
+    return bool(_SECRET_NAME.match(str(name).lstrip("-")))
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of every secret flag replaced (both ``--x V`` and ``--x=V``)."""
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append(REDACTED)
+            hide = False
+        elif a.startswith("-") and "=" in a and is_secret_name(a.split("=", 1)[0]):
+            out.append(a.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(a)
+            hide = a.startswith("-") and is_secret_name(a)
+    return out
 
 
 def _utc_now() -> str:
@@ -51,7 +75,7 @@ def file_record(path: str | os.PathLike) -> dict:
 
 
 def _redact(name: str, value):
-    return "<redacted>" if _SECRET.search(name) and value not in (None, "") else value
+    return REDACTED if is_secret_name(name) and value not in (None, "", False) else value
 
 
 class Manifest:
@@ -64,6 +88,8 @@ class Manifest:
         self.params: dict = {}
         self.sources: dict = {}
         self.inputs: list[str] = []
+        self.builtins: list[dict] = []
+        self.distributed: dict | None = None
         self.outputs: list[tuple[str, str]] = []  # (path recorded, path read now)
         self.seed: int | None = None
         self.device: str | None = None
@@ -78,6 +104,12 @@ class Manifest:
         if path is not None and not is_stdio(path) and str(path) not in self.inputs:
             self.inputs.append(str(path))
 
+    def add_builtin(self, name: str, package: str) -> None:
+        """Record a data set shipped by a package (``skfolio:sp500``) with that package's version."""
+        entry = {"path": name, "kind": "builtin", "package": package, "version": _version(package)}
+        if entry not in self.builtins:
+            self.builtins.append(entry)
+
     def add_output(self, path, recorded_as=None) -> None:
         """Record an output; ``recorded_as`` names it where it will end up (e.g. a run folder
         that is still ``<dir>.partial`` while the manifest is written)."""
@@ -91,11 +123,12 @@ class Manifest:
             "tool": self.tool,
             "command": self.command,
             "version": _version("icmlkit"),
-            "argv": [_redact(a, a) for a in self.argv],
+            "argv": redact_argv(self.argv),
             "parameters": self.params,
             "parameter_sources": self.sources,
             "seed": self.seed,
             "device": self.device,
+            "distributed": self.distributed,
             "environment": {
                 "python": platform.python_version(),
                 "platform": platform.platform(),
@@ -103,7 +136,7 @@ class Manifest:
                 "numpy": _version("numpy"),
             },
             "git_commit": git_commit(),
-            "inputs": [file_record(p) for p in self.inputs if Path(p).exists()],
+            "inputs": [file_record(p) for p in self.inputs if Path(p).exists()] + self.builtins,
             "outputs": [{**file_record(p), "path": shown} for shown, p in self.outputs if Path(p).exists()],
             "started_utc": self.started,
             "ended_utc": _utc_now(),
@@ -131,4 +164,4 @@ def manifest_path_for(output) -> str:
     return str(p / "manifest.json") if p.is_dir() else str(p) + ".manifest.json"
 
 
-__all__ = ["Manifest", "manifest_path_for", "file_record", "git_commit"]
+__all__ = ["Manifest", "manifest_path_for", "file_record", "git_commit", "is_secret_name", "redact_argv"]

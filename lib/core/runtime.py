@@ -1,26 +1,39 @@
-"""Devices, seeds and torch.distributed initialisation, in one place."""
+"""Devices, seeds and torch.distributed, in one place.
+
+- :func:`resolve_device`: ``auto|cpu|cuda[:N]``; CUDA asked for but absent is exit 4.
+- :func:`stream_seed` / :func:`generator` / :func:`seeded`: independent *named* random streams
+  derived from one user seed (``generator(seed, "batches")``, ``generator(seed, "noise")``), so no
+  library code seeds the global RNG or adds magic offsets to a seed.
+- :class:`Dist` / :func:`distributed`: rank-awareness under ``torchrun`` (``WORLD_SIZE`` > 1):
+  torch.distributed with gloo on CPU and NCCL on CUDA, the rank's slice of a global batch, DDP.
+"""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+from dataclasses import dataclass
 
 from icmlkit.lib.core.errors import EnvironmentProblem, UsageError
 
 
 def resolve_device(spec: str = "auto"):
-    """``auto`` -> CUDA when available else CPU; ``cpu``; ``cuda`` / ``cuda:N`` (exit 4 if absent)."""
+    """``auto`` -> CUDA when available else CPU; ``cpu``; ``cuda`` / ``cuda:N`` (exit 4 if absent).
+
+    Under torchrun with CUDA, ``auto`` and ``cuda`` mean this process's GPU (``LOCAL_RANK``)."""
     import torch
 
     spec = (spec or "auto").strip().lower()
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if spec == "cpu":
+    if spec == "cpu" or (spec == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
-    if spec == "cuda" or spec.startswith("cuda:"):
+    if spec in ("auto", "cuda") or spec.startswith("cuda:"):
         if not torch.cuda.is_available():
             raise EnvironmentProblem(
                 f"--device {spec} asked for CUDA but torch sees no GPU; install a CUDA build of torch "
                 "or use --device cpu"
             )
+        if spec in ("auto", "cuda") and "LOCAL_RANK" in os.environ:
+            spec = f"cuda:{int(os.environ['LOCAL_RANK'])}"
         dev = torch.device(spec)
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise EnvironmentProblem(f"--device {spec}: only {torch.cuda.device_count()} GPU(s) visible")
@@ -28,27 +41,129 @@ def resolve_device(spec: str = "auto"):
     raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, not {spec!r}")
 
 
-def generator(seed: int, device=None):
-    """A seeded ``torch.Generator`` on ``device``'s type (CPU by default)."""
+# --------------------------------------------------------------------------- named random streams
+
+
+def stream_seed(seed: int, stream: str = "") -> int:
+    """The 63-bit seed of the named ``stream`` of ``seed`` (``stream=""`` is ``seed`` itself).
+
+    Streams are independent by construction (a hash of ``seed`` and the name), so two parts of a
+    method never share random numbers by accident and adding a stream changes no other."""
+    if not stream:
+        return int(seed)
+    digest = hashlib.sha256(f"{int(seed)}/{stream}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def generator(seed: int, stream: str = "", *, device=None):
+    """A ``torch.Generator`` on ``device``'s type (CPU by default) seeded with ``stream_seed``."""
     import torch
 
     dev = torch.device(device) if device is not None else torch.device("cpu")
     g = torch.Generator(device=dev)
-    g.manual_seed(int(seed))
+    g.manual_seed(stream_seed(seed, stream))
     return g
 
 
-def init_distributed():  # pragma: no cover - exercised under torchrun only
-    """Initialise torch.distributed when ``WORLD_SIZE`` > 1 (gloo on CPU, NCCL on GPU).
+def numpy_rng(seed: int, stream: str = ""):
+    """A ``numpy.random.Generator`` for the named stream of ``seed``."""
+    import numpy as np
 
-    Returns ``(rank, world_size)``; ``(0, 1)`` for a single process.
-    """
+    return np.random.default_rng(stream_seed(seed, stream))
+
+
+@contextlib.contextmanager
+def seeded(seed: int, stream: str = ""):
+    """Run a block (e.g. ``nn.Module`` construction, which draws from torch's global RNG) with the
+    global CPU RNG seeded from the named stream, restoring the caller's RNG state afterwards."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, stream))
+        yield
+
+
+# --------------------------------------------------------------------------- torch.distributed
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in a torchrun job (``rank 0 of 1`` for a plain process)."""
+
+    rank: int = 0
+    world: int = 1
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def split(self, global_batch: int) -> slice:
+        """This rank's contiguous part of a global batch of ``global_batch`` items (every rank gets
+        the same count, so averaging the ranks' mean gradients gives the global mean gradient)."""
+        if global_batch % self.world:
+            raise UsageError(f"the batch of {global_batch} does not split evenly over {self.world} processes; "
+                             f"use a batch that is a multiple of the process count")
+        per = global_batch // self.world
+        return slice(self.rank * per, (self.rank + 1) * per)
+
+    def wrap(self, module, device=None):
+        """``module`` wrapped in DistributedDataParallel when the job has several processes."""
+        if not self.active:
+            return module
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device is not None and getattr(device, "type", "cpu") == "cuda" else None
+        return DistributedDataParallel(module, device_ids=ids)
+
+    def all_mean(self, value: float) -> float:
+        """The mean of a scalar over the ranks (``value`` itself for one process)."""
+        if not self.active:
+            return float(value)
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        if self.backend == "nccl":
+            t = t.cuda()
+        dist.all_reduce(t)
+        return float(t.item()) / self.world
+
+    def barrier(self) -> None:
+        if self.active:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+_DIST: dict = {}
+
+
+def distributed(device=None) -> Dist:
+    """Initialise torch.distributed once when ``WORLD_SIZE`` > 1 (NCCL when ``device`` is CUDA, else
+    gloo) and return this process's :class:`Dist`; ``Dist()`` for a plain process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return 0, 1
+        return Dist()
+    if "dist" in _DIST:
+        return _DIST["dist"]
     import torch
     import torch.distributed as dist
 
+    cuda = device is not None and getattr(device, "type", "cpu") == "cuda"
+    backend = "nccl" if cuda else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size()
+        if cuda:
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend)
+    _DIST["dist"] = Dist(dist.get_rank(), dist.get_world_size(), backend)
+    return _DIST["dist"]
+
+
+def env_rank() -> int:
+    """The torchrun rank from the environment (0 outside torchrun), without initialising anything."""
+    return int(os.environ.get("RANK", "0"))

@@ -203,7 +203,7 @@ class Detector(nn.Module):
         from icmlkit.lib.core.runtime import generator
 
         c = self.config
-        gen = generator(seed, self.device_)
+        gen = generator(seed, device=self.device_)
         with torch.no_grad():
             if c.rigid_space == "pixel":
                 f = self.encoder(x)
@@ -302,7 +302,7 @@ class Detector(nn.Module):
         real_idx = torch.nonzero(y == 0).flatten()
         fake_idx = torch.nonzero(y == 1).flatten()
         half = max(1, c.batch_size // 2)
-        g = generator(seed, "cpu")
+        g = generator(seed, device="cpu")
         params = list(self.probe.parameters()) + list(self.head.parameters())
         opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
         key = {"config": self.config.to_json(), "seed": seed,

@@ -32,9 +32,8 @@ def gadget_rounds(trials: int, seed: int, device) -> tuple[dict, dict]:
     fac = R.factors(H.r, H.k)
     per_trial, row = {}, {"instance": "rainbow-cycle gadget", "n": H.n, "m": H.m, "k": H.k, "r": H.r,
                           "lp_value": lp.value}
-    for i, (name, fn) in enumerate((("threshold-order", R.threshold_order), ("paired", R.paired),
-                                    ("scaled", R.scaled))):
-        rounds = fn(H, lp, trials, generator(seed + i), device=device)
+    for name, fn in (("threshold-order", R.threshold_order), ("paired", R.paired), ("scaled", R.scaled)):
+        rounds = fn(H, lp, trials, generator(seed, name), device=device)
         ratios = rounds.values / lp.value
         per_trial[name] = ratios
         row[f"{name}_mean_ratio"] = float(ratios.mean())

@@ -43,7 +43,7 @@ def _run_one(name: str, H, lp, trials, seed, derandomize, device) -> R.Rounds:
         return R.paired_derandomized(H, lp, device=device)
     # One generator per algorithm, seeded from ``seed``: each algorithm's draws do not depend on
     # which other algorithms ran before it.
-    gen = generator(seed + RANDOMIZED.index(name))
+    gen = generator(seed, name)
     fn = {"threshold-order": R.threshold_order, "paired": R.paired, "scaled": R.scaled}[name]
     return fn(H, lp, trials, gen, device=device)
 
