@@ -571,6 +571,10 @@ class ToolCommand(click.Command):
             raise PipeClosed() from None
         except CheckFailed:
             raise
+        except EOFError as exc:
+            # click would report an EOFError as an interruption (exit 130): it is a truncated input
+            run._rollback()
+            raise IcmlkitError(f"unexpected end of an input file (empty or truncated?): {exc}") from None
         except BaseException:
             run._rollback()
             raise

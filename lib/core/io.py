@@ -282,11 +282,16 @@ def load_npz(path: str | os.PathLike, required: tuple[str, ...] = ()) -> dict:
     """Load a .npz without pickles, checking that ``required`` keys are present."""
     import numpy as np
 
+    import zipfile
+
+    data = read_bytes(path)
     try:
-        with np.load(io.BytesIO(read_bytes(path)), allow_pickle=False) as z:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise ValueError("a single array, not an archive of named arrays")
             out = {k: z[k] for k in z.files}
-    except (ValueError, OSError) as exc:
-        raise InputError(f"not a readable .npz file ({exc})", display_name(path)) from None
+    except (ValueError, OSError, EOFError, TypeError, zipfile.BadZipFile) as exc:
+        raise InputError(f"not a readable .npz file ({exc or 'empty'})", display_name(path)) from None
     missing = [k for k in required if k not in out]
     if missing:
         raise InputError(f"missing arrays {missing}; expected {list(required)}", display_name(path))

@@ -1,0 +1,118 @@
+"""The malformed-input check every subcommand must pass (issue 14's fuzz check), in one place.
+
+A tool's test file lists its cases; each case is a subcommand's argv with one input slot ``{bad}``
+and the valid files it needs (made in ``tmp_path``). :func:`check_malformed` fills the slot with each
+kind of broken file (missing, empty, binary, a folder, truncated JSON / JSON Lines, a CSV with the
+wrong columns, NaN values, garbage .npz / .pt / .png / .safetensors / .ply) and asserts what the
+contract asks: exit 1 or 2, one ``Error:`` line (or click's usage message) on stderr with no
+traceback and no "rerun with --debug" fallback (an exception the library did not anticipate), and
+no output file left behind.
+
+The commands run in-process through the tool's ``run_cli`` (a subprocess per case would cost two
+seconds of imports each).
+
+Usage in ``tests/test_<tool>.py``::
+
+    from fuzzing import FuzzCase, check_malformed, KINDS
+    CASES = [FuzzCase("solve", ["solve", "{bad}", "-o", "{out}/c.csv"], suffix=".txt"), ...]
+
+    @pytest.mark.parametrize("case", CASES, ids=str)
+    def test_malformed_inputs(case, tmp_path, capsys):
+        check_malformed("solve-maxecc", case, tmp_path, capsys)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+from typing import Callable
+
+# every kind of broken file; each is (name, writer(path) -> None); "missing" writes nothing
+_GARBAGE = bytes(range(256)) * 4
+
+
+def _truncate(text: str) -> str:
+    return text[: max(1, len(text) // 2)]
+
+
+KINDS: dict[str, Callable[[Path], None]] = {
+    "missing": lambda p: None,
+    "empty": lambda p: p.write_bytes(b""),
+    "binary": lambda p: p.write_bytes(b"\x00\xff\xfe" + _GARBAGE),
+    "folder": lambda p: p.mkdir(),
+    "truncated_json": lambda p: p.write_text('{"nodes": [1, 2], "colour": '),
+    "truncated_jsonl": lambda p: p.write_text('{"a": 1}\n{"a": 2, "b": [1, 2'),
+    "wrong_csv": lambda p: p.write_text("foo,bar\nx,y\n1\n"),
+    "nan_csv": lambda p: p.write_text("a,b,c\nnan,1,2\n1,nan,inf\n"),
+    "garbage_npz": lambda p: p.write_bytes(b"PK\x03\x04" + _GARBAGE),
+    "garbage_pt": lambda p: p.write_bytes(b"PK\x03\x04\x14\x00" + _GARBAGE),
+    "garbage_png": lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n" + _GARBAGE),
+}
+DEFAULT_KINDS = ("missing", "empty", "binary", "folder")
+
+
+@dataclass
+class FuzzCase:
+    """One input slot of one subcommand.
+
+    ``argv``: the subcommand's arguments; ``{bad}`` is the broken input, ``{out}`` a fresh output
+    folder (every file the command would write must go under it), ``{name}`` any valid file made by
+    ``setup``. ``suffix``: the broken file's extension. ``kinds``: the kinds of breakage to try
+    (the four basic ones plus those that fit the format). ``setup(tmp_path) -> {name: path}`` makes
+    the valid inputs the command needs besides the broken one."""
+
+    command: str
+    argv: list[str]
+    suffix: str = ""
+    kinds: tuple[str, ...] = DEFAULT_KINDS
+    setup: Callable[[Path], dict] | None = None
+    label: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.command}:{self.label or self.suffix or 'input'}"
+
+
+def _tool_cli(tool: str):
+    module = import_module(f"icmlkit.cli.{tool.replace('-', '_')}")
+    return module.cli
+
+
+def run_inprocess(tool: str, argv: list[str], capsys) -> tuple[int, str, str]:
+    """``tool argv`` through the contract's ``run_cli``; returns (exit code, stdout, stderr)."""
+    from icmlkit.cli._common import run_cli
+
+    os.environ["ICMLKIT_NO_PROGRESS"] = "1"
+    capsys.readouterr()
+    code = run_cli(_tool_cli(tool), tool, [*argv, "--no-progress"])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def check_malformed(tool: str, case: FuzzCase, tmp_path: Path, capsys) -> None:
+    """Run ``case`` with every kind of broken input and assert the contract for each."""
+    problems = []
+    for kind in case.kinds:
+        base = tmp_path / kind
+        base.mkdir()
+        named = {k: str(v) for k, v in (case.setup(base) if case.setup else {}).items()}
+        out = base / "out"
+        out.mkdir()
+        bad = base / f"bad{case.suffix}"
+        KINDS[kind](bad)
+        argv = [a.format(bad=bad, out=out, **named) for a in case.argv]
+        code, stdout, stderr = run_inprocess(tool, argv, capsys)
+        left = sorted(p.name for p in out.iterdir())
+        why = []
+        if code not in (1, 2):
+            why.append(f"exit {code}")
+        if "Traceback" in stderr or "rerun with --debug" in stderr:
+            why.append("unanticipated exception")
+        if code == 1 and not stderr.startswith("Error:"):
+            why.append("no 'Error:' line")
+        if left:
+            why.append(f"left outputs {left}")
+        if why:
+            problems.append(f"{kind}: {', '.join(why)}: {stderr.strip()[:300]!r}")
+    assert not problems, f"{tool} {' '.join(case.argv)}:\n" + "\n".join(problems)
