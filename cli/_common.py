@@ -43,7 +43,7 @@ _SOURCES = {
     ParameterSource.DEFAULT: "default",
     ParameterSource.PROMPT: "prompt",
 }
-_state = {"debug": False}
+_state: dict = {"debug": False, "argv": sys.argv[1:]}  # argv: what run_cli parsed (recorded in the manifest)
 
 
 def _debug_wanted() -> bool:
@@ -396,7 +396,7 @@ class Run:
         self.overwrite: bool = shared["overwrite"]
         self.is_main = env_rank() == 0
         self.write_manifest: bool = not shared["no_manifest"] and self.is_main
-        self.manifest = Manifest(tool, self.command, sys.argv[1:])
+        self.manifest = Manifest(tool, self.command, _state["argv"])
         self.manifest.seed = self.seed if "seed" in shared else None
         self.stdout_is_data = False
         self._outputs: list[str] = []
@@ -623,6 +623,7 @@ def make_main(cli: click.Command, prog_name: str) -> Callable[..., None]:
 
 
 def run_cli(cli: click.Command, prog_name: str, argv: list[str] | None = None) -> int:
+    _state["argv"] = list(argv) if argv is not None else sys.argv[1:]
     try:
         rv = cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else EXIT_OK

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import click
 import pytest
 
 from conftest import REPO, run_tool
@@ -93,3 +94,81 @@ def test_version_list_and_completion():
         assert comp.returncode == 0
         for tool in ["icmlkit", *TOOLS]:
             assert "_" + tool.replace("-", "_").upper() + "_COMPLETE" in comp.stdout
+
+
+def _group(tool: str):
+    from importlib import import_module
+
+    mod, attr = console_scripts()[tool].split(":")
+    return getattr(import_module(mod), attr).cli
+
+
+def test_every_tool_has_tests_and_a_docs_page():
+    for tool in TOOLS:
+        mod = tool.replace("-", "_")
+        assert (REPO / "tests" / f"test_{mod}.py").is_file(), f"no tests/test_{mod}.py"
+        assert (REPO / "docs" / f"{tool}.md").is_file(), f"no docs/{tool}.md"
+        assert f"docs/{tool}.md" in (REPO / "README.md").read_text(), f"README.md does not link docs/{tool}.md"
+
+
+def test_extras_equal_the_makefile():
+    import re
+
+    extras = set(CFG["options.extras_require"])
+    line = re.search(r"^EXTRAS \?= *(\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert set(line.split(",")) == extras, f"Makefile EXTRAS and setup.cfg extras differ: {set(line.split(',')) ^ extras}"
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_every_subcommand_documents_its_json_keys(tool):
+    group = _group(tool)
+    for name, cmd in group.commands.items():
+        if any(p.name == "json_out" for p in cmd.params):
+            assert "JSON keys:" in (cmd.help or ""), f"{tool} {name} --help has no 'JSON keys:' block"
+
+
+# Tools whose package holds a synthetic generator with known answers, and the subcommand that
+# writes its data to files (DESIGN.md: generators are reachable from the tool's `generate`).
+GENERATORS = {"solve-maxecc": "generate", "detect-synthetic": "generate", "backtest-portfolio": "generate",
+              "steer-concept": "generate", "trace-injection": "generate", "train-3dgs": "generate",
+              "estimate-fe": "sample"}
+
+
+def test_every_synthetic_generator_is_reachable_from_the_shell():
+    for tool, command in GENERATORS.items():
+        assert command in _group(tool).commands, f"{tool} has no `{command}` subcommand for its generator"
+
+
+def _dummy_args(cmd) -> list[str]:
+    """Values that get every required parameter of ``cmd`` past click's parsing."""
+    args = []
+    for p in cmd.params:
+        if not p.required:
+            continue
+        if isinstance(p.type, click.Choice):
+            value = p.type.choices[0]
+        elif isinstance(p.type, (click.IntRange, click.FloatRange)):
+            value = p.type.min if p.type.min is not None else 1
+        else:
+            value = "x"
+        args += [str(value)] * (p.nargs if p.nargs > 0 else 1) if isinstance(p, click.Argument) else [p.opts[0], str(value)]
+    return args
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_device_is_offered_only_where_it_is_honoured(tool, capsys):
+    """--device cuda without a GPU exits 4 before any work (never a silent CPU run with exit 0)."""
+    import torch
+
+    from icmlkit.cli._common import run_cli
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    group = _group(tool)
+    for name, cmd in group.commands.items():
+        if not any(p.name == "device" for p in cmd.params):
+            continue
+        capsys.readouterr()
+        code = run_cli(group, tool, [name, *_dummy_args(cmd), "--device", "cuda", "--no-manifest"])
+        err = capsys.readouterr().err
+        assert code == 4 and "no GPU" in err, (name, code, err)

@@ -1,0 +1,294 @@
+"""The shared platform: runtime streams, checkpoints, manifests, io helpers and the cli/_common builders."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import click
+import pytest
+
+from icmlkit.cli._common import ToolGroup, add_demo, config_options, output_option, run_cli
+from icmlkit.lib.core import checkpoint as ckpt
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import load_json, parse_json, read_jsonl, write_rows
+from icmlkit.lib.core.manifest import is_secret_name, redact_argv
+from icmlkit.lib.core.runtime import Dist, generator, seeded, stream_seed
+
+
+# --------------------------------------------------------------------------- runtime
+
+
+def test_named_streams_are_reproducible_and_independent():
+    import torch
+
+    a = torch.rand(5, generator=generator(3, "batches"))
+    assert torch.equal(a, torch.rand(5, generator=generator(3, "batches")))
+    assert not torch.equal(a, torch.rand(5, generator=generator(3, "noise")))
+    assert not torch.equal(a, torch.rand(5, generator=generator(4, "batches")))
+    assert stream_seed(7) == 7 and stream_seed(7, "x") != stream_seed(7, "y")
+    assert 0 <= stream_seed(2**40, "x") < 2**63
+
+
+def test_seeded_restores_the_callers_rng():
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    with seeded(5, "init"):
+        w1 = torch.nn.Linear(3, 2).weight.detach().clone()
+    assert torch.equal(torch.rand(3), expected)  # the global stream went on as if nothing happened
+    with seeded(5, "init"):
+        w2 = torch.nn.Linear(3, 2).weight.detach().clone()
+    assert torch.equal(w1, w2)
+
+
+def test_dist_split_covers_the_batch_once():
+    parts = [Dist(rank=r, world=4).split(8) for r in range(4)]
+    assert [list(range(8))[p] for p in parts] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    with pytest.raises(UsageError, match="does not split evenly"):
+        Dist(rank=0, world=3).split(8)
+    assert Dist().split(5) == slice(0, 5) and Dist().all_mean(2.5) == 2.5 and Dist().wrap("m") == "m"
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _train(steps, ck=None, fp="fp"):
+    import torch
+
+    with seeded(0, "init"):
+        model = torch.nn.Linear(4, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    g = generator(0, "batches")
+    start, hist = 0, []
+    state = ck.load(fp) if ck is not None else None
+    if state is not None:
+        start, extra = ckpt.restore(state, model=model, optimizer=opt, scheduler=sched, rng={"batches": g})
+        hist = extra["hist"]
+    x = torch.randn(32, 4, generator=generator(0, "data"))
+    for step in range(start, steps):
+        idx = torch.randint(0, 32, (8,), generator=g)
+        loss = (model(x[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        hist.append(loss.item())
+        if ck is not None and ck.due(step + 1, steps):
+            ck.save(step + 1, fp, model=model, optimizer=opt, scheduler=sched, rng={"batches": g},
+                    extra={"hist": hist})
+        if ck is not None and step + 1 == 3 and not ck.resume:
+            break  # "interrupted" after the checkpoint of step 2 and one more step
+    return model.state_dict(), hist
+
+
+def test_checkpoint_resume_gives_the_uninterrupted_weights(tmp_path):
+    import torch
+
+    full, hist = _train(6)
+    path = tmp_path / "m.pt.ckpt.pt"
+    _train(6, ckpt.Checkpointer(path, every=2))
+    assert path.is_file()
+    resumed, hist2 = _train(6, ckpt.Checkpointer(path, every=2, resume=True))
+    assert all(torch.equal(full[k], resumed[k]) for k in full) and hist2 == hist
+    with pytest.raises(UsageError, match="other settings"):
+        _train(6, ckpt.Checkpointer(path, every=2, resume=True), fp="other")
+    ckpt.Checkpointer(path).done()
+    assert not path.exists()
+    with pytest.raises(UsageError, match="nothing to resume"):
+        ckpt.Checkpointer(path, resume=True)
+
+
+def test_fingerprint_sees_settings_and_inputs():
+    import numpy as np
+
+    a = np.arange(4.0)
+    fp = ckpt.fingerprint({"lr": 1e-3}, a)
+    assert fp == ckpt.fingerprint({"lr": 1e-3}, a.copy())
+    assert fp != ckpt.fingerprint({"lr": 2e-3}, a)
+    assert fp != ckpt.fingerprint({"lr": 1e-3}, a + 1)
+    assert fp != ckpt.fingerprint({"lr": 1e-3}, a.astype(np.float32))
+
+
+def test_a_garbage_checkpoint_is_an_input_error(tmp_path):
+    p = tmp_path / "x.ckpt.pt"
+    p.write_bytes(b"not a checkpoint")
+    with pytest.raises(InputError, match="x.ckpt.pt"):
+        ckpt.Checkpointer(p, resume=True).load("fp")
+
+
+# --------------------------------------------------------------------------- io
+
+
+def test_write_rows_by_suffix(tmp_path):
+    import pandas as pd
+
+    rows = [{"a": 1, "b": 0.1}, {"a": 2, "c": "x,y"}]
+    write_rows(tmp_path / "t.csv", rows)
+    assert (tmp_path / "t.csv").read_text() == 'a,b,c\n1,0.1,\n2,,"x,y"\n'
+    write_rows(tmp_path / "t.jsonl", rows)
+    back = [r for _, r in read_jsonl(tmp_path / "t.jsonl")]
+    assert back == [{"a": 1, "b": 0.1, "c": None}, {"a": 2, "b": None, "c": "x,y"}]
+    write_rows(tmp_path / "t.parquet", rows, columns=["a", "b"])
+    assert pd.read_parquet(tmp_path / "t.parquet")["a"].tolist() == [1, 2]
+    with pytest.raises(InputError, match="t.txt"):
+        write_rows(tmp_path / "t.txt", rows)
+    assert not (tmp_path / "t.txt").exists()
+
+
+def test_json_errors_have_one_wording(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text('{"a": 1,\n "b": ')
+    with pytest.raises(InputError, match=r"c.json, line 2: not valid JSON \(Expecting value, column"):
+        load_json(p)
+    p.write_text("[1, 2]")
+    with pytest.raises(InputError, match="expected an object at the top level"):
+        load_json(p, expect=dict)
+    assert load_json(p, expect=list) == [1, 2]
+    with pytest.raises(InputError, match="no such file"):
+        load_json(tmp_path / "none.json")
+    with pytest.raises(InputError, match="x.jsonl, line 3: not valid JSON"):
+        parse_json("{", "x.jsonl", dict, line=3)
+    q = tmp_path / "r.jsonl"
+    q.write_text('{"a": 1}\n\n[2]\n')
+    with pytest.raises(InputError, match="r.jsonl, line 3: expected an object"):
+        read_jsonl(q)
+
+
+# --------------------------------------------------------------------------- manifest secrets
+
+
+@pytest.mark.parametrize("name", ["key", "api_key", "token", "password", "secret", "hf_token", "--openai-key",
+                                  "--api-key", "--hf-token"])
+def test_secret_option_names(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["monkey", "tokens", "max_new_tokens", "keyword", "api_key_env", "top_k",
+                                  "monkey_tokens.npz", "--key-file-path"])
+def test_not_secret_option_names(name):
+    assert not is_secret_name(name)
+
+
+def test_argv_redaction_by_flag_never_by_path():
+    argv = ["run", "monkey_tokens.npz", "--api-key", "sk-123", "--hf-token=abc", "-o", "keys.csv"]
+    assert redact_argv(argv) == ["run", "monkey_tokens.npz", "--api-key", "<redacted>", "--hf-token=<redacted>",
+                                 "-o", "keys.csv"]
+
+
+# --------------------------------------------------------------------------- cli builders
+
+
+@dataclass
+class _Cfg:
+    steps: int = field(default=10, metadata={"help": "Steps.", "min": 1})
+    lr: float = field(default=0.1, metadata={"help": "Learning rate."})
+    mode: str = field(default="a", metadata={"help": "Mode.", "choices": ("a", "b")})
+    fast: bool = field(default=False, metadata={"help": "Go fast."})
+    limit: float | None = field(default=None, metadata={"help": "Optional limit."})
+    eps: tuple = field(default=(0.1, 0.2), metadata={"help": "Range."})
+
+    def check(self):
+        if self.lr <= 0:
+            raise UsageError("--lr must be > 0")
+
+
+def _toy_group():
+    grp = ToolGroup("toy-tool", help="A toy.\n\nExample: toy-tool fit in.txt -o out.json")
+
+    @grp.command(device=False)
+    @click.argument("data")
+    @output_option("The result.", suffixes=(".json",), stdout=False)
+    @click.option("--api-key", default=None, help="A secret.")
+    @config_options(_Cfg)
+    def fit(run, data, output, api_key, cfg):
+        """Fit.  JSON keys: steps."""
+        run.input(data)
+        run.output(output)
+        if output:
+            run.save(output, lambda p, obj: open(p, "w").write(json.dumps(obj)), {"cfg": repr(cfg)})
+        return {"steps": cfg.steps, "cfg": repr(cfg)}
+
+    @grp.command(device=True)
+    def uses(run):
+        """Uses the device. JSON keys: device."""
+        return {"device": str(run.device)}
+
+    add_demo(grp, "tests.test_core:_demo_runner", doc="Demo. JSON keys: headline, outdir.",
+             options=[click.option("--n", default=2, type=int)])
+    return grp
+
+
+def _demo_runner(folder, *, seed, n):
+    (folder / "x.txt").write_text(str(n))
+    return {"headline": f"n={n} seed={seed}"}
+
+
+def _run(capsys, *argv):
+    capsys.readouterr()
+    code = run_cli(_toy_group(), "toy-tool", list(map(str, argv)))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_config_options_build_the_dataclass(tmp_path, capsys):
+    data = tmp_path / "monkey_tokens.npz"
+    data.write_text("x")
+    out = tmp_path / "o.json"
+    code, stdout, err = _run(capsys, "fit", data, "-o", out, "--steps", 3, "--mode", "b", "--fast",
+                             "--eps", "0.3,0.4", "--api-key", "sk-9", "--json")
+    assert code == 0, err
+    s = json.loads(stdout)
+    assert s["cfg"] == "_Cfg(steps=3, lr=0.1, mode='b', fast=True, limit=None, eps=(0.3, 0.4))"
+    man = json.loads((tmp_path / "o.json.manifest.json").read_text())
+    assert man["parameters"]["api_key"] == "<redacted>" and "sk-9" not in json.dumps(man)
+    assert man["inputs"][0]["path"].endswith("monkey_tokens.npz") and str(data) in man["argv"]
+    assert man["parameter_sources"]["steps"] == "flag" and man["parameter_sources"]["lr"] == "default"
+    assert man["device"] is None and "device" not in man["parameters"]
+    for bad in (["--steps", 0], ["--mode", "c"], ["--lr", -1], ["--eps", "x"]):
+        code, _, err = _run(capsys, "fit", data, *bad)
+        assert code == 2, (bad, err)
+    code, _, err = _run(capsys, "fit", data, "--lr", -1)
+    assert "--lr must be > 0" in err
+
+
+def test_output_option_one_wording(tmp_path, capsys):
+    data = tmp_path / "d.txt"
+    data.write_text("x")
+    code, _, err = _run(capsys, "fit", data, "-o", tmp_path / "o.csv")
+    assert code == 2 and "expected a .json file" in err
+    code, _, err = _run(capsys, "fit", data, "-o", "-")
+    assert code == 2 and "stdout" in err
+    code, _, err = _run(capsys, "demo", "--outdir", "-")
+    assert code == 2 and "name a folder" in err
+
+
+def test_device_only_where_declared(capsys):
+    code, _, err = _run(capsys, "fit", "x", "--device", "cpu")
+    assert code == 2 and "No such option" in err
+    code, out, _ = _run(capsys, "uses", "--device", "cpu", "--json")
+    assert code == 0 and json.loads(out)["device"] == "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        code, _, err = _run(capsys, "uses", "--device", "cuda")
+        assert code == 4 and "no GPU" in err
+
+
+def test_demo_builder(tmp_path, capsys):
+    code, out, err = _run(capsys, "demo", "--outdir", tmp_path / "d", "--n", 5, "--seed", 2, "--json")
+    assert code == 0, err
+    assert json.loads(out)["headline"] == "n=5 seed=2"
+    assert (tmp_path / "d" / "x.txt").read_text() == "5" and (tmp_path / "d" / "manifest.json").is_file()
+
+
+def test_config_table_typo_is_a_usage_error(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[fti]\nsteps = 3\n")
+    code, _, err = _run(capsys, "fit", "x", "--config", cfg)
+    assert code == 2 and "unknown table [fti]" in err
+    cfg.write_text("[fit]\nsteps = 3\n")
+    code, out, err = _run(capsys, "fit", "x", "--config", cfg, "--json")
+    assert code == 0 and json.loads(out)["steps"] == 3
