@@ -28,7 +28,7 @@ import torch
 
 from _common import commit, machine, target, today, write_results
 from icmlkit.lib.portfolio import estimators as E
-from icmlkit.lib.portfolio.backtest import run_backtest
+from icmlkit.lib.portfolio.api import BacktestConfig, TrainConfig, backtest, train
 from icmlkit.lib.portfolio.data import SP500, read_market
 from icmlkit.lib.portfolio.layer import SharpeLayer, best_excess_return, solve_tangency_cvxpy
 from icmlkit.lib.portfolio.metrics import sharpe
@@ -222,32 +222,26 @@ def universe_sweep(plan) -> list:
 
 
 def sp500(market, epochs: int, seeds: int = 3) -> tuple[dict, dict]:
+    """Train 2000-2012, validate 2013-2015, test 2016-2022 with the library calls of `train` and
+    `backtest` (the same functions as the command line)."""
     k = 5
-    i_tr0 = market.index_of("1999-12-31") + 1
-    i_tr1 = market.index_of("2012-12-31")
-    i_va1 = market.index_of("2015-12-31")
-    tr = np.arange(i_tr0, i_tr1 - 21 + 1, 5)
-    va = np.arange(i_tr1 + 1, i_va1 - 21 + 1, 21)
-    S_tr, S_va = build_samples(market.returns, tr), build_samples(market.returns, va)
     rows, speed, models = [], {}, {}
     for seed in range(seeds):
         for loss in ("pfl", "dfl"):
-            cfg = Config(loss=loss, k=k, epochs=epochs, eps_start=0.5, eps_end=0.05)
-            t0 = time.perf_counter()
-            model, hist = fit(cfg, S_tr, S_va, seed=seed)
-            dt = time.perf_counter() - t0
+            cfg = TrainConfig(loss=loss, k=k, epochs=epochs, eps_start=0.5, eps_end=0.05, train_start="1999-12-31",
+                              train_end="2012-12-31", val_end="2015-12-31", stride=5)
+            res = train(cfg, market, seed=seed)
             if seed == 0:
-                speed[f"seconds_per_epoch_{loss}"] = round(dt / epochs, 3)
-            models[(loss, seed)] = (model, cfg, hist)
+                speed[f"seconds_per_epoch_{loss}"] = round(res.seconds / epochs, 3)
+            models[(loss, seed)] = res
     runs = [("equal-weight", None), ("historical-topk", None), ("exact", None)] + \
         [(loss, seed) for loss in ("pfl", "dfl") for seed in range(seeds)]
     for strategy, seed in runs:
-        model, cfg = (models[(strategy, seed)][0], models[(strategy, seed)][1]) if seed is not None else (None, None)
-        t0 = time.perf_counter()
-        res = run_backtest(market, strategy, k=k, start="2016-01-01", end="2022-12-31", cost_bps=10.0,
-                           model=model, cfg=cfg)
-        dt = time.perf_counter() - t0
-        s = res.summary(seed=0)
+        trained = models[(strategy, seed)].trained if seed is not None else None
+        run = backtest(BacktestConfig(strategy=strategy, k=k, start="2016-01-01", end="2022-12-31", cost_bps=10.0),
+                       market, trained, seed=0)
+        dt = run.seconds
+        s = run.result.summary(seed=0)
         s["seconds_backtest"] = round(dt, 2)
         if seed is not None:
             s["strategy"] = f"{strategy} (seed {seed})"
@@ -256,12 +250,14 @@ def sp500(market, epochs: int, seeds: int = 3) -> tuple[dict, dict]:
         print(f"  S&P-20 {strategy}: net Sharpe {s['sharpe']:.3f} {s['sharpe_ci']}, gross {s['sharpe_gross']:.3f}, "
               f"turnover {s['turnover']:.3f}, names {s['cardinality']}, {dt:.1f} s", flush=True)
     speed["seconds_backtest_dfl"] = rows[-1]["seconds_backtest"]
-    val = {f"{loss} seed {sd}": [round(h.get("val_sharpe", float("nan")), 3) for h in m[2]] for (loss, sd), m in models.items()}
+    val = {f"{loss} seed {sd}": [round(h.get("val_sharpe", float("nan")), 3) for h in m.history]
+           for (loss, sd), m in models.items()}
     mean = {loss: float(np.mean([r["sharpe"] for r in rows if r["strategy"].startswith(loss + " (")]))
             for loss in ("pfl", "dfl")}
     return {"train": "2000-2012", "validate": "2013-2015", "test": "2016-2022", "k": k, "epochs": epochs,
             "seeds": seeds, "mean_net_sharpe_over_seeds": mean,
-            "train_dates": int(len(tr)), "val_dates": int(len(va)), "val_sharpe_by_epoch": val,
+            "train_dates": models[("dfl", 0)].train_dates, "val_dates": models[("dfl", 0)].val_dates,
+            "val_sharpe_by_epoch": val,
             "strategies": rows}, speed
 
 

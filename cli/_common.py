@@ -58,8 +58,8 @@ def read_config(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise click.BadParameter(f"{path}: no such file", param_hint="--config")
-    text = p.read_text(encoding="utf-8")
     try:
+        text = p.read_text(encoding="utf-8")  # not UTF-8: a ValueError (UnicodeDecodeError), reported below
         if p.suffix.lower() == ".json":
             data = json.loads(text)
         else:
@@ -221,27 +221,34 @@ class CommaList(click.ParamType):
 def _field_option(f, hint, overrides: dict) -> click.Option:
     """The click option of one dataclass field (see :func:`config_options`)."""
     import dataclasses
+    import types
     import typing
 
     meta = {**dict(f.metadata or {}), **overrides}
-    opt = meta.get("flag", "--" + f.name.replace("_", "-"))
+    flags = meta.get("flags", (meta.get("flag", "--" + f.name.replace("_", "-")),))
+    flags = (flags,) if isinstance(flags, str) else tuple(flags)
+    opt = next(x for x in flags if x.startswith("--"))
     if f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         default = f.default_factory()  # type: ignore[misc]
     else:
         default = None
-    args = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)  # X | None, not list[X]
+    args = [t for t in typing.get_args(hint) if t is not type(None)] if union else [hint]
     base = args[0] if len(args) == 1 else hint
-    kw: dict = {"default": default, "help": meta.get("help")}
+    kw: dict = {"default": default, "help": meta.get("help"), "required": bool(meta.get("required", False))}
     if not kw["help"]:
         raise TypeError(f"config_options: field {f.name!r} has no help text")
+    if kw["required"]:
+        kw["default"] = default = None  # click lets a default satisfy a required option
     if "choices" in meta:
         kw["type"] = click.Choice(list(meta["choices"]))
     elif "type" in meta:
         kw["type"] = meta["type"]
     elif base is bool:
-        return click.Option([f"{opt}/--no-{opt[2:]}"], default=bool(default), show_default=True, help=kw["help"])
+        return click.Option([f"{opt}/--no-{opt[2:]}", *[x for x in flags if not x.startswith("--")], f.name],
+                            default=bool(default), show_default=True, help=kw["help"])
     elif base in (int, float):
         lo, hi = meta.get("min"), meta.get("max")
         if lo is not None or hi is not None:
@@ -255,7 +262,7 @@ def _field_option(f, hint, overrides: dict) -> click.Option:
         kw["default"] = ",".join(map(str, default)) if default else None
     else:
         kw["type"] = str
-    return click.Option([opt], show_default=default is not None and default != "", **kw)
+    return click.Option([*flags, f.name], show_default=default is not None and default != "", **kw)
 
 
 def config_options(cls, arg: str = "cfg", exclude: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
@@ -265,7 +272,8 @@ def config_options(cls, arg: str = "cfg", exclude: tuple[str, ...] = (), only: t
     Every field ``name`` becomes ``--name`` (underscores as dashes) with the field's default and
     type (bool -> ``--x/--no-x``; ``X | None`` -> X with default None; a list/tuple -> comma-separated
     values). The field's ``metadata`` (or a keyword ``name={...}`` here) gives ``help`` (required),
-    and optionally ``choices``, ``min``/``max``, a click ``type`` or another ``flag``. The command
+    and optionally ``choices``, ``min``/``max``, a click ``type``, ``required``, or other ``flags``
+    (``("-s", "--strategy")``). The command
     receives ``arg=cls(**values)``, already ``check()``-ed; the manifest still records every option.
     """
     import dataclasses

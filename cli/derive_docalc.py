@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, output_option
+from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, output_option
+from icmlkit.lib.docalc.config import CAP_HELP, EstimateConfig, GenerateConfig
 
 TOOL = "derive-docalc"
 RECONSTRUCTED = (
@@ -38,18 +39,25 @@ Examples:
   derive-docalc equivalents napkin.dag 'P(y | do(x))' --format dot -o napkin.dot
   derive-docalc check 'dag {{ Z -> X -> Y }}' 'P(y | do(x))' 'P(y | x, z)' && echo equal
   derive-docalc identify frontdoor.json 'P(y | do(x))' --format latex --json
-  derive-docalc estimate fdbd.dag 'P(y | do(x))' data.csv --bootstrap 200 -o ranked.csv --json""",
+  derive-docalc estimate fdbd.dag 'P(y | do(x))' data.csv --bootstrap 200 -o ranked.csv --json
+  derive-docalc generate napkin.dag 'P(y=1 | do(x=1))' --n 5000 -o napkin.csv --json | jq .truth""",
 )
 
 
-def _load(run, graph, query):
-    from icmlkit.lib.causal.parse import parse_query, read_graph
-    from icmlkit.lib.docalc.api import validate_query
-
+def _graph(run, graph):
     from pathlib import Path
 
+    from icmlkit.lib.causal.parse import read_graph
+
     literal = str(graph).lstrip().startswith("dag") and "{" in str(graph) and not Path(str(graph)).exists()
-    G = read_graph(graph if literal or graph == "-" else run.input(graph))
+    return read_graph(graph if literal or graph == "-" else run.input(graph))
+
+
+def _load(run, graph, query):
+    from icmlkit.lib.causal.parse import parse_query
+    from icmlkit.lib.docalc.api import validate_query
+
+    G = _graph(run, graph)
     q = parse_query(query, G)
     validate_query(G, q)
     return G, q
@@ -59,24 +67,9 @@ def _rules(no_r1: bool):
     return (2, 3) if no_r1 else (1, 2, 3)
 
 
-cap_option = click.option("--cap", type=click.IntRange(min=1), default=200_000, show_default=True,
-                          help="Stop the breadth-first search after this many members (the output says "
-                          "capped: true; the class is then incomplete).")
+cap_option = click.option("--cap", type=click.IntRange(min=1), default=200_000, show_default=True, help=CAP_HELP)
 no_r1_option = click.option("--no-r1", is_flag=True,
                             help="Use rules 2 and 3 only (R1 follows from them; the class is the same).")
-
-
-def _write(run, output, text):
-    import sys
-
-    from icmlkit.lib.core.io import write_text
-
-    if output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    elif output is not None:
-        write_text(output, text)
-        run.wrote(output)
 
 
 @cli.command(seed=False)
@@ -91,7 +84,8 @@ def _write(run, output, text):
               help="bfs: exact breadth-first search on the derivation graph (the reference); canonical: the "
               "four-test criterion from the query to every one of the 3^|V\\Y| candidates (reconstructed "
               "step sets; paths are the canonical witnesses, DOT shows only their edges).")
-@output_option("Write the class (JSON) or the derivation graph (DOT).")
+@output_option("Write the class (JSON) or the derivation graph (DOT, with --format dot).",
+               suffixes=(".json", ".dot", ".gv"))
 def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
     """List every expression equivalent to QUERY, with the rule path from QUERY to each.
 
@@ -106,9 +100,12 @@ def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
       derive-docalc equivalents napkin.dag 'P(y|do(x))' --json | jq '.members[].expression'
       derive-docalc equivalents g.dag 'P(y|do(x))' --format dot -o - | dot -Tpng > d.png
     """
-    from icmlkit.lib.core.io import dumps_json
+    from icmlkit.lib.core.io import dumps_json, suffix, write_text
     from icmlkit.lib.docalc.derivation import equivalence_class, equivalence_class_canonical
 
+    if output not in (None, "-") and (suffix(output) == ".json") != (fmt == "json"):
+        raise click.BadParameter(f"{output}: --format {fmt} writes {'JSON (.json)' if fmt == 'json' else 'DOT (.dot, .gv)'}",
+                                 param_hint="-o")
     run.output(output)
     G, q = _load(run, graph, query)
     if method == "canonical":
@@ -123,7 +120,7 @@ def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
                "capped": cls.capped, "seconds": round(cls.seconds, 4), "method": method,
                "d_separation_tests": cls.oracle.tests}
     if output is not None:
-        _write(run, output, cls.to_dot() if fmt == "dot" else dumps_json({"graph": G.to_json(), **summary}))
+        run.save(output, write_text, cls.to_dot() if fmt == "dot" else dumps_json({"graph": G.to_json(), **summary}))
     if not run.json:
         summary["members"] = [m["expression"] for m in summary["members"]]
     return summary
@@ -191,7 +188,7 @@ def check(run, graph, query1, query2, exhaustive):
               help="EXTENSION (not in the paper): also run ID on the latent projections of G that drop "
               "one observed variable outside the query (e.g. gives the front-door estimand when a "
               "back-door set is observed too).")
-@output_option("Write the full result (members, estimands in text, LaTeX and JSON) as JSON.")
+@output_option("Write the full result (members, estimands in text, LaTeX and JSON) as JSON.", suffixes=(".json",))
 def identify_cmd(run, graph, query, cap, fmt, projections, output):
     """Estimands of QUERY and of all its equivalents (ID/IDC), deduplicated.
 
@@ -207,7 +204,7 @@ def identify_cmd(run, graph, query, cap, fmt, projections, output):
       derive-docalc identify napkin.dag 'P(y|do(x))' --json | jq -r '.estimands[]'
       derive-docalc identify fdbd.dag 'P(y|do(x))' --projections --format latex
     """
-    from icmlkit.lib.core.io import dumps_json
+    from icmlkit.lib.core.io import write_json
     from icmlkit.lib.docalc import expr as E
     from icmlkit.lib.docalc.api import class_estimands
 
@@ -222,7 +219,7 @@ def identify_cmd(run, graph, query, cap, fmt, projections, output):
                "capped": ce.cls.capped}
     if output is not None:
         full = {**summary, "estimands": [{**e.row(), "json": E.to_json(e.expr)} for e in ce.estimands]}
-        _write(run, output, dumps_json(full))
+        run.save(output, write_json, full)
     return summary
 
 
@@ -230,83 +227,80 @@ def identify_cmd(run, graph, query, cap, fmt, projections, output):
 @click.argument("graph")
 @click.argument("query")
 @click.argument("data")
-@click.option("--kind", type=click.Choice(["auto", "discrete", "gaussian"]), default="auto", show_default=True,
-              help="discrete: plug-in on probability tables (einsum); gaussian: linear-Gaussian plug-in "
-              "(the effect dE[y|do(x),w]/dx); auto: discrete when every column has <= 10 integer values.")
-@click.option("--bootstrap", "-B", type=click.IntRange(min=2), default=200, show_default=True,
-              help="Bootstrap replicates (vectorised) for the variance and the CI.")
-@click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
-              help="Percentile bootstrap CI level.")
-@cap_option
-@click.option("--projections", is_flag=True, help="Also rank the estimands from latent projections "
-              "(EXTENSION, see `identify --help`).")
-@output_option("Write the ranked estimands as CSV.")
-def estimate(run, graph, query, data, kind, bootstrap, level, cap, projections, output):
+@config_options(EstimateConfig, bootstrap={"flags": ("-B", "--bootstrap")})
+@output_option("Write the ranked estimands (CSV, JSON Lines or Parquet by suffix).",
+               suffixes=(".csv", ".jsonl", ".parquet"))
+def estimate(run, graph, query, data, cfg, output):
     """Estimate every estimand of QUERY's class on DATA.csv, with bootstrap CIs, ranked by variance.
 
     DATA.csv has one column per graph variable. Discrete: the query's value cell (values from the
     query, e.g. 'P(y=1 | do(x=0))'; an unspecified variable takes its largest value) of each plug-in
     estimand; variables an estimand adds (an inserted action) are averaged over their empirical
-    distribution. Gaussian: the effect of the first x on the first y.
+    distribution. Gaussian: the effect of the first x on the first y. A query that is not
+    identifiable exits 3.
 
     \b
-    JSON keys: kind, n, target, n_estimands, estimates (ranked: rank, estimand, estimate, se,
-    variance, ci_low, ci_high, members, sources, plain_id), best, plain_id_rank, identifiable.
+    JSON keys: kind, n, target, identifiable, n_estimands, estimates (ranked: rank, estimand, estimate,
+    se, variance, ci_low, ci_high, members, sources, plain_id), best, plain_id_rank.
     Examples:
       derive-docalc estimate fdbd.dag 'P(y|do(x))' obs.csv --kind gaussian --projections --json
       derive-docalc estimate napkin.dag 'P(y=1 | do(x=1))' obs.csv -B 500 -o ranked.csv
     """
-    import numpy as np
-
-    from icmlkit.lib.core.errors import CheckFailed
-    from icmlkit.lib.docalc.api import (class_estimands, estimate_discrete, estimate_gaussian, guess_kind,
-                                        read_data)
+    from icmlkit.lib.core.io import write_rows
+    from icmlkit.lib.docalc.api import TABLE_COLUMNS, estimate as estimate_class, read_data
 
     run.output(output)
     G, q = _load(run, graph, query)
     df = read_data(run.input(data), G)
-    ce = class_estimands(G, q, cap=cap, projections=projections)
-    if not ce.identifiable:
-        raise CheckFailed(f"{q.text(G.nodes)} is not identifiable ({ce.hedge}); nothing to estimate")
-    kind = guess_kind(df) if kind == "auto" else kind
-    rng = np.random.default_rng(run.seed)
-    if kind == "discrete":
-        rows, target = estimate_discrete(ce, q, df, bootstrap, rng, level)
-    else:
-        rows, target = estimate_gaussian(ce, q, df, bootstrap, rng, level, source=str(data))
-    if output is not None:
-        import io
-
-        import pandas as pd
-
-        buf = io.StringIO()
-        cols = ["rank", "estimate", "se", "variance", "ci_low", "ci_high", "plain_id", "estimand", "members"]
-        pd.DataFrame([{**r, "members": "; ".join(r["members"])} for r in rows])[cols].to_csv(
-            buf, index=False, float_format="%.10g", lineterminator="\n")
-        _write(run, output, buf.getvalue())
-    plain = [r["rank"] for r in rows if r["plain_id"]]
-    return {"kind": kind, "n": int(len(df)), "target": target, "identifiable": True,
-            "n_estimands": len(rows), "estimates": [{k: r[k] for k in ("rank", "estimand", "estimate", "se", "variance",
-                                                                      "ci_low", "ci_high", "members", "sources",
-                                                                      "plain_id")} for r in rows],
-            "best": rows[0]["estimand"], "plain_id_rank": plain[0] if plain else None}
+    result = estimate_class(cfg, G, q, df, seed=run.seed, source=str(data))
+    run.save(output, write_rows, result.table_rows(), TABLE_COLUMNS, float_format="%.10g")
+    return result.summary
 
 
 @cli.command()
-@click.option("--outdir", default="outputs/demo/derive-docalc", show_default=True,
-              type=click.Path(file_okay=False), help="Run directory (built as <outdir>.partial).")
-def demo(run, outdir):
-    """The classic graphs' classes and estimands, the napkin estimand checked on an exact SCM, and
+@click.argument("graph")
+@click.argument("query", required=False)
+@config_options(GenerateConfig)
+@output_option("Write the samples (one column per graph variable; CSV, JSON Lines or Parquet by suffix).",
+               suffixes=(".csv", ".jsonl", ".parquet"), required=True)
+def generate(run, graph, query, cfg, output):
+    """Sample data from a random SCM on GRAPH, with QUERY's true value (the known answer).
+
+    Discrete: the exact P(y | do(x), w) at the query's values (values 0 .. card-1; an unspecified
+    variable takes its largest value, as in `estimate`), by enumeration over the SCM with explicit
+    latents. Gaussian: the total effect of the first x on the first y (queries without w; else
+    truth is null). Latent variables (bidirected edges) are not written.
+
+    \b
+    JSON keys: kind, n, variables, truth (null without QUERY), truth_of, output.
+    Examples:
+      derive-docalc generate napkin.dag 'P(y=1 | do(x=1))' --n 5000 -o napkin.csv --json
+      derive-docalc generate fdbd.dag 'P(y | do(x))' --kind gaussian --n 500 --seed 2 -o fdbd.csv
+    """
+    from icmlkit.lib.core.io import write_rows
+    from icmlkit.lib.docalc.models import generate_data
+
+    run.output(output)
+    if query is None:
+        G, q = _graph(run, graph), None
+    else:
+        G, q = _load(run, graph, query)
+    result = generate_data(cfg, G, q, seed=run.seed)
+    run.save(output, write_rows, result.rows(), result.names)
+    return {**result.summary, "output": output}
+
+
+add_demo(cli, "icmlkit.lib.docalc.demo:run_demo",
+         doc="""The classic graphs' classes and estimands, the napkin estimand checked on an exact SCM, and
     estimand ranking on linear-Gaussian front-door + back-door data.
 
     Writes classes.json, napkin.dot, estimands.json, ranking.csv, summary.json and manifest.json
-    into OUTDIR. JSON keys: headline, outdir, graphs, napkin_max_error, ranking.
-    """
-    from icmlkit.lib.docalc.demo import run_demo
+    into OUTDIR.
 
-    with run.run_dir(outdir) as folder:
-        summary = run_demo(folder, seed=run.seed)
-    return {**summary, "outdir": outdir}
+    \b
+    JSON keys: headline, graphs, napkin_max_error, ranking, outdir.
+    Example:  derive-docalc demo --outdir /tmp/docalc --json | jq -r .headline
+    """)
 
 
 main = make_main(cli, TOOL)

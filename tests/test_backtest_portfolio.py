@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import run_tool
+from fuzzing import FuzzCase, check_malformed
 from icmlkit.lib.portfolio import estimators as E
 from icmlkit.lib.portfolio.backtest import rebalance_indices, run_backtest, simulate
 from icmlkit.lib.portfolio.data import Market, read_market
@@ -356,3 +357,126 @@ def test_cli_train_weights_backtest_report(tmp_path, capsys):
     assert "| dfl |" in (tmp_path / "cmp" / "report.md").read_text()
     code, _, err = call(capsys, "backtest", p, "--model", tmp_path / "m1.pt", "-s", "pfl", "-o", tmp_path / "x")
     assert code == 2 and "trained with --loss dfl" in err
+
+
+# --------------------------------------------------------------------------- usage errors, generate, fuzz
+
+
+def test_usage_mistakes_exit_2_naming_the_option(tmp_path, capsys):
+    p = _write_prices(tmp_path / "p.csv", n=4, days=300)
+    run = ["backtest", p, "-s", "equal-weight", "-o", tmp_path / "run"]
+    for extra, option in ((["--rebalance", "0"], "--rebalance"), (["--rebalance", "fortnightly"], "--rebalance"),
+                          (["--start", "notadate"], "--start"), (["--end", "2016-02-30"], "--end"),
+                          (["--cost-bps", "-1"], "--cost-bps"), (["--min-weight", "2"], "--min-weight")):
+        code, _, err = call(capsys, *run, *extra)
+        assert code == 2 and option in err and "Error" in err and "ValueError" not in err, (extra, err)
+    assert not (tmp_path / "run").exists()
+    code, _, err = call(capsys, "backtest", p, "-s", "equal-weight", "-o", "-")
+    assert code == 2 and "'-' (stdout) is not possible here" in err and not (tmp_path / "-").exists()
+    train = ["train", p, "--k", "2", "--window", "60"]
+    for extra, option in ((["-o", tmp_path / "m.txt", "--train-end", "2015-06-30"], "-o"),
+                          (["-o", tmp_path / "m.pt"], "--train-end"),
+                          (["-o", tmp_path / "m.pt", "--train-end", "31/12/2015"], "--train-end"),
+                          (["-o", tmp_path / "m.pt", "--train-end", "2015-06-30", "--min-weight", "0.6"], "--min-weight"),
+                          (["-o", tmp_path / "m.pt", "--train-end", "2015-06-30", "--lr", "0"], "--lr")):
+        code, _, err = call(capsys, *train, *extra)
+        assert code == 2 and option in err, (extra, err)
+    assert not (tmp_path / "m.pt").exists()
+    code, _, err = call(capsys, "weights", tmp_path / "m.pt", p, "--date", "2016-13-01")
+    assert code == 2 and "--date" in err
+
+
+def test_no_device_option_and_seed_only_where_random():
+    from icmlkit.cli.backtest_portfolio import cli
+
+    for name, command in cli.commands.items():
+        opts = {o for p in command.params for o in p.opts}
+        assert "--device" not in opts, name
+        assert ("--seed" in opts) == (name in ("train", "backtest", "generate", "demo")), name
+        assert "JSON keys:" in command.help and "Example" in command.help, name
+
+
+def test_builtin_data_set_is_a_manifest_input(tmp_path, capsys):
+    pytest.importorskip("skfolio")
+    code, _, err = call(capsys, "backtest", "skfolio:sp500", "-s", "equal-weight", "--start", "2022-06-01",
+                        "-o", tmp_path / "ew")
+    assert code == 0, err
+    inputs = json.loads((tmp_path / "ew" / "manifest.json").read_text())["inputs"]
+    import skfolio
+
+    assert {"path": "skfolio:sp500", "kind": "builtin", "package": "skfolio", "version": skfolio.__version__} in inputs
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_generate_writes_the_planted_market_and_its_answer(tmp_path, capsys, suffix):
+    out, truth = tmp_path / f"m{suffix}", tmp_path / "truth.csv"
+    code, stdout, err = call(capsys, "generate", "--n", "6", "--blocks", "6", "--k", "2", "--seed", "3",
+                             "-o", out, "--truth", truth, "--json")
+    assert code == 0, err
+    s = json.loads(stdout)
+    mk = read_market(out)
+    sm = planted_market(n=6, blocks=6, seed=3)
+    np.testing.assert_allclose(mk.returns, sm.returns, rtol=1e-12, atol=1e-15)   # prices give back the returns
+    assert mk.tickers == [f"A{i:02d}" for i in range(6)] and s["days"] == 6 * 21 + 1 and s["block_ends"] == 5
+    import pandas as pd
+
+    t = pd.read_csv(truth)
+    assert len(t) == 5 * 6 and (t.groupby("date")["top_k"].sum() == 2).all()
+    first = t[t["date"] == s["first_block_end"]]
+    assert sorted(first[first["top_k"]]["ticker"]) == sorted(s["planted_top_k_first"])
+    assert list(first.sort_values("sharpe", ascending=False)["rank"]) == list(range(1, 7))
+    # the signals revealed at a block end are the next block's: x is the feature of that date
+    e = sm.block_ends[0]
+    np.testing.assert_allclose(first["x"].to_numpy(), sm.features[e, :, 0])
+    assert str(mk.dates[e]) == s["first_block_end"]
+    code, again, _ = call(capsys, "generate", "--n", "6", "--blocks", "6", "--k", "2", "--seed", "3", "-o", "-")
+    assert code == 0 and again.splitlines()[0] == "date," + ",".join(mk.tickers)
+    code, _, err = call(capsys, "generate", "--n", "3", "--k", "4", "-o", tmp_path / "x.csv")
+    assert code == 2 and "--k 4 exceeds --n 3" in err
+    code, _, err = call(capsys, "generate", "-o", tmp_path / "x.json")
+    assert code == 2 and ".csv or .parquet" in err
+
+
+def test_report_rejects_a_truncated_summary(tmp_path, capsys):
+    p = _write_prices(tmp_path / "p.csv", n=4, days=300)
+    assert call(capsys, "backtest", p, "-s", "equal-weight", "-o", tmp_path / "ew")[0] == 0
+    (tmp_path / "ew" / "summary.json").write_text('{"strategy": "equal-')
+    code, _, err = call(capsys, "report", tmp_path / "ew", "-o", tmp_path / "cmp")
+    assert code == 1 and "summary.json, line 1: not valid run summary" in err and not (tmp_path / "cmp").exists()
+
+
+def _valid_inputs(base):
+    """Prices (6 tickers S0..S5, 300 days), an untrained model file on those tickers, a returns.csv."""
+    from icmlkit.lib.portfolio.model import new_model, save_model
+
+    p = _write_prices(base / "p.csv", n=6, days=300)
+    cfg = Config(loss="dfl", k=3, window=60)
+    save_model(base / "m.pt", new_model(cfg, len(cfg.features)), cfg, {"tickers": [f"S{i}" for i in range(6)]})
+    (base / "r.csv").write_text("date,gross,net\n2016-01-04,0.01,0.009\n2016-01-05,-0.02,-0.02\n")
+    return {"prices": p, "model": base / "m.pt", "rets": base / "r.csv"}
+
+
+CSV_KINDS = ("missing", "empty", "binary", "folder", "wrong_csv", "nan_csv")
+PT_KINDS = ("missing", "empty", "binary", "folder", "garbage_pt")
+FUZZ = [
+    FuzzCase("train", ["train", "{bad}", "--train-end", "2015-06-30", "--window", "60", "-o", "{out}/m.pt"],
+             ".csv", CSV_KINDS),
+    FuzzCase("train", ["train", "{bad}", "--train-end", "2015-06-30", "--window", "60", "-o", "{out}/m.pt"],
+             ".parquet", ("missing", "empty", "binary", "folder", "garbage_npz")),
+    FuzzCase("weights", ["weights", "{bad}", "{prices}", "--date", "2015-10-01", "-o", "{out}/w.csv"],
+             ".pt", PT_KINDS, _valid_inputs, "model"),
+    FuzzCase("weights", ["weights", "{model}", "{bad}", "--date", "2015-10-01", "-o", "{out}/w.csv"],
+             ".csv", CSV_KINDS, _valid_inputs, "prices"),
+    FuzzCase("backtest", ["backtest", "{bad}", "-s", "historical-topk", "--k", "3", "--window", "60",
+                          "-o", "{out}/run"], ".csv", CSV_KINDS),
+    FuzzCase("backtest", ["backtest", "{prices}", "-s", "dfl", "--model", "{bad}", "-o", "{out}/run"],
+             ".pt", PT_KINDS, _valid_inputs, "model"),
+    FuzzCase("report", ["report", "{bad}", "-o", "{out}/cmp"], ".csv", CSV_KINDS, label="returns"),
+    FuzzCase("report", ["report", "{rets}", "{bad}", "-o", "{out}/cmp"], "", ("missing", "empty", "folder"),
+             _valid_inputs, "run-folder"),
+]
+
+
+@pytest.mark.parametrize("case", FUZZ, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed(TOOL, case, tmp_path, capsys)

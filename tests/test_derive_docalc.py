@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import run_tool
+from fuzzing import FuzzCase, check_malformed
 from icmlkit.lib.causal import ADMG, parse_dagitty, parse_json_graph, parse_query, rule1, rule2, rule3, z_of_w
 from icmlkit.lib.causal.parse import Query
 from icmlkit.lib.core.errors import InputError
@@ -411,3 +412,92 @@ def test_same_seed_same_bytes(tmp_path):
 def test_all_expressions_enumeration():
     ex = all_expressions(3)
     assert len(ex) == 27 and len({tuple(r) for r in ex.tolist()}) == 27 and not (ex[:, 0] & ex[:, 1]).any()
+
+
+# --------------------------------------------------------------------------- generate, options, fuzz
+
+
+def call(capsys, *args):
+    """The command in process (no interpreter start-up per call)."""
+    from icmlkit.cli._common import run_cli
+    from icmlkit.cli.derive_docalc import cli
+
+    capsys.readouterr()
+    code = run_cli(cli, "derive-docalc", [str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_generate_discrete_truth_is_the_scm_value_and_estimate_finds_it(tmp_path, capsys):
+    g = tmp_path / "napkin.dag"
+    g.write_text(NAPKIN)
+    code, out, err = call(capsys, "generate", g, "P(y=1 | do(x=0))", "--n", "20000", "--seed", "4",
+                          "-o", tmp_path / "d.csv", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["n"] == 20000 and s["variables"] == ["W1", "W2", "X", "Y"] and 0 < s["truth"] < 1
+    code, out, err = call(capsys, "estimate", g, "P(y=1 | do(x=0))", tmp_path / "d.csv", "-B", "50", "--json")
+    assert code == 0, err
+    best = json.loads(out)["estimates"][0]
+    assert abs(best["estimate"] - s["truth"]) < 5 * best["se"] + 0.01
+    code, again, _ = call(capsys, "generate", g, "--n", "5", "--seed", "4", "-o", "-")
+    assert code == 0 and again.splitlines()[0] == "W1,W2,X,Y" and len(again.splitlines()) == 6
+
+
+def test_generate_gaussian_truth_is_the_total_effect(tmp_path, capsys):
+    from icmlkit.lib.docalc.models import GenerateConfig, generate_data
+
+    G = classic("front-door+back-door")
+    q = parse_query("P(y | do(x))", G)
+    res = generate_data(GenerateConfig(kind="gaussian", n=4000), G, q, seed=1)
+    d = res.data
+    # back-door adjustment for Z by least squares recovers the total effect
+    A = np.c_[d[:, G.nodes.index("X")], d[:, G.nodes.index("Z")], np.ones(len(d))]
+    coef = np.linalg.lstsq(A, d[:, G.nodes.index("Y")], rcond=None)[0][0]
+    assert res.truth is not None and abs(coef - res.truth) < 0.1 * max(1, abs(res.truth))
+    code, _, err = call(capsys, "generate", "dag { X -> Y }", "P(y=3 | do(x))", "-o", tmp_path / "x.csv")
+    assert code == 2 and "y=3" in err.lower() and not (tmp_path / "x.csv").exists()
+
+
+def test_options_device_seed_json_keys_and_output_suffixes(tmp_path, capsys):
+    from icmlkit.cli.derive_docalc import cli
+
+    for name, command in cli.commands.items():
+        opts = {o for p in command.params for o in p.opts}
+        assert "--device" not in opts, name
+        assert ("--seed" in opts) == (name in ("estimate", "generate", "demo")), name
+        assert "JSON keys:" in command.help and "Example" in command.help, name
+    code, _, err = call(capsys, "equivalents", "dag { X -> Y }", "P(y|do(x))", "--device", "cuda")
+    assert code == 2 and "--device" in err
+    code, _, err = call(capsys, "equivalents", "dag { X -> Y }", "P(y|do(x))", "--format", "dot",
+                        "-o", tmp_path / "c.json")
+    assert code == 2 and "--format dot" in err
+    code, _, err = call(capsys, "identify", "dag { X -> Y }", "P(y|do(x))", "-o", tmp_path / "c.txt")
+    assert code == 2 and ".json" in err
+
+
+def _graph_and_data(base):
+    (base / "g.dag").write_text("dag { a -> b -> c; a -> c }")
+    rng = np.random.default_rng(0)
+    (base / "d.csv").write_text("a,b,c\n" + "".join(f"{x},{y},{z}\n" for x, y, z in rng.integers(0, 2, (50, 3))))
+    return {"graph": base / "g.dag", "data": base / "d.csv"}
+
+
+GRAPH_KINDS = ("missing", "empty", "binary", "folder")
+CSV_KINDS = ("missing", "empty", "binary", "folder", "wrong_csv", "nan_csv")
+FUZZ = [case for cmd, argv in (("equivalents", ["equivalents", "{bad}", "P(c|do(a))", "-o", "{out}/c.json"]),
+                              ("check", ["check", "{bad}", "P(c|do(a))", "P(c|a)"]),
+                              ("identify", ["identify", "{bad}", "P(c|do(a))", "-o", "{out}/e.json"]),
+                              ("estimate", ["estimate", "{bad}", "P(c|do(a))", "{data}", "-o", "{out}/r.csv"]),
+                              ("generate", ["generate", "{bad}", "P(c|do(a))", "-o", "{out}/s.csv"]))
+        for case in (FuzzCase(cmd, argv, ".dag", GRAPH_KINDS, _graph_and_data, "dagitty"),
+                     FuzzCase(cmd, argv, ".json", GRAPH_KINDS + ("truncated_json",), _graph_and_data, "json"))]
+FUZZ.append(FuzzCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{bad}", "-o", "{out}/r.csv"], ".csv",
+                     CSV_KINDS, _graph_and_data, "data"))
+FUZZ.append(FuzzCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{bad}", "--kind", "gaussian",
+                                  "-o", "{out}/r.csv"], ".csv", CSV_KINDS, _graph_and_data, "gaussian-data"))
+
+
+@pytest.mark.parametrize("case", FUZZ, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed("derive-docalc", case, tmp_path, capsys)

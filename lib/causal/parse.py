@@ -171,14 +171,11 @@ def parse_json_graph(text: str, source: str = "graph") -> ADMG:
     """A JSON edge list: ``{"nodes": [...], "directed": [["X","Y"]], "bidirected": [["X","Y"]],
     "latent": [...]}``, or ``{"edges": ["X -> Y", ["X", "<->", "Y"], {"from": "X", "to": "Y",
     "type": "->"}]}``, or a bare list of such edges. Errors name the field (``edges[2]``)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"column {exc.colno}: not valid JSON: {exc.msg}", source, exc.lineno) from None
+    from icmlkit.lib.core.io import parse_json
+
+    data = parse_json(text, source, expect=(dict, list), what="JSON graph")
     if isinstance(data, list):
         data = {"edges": data}
-    if not isinstance(data, dict):
-        raise InputError("expected a JSON object with 'nodes'/'directed'/'bidirected' or 'edges'", source)
     unknown = set(data) - {"nodes", "directed", "bidirected", "edges", "latent", "name", "description"}
     if unknown:
         raise InputError(f"field {sorted(unknown)[0]!r}: unknown key (expected nodes, directed, bidirected, "

@@ -265,6 +265,9 @@ def write_rows(path: str | os.PathLike, rows: list[dict], columns: list[str] | N
         text = buf.getvalue()
     else:
         raise InputError(f"cannot write a table as {fmt}; expected one of {', '.join(ROW_FORMATS)}", str(path))
+    if not is_stdio(path) and str(path).lower().endswith(".gz"):
+        write_bytes(path, gzip.compress(text.encode("utf-8"), mtime=0))  # mtime 0: the same bytes every run
+        return
     with atomic_write(path) as fh:
         fh.write(text)
 

@@ -1,11 +1,14 @@
 """derive-docalc: derivation graphs of the do-calculus, equivalent queries and multiple estimands
 (Yvernes, Devijver, Clausel, Gaussier, ICML 2026). The canonical four-step criterion's sets are
 reconstructed (the paper's text is not available)."""
-from icmlkit.lib.docalc.api import ClassEstimands, Estimand, class_estimands, estimate_discrete, estimate_gaussian
-from icmlkit.lib.docalc.derivation import (EquivalenceClass, RuleOracle, canonical_all_pairs, canonical_test,
-                                           components, equivalence_class)
-from icmlkit.lib.docalc.identify import NotIdentifiable, identify, identify_id
+from icmlkit.lib.core.lazy import lazy_exports
 
-__all__ = ["ClassEstimands", "Estimand", "class_estimands", "estimate_discrete", "estimate_gaussian",
-           "EquivalenceClass", "RuleOracle", "canonical_all_pairs", "canonical_test", "components",
-           "equivalence_class", "NotIdentifiable", "identify", "identify_id"]
+_LAZY = {  # name -> module: submodules load on first use, so the CLI's config import stays light
+    **dict.fromkeys(["ClassEstimands", "Estimand", "class_estimands", "estimate_discrete", "estimate_gaussian"],
+                    "icmlkit.lib.docalc.api"),
+    **dict.fromkeys(["EquivalenceClass", "RuleOracle", "canonical_all_pairs", "canonical_test", "components",
+                     "equivalence_class"], "icmlkit.lib.docalc.derivation"),
+    **dict.fromkeys(["NotIdentifiable", "identify", "identify_id"], "icmlkit.lib.docalc.identify"),
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
+__all__ = sorted(_LAZY)

@@ -7,7 +7,7 @@
 4. deduplicate the estimands: canonical form first, then a numerical fingerprint on a random joint
    distribution (same functional = same estimand);
 5. optionally estimate every estimand on data (discrete plug-in or linear-Gaussian), bootstrap its
-   variance and rank the estimands by it.
+   variance and rank the estimands by it (:func:`estimate`: ``derive-docalc estimate``).
 
 ``projections=True`` adds an extension that is NOT part of the paper: the estimands that ID/IDC
 returns for the class members in the latent projections of G that drop one observed variable
@@ -22,7 +22,8 @@ import numpy as np
 
 from icmlkit.lib.causal.admg import ADMG, latent_projection
 from icmlkit.lib.causal.parse import Query
-from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.errors import CheckFailed, InputError, UsageError
+from icmlkit.lib.docalc.config import CAP_HELP, EstimateConfig, _opt  # noqa: F401 - re-exported
 from icmlkit.lib.docalc import expr as E
 from icmlkit.lib.docalc.derivation import EquivalenceClass, equivalence_class
 from icmlkit.lib.docalc.estimate import (DiscreteTables, GaussianMoments, bootstrap_tables, counts_table,
@@ -176,7 +177,11 @@ def read_data(path: str, G: ADMG):
     if bad.any():
         r = int(np.argmax(bad))
         col = df.columns[int(np.argmax(df.iloc[r].isna().to_numpy()))]
-        raise InputError(f"column {col!r}: empty value", path, r + 2)
+        raise InputError(f"column {col!r}: empty or NaN value", path, r + 2)
+    for c in df.columns:
+        if df[c].dtype.kind == "f" and not np.isfinite(df[c].to_numpy()).all():
+            r = int(np.argmax(~np.isfinite(df[c].to_numpy())))
+            raise InputError(f"column {c!r}: {df[c].iloc[r]} is not a finite number", path, r + 2)
     if len(df) < 2:
         raise InputError("needs at least two data rows", path)
     return df
@@ -281,3 +286,48 @@ def estimate_gaussian(ce: ClassEstimands, q: Query, df, B: int, rng: np.random.G
         rows.append({**est.row(), "estimate": val, "variance": float(np.nanvar(bs, ddof=1)),
                      "se": float(np.nanstd(bs, ddof=1)), "ci_low": lo, "ci_high": hi})
     return rank(rows), {"effect_of": x, "on": y}
+
+
+# --------------------------------------------------------------------------- `estimate`
+
+
+TABLE_COLUMNS = ["rank", "estimate", "se", "variance", "ci_low", "ci_high", "plain_id", "estimand", "members"]
+SUMMARY_KEYS = ("rank", "estimand", "estimate", "se", "variance", "ci_low", "ci_high", "members", "sources",
+                "plain_id")
+
+
+@dataclass
+class EstimateResult:
+    kind: str
+    n: int
+    target: dict
+    rows: list[dict]      # ranked (rank 1 = smallest bootstrap variance)
+
+    def table_rows(self) -> list[dict]:
+        """The ranked estimands as table rows (``TABLE_COLUMNS``; members joined by '; ')."""
+        return [{**{c: r.get(c) for c in TABLE_COLUMNS}, "members": "; ".join(r["members"])} for r in self.rows]
+
+    @property
+    def summary(self) -> dict:
+        plain = [r["rank"] for r in self.rows if r["plain_id"]]
+        return {"kind": self.kind, "n": self.n, "target": self.target, "identifiable": True,
+                "n_estimands": len(self.rows), "estimates": [{k: r[k] for k in SUMMARY_KEYS} for r in self.rows],
+                "best": self.rows[0]["estimand"], "plain_id_rank": plain[0] if plain else None}
+
+
+def estimate(cfg: EstimateConfig, G: ADMG, q: Query, df, seed: int = 0, source: str | None = None) -> EstimateResult:
+    """Steps 1-5 on data: the class's estimands (:func:`class_estimands`), each estimated on ``df``
+    with ``cfg.bootstrap`` replicates from the ``bootstrap`` stream of ``seed``, ranked by variance.
+    A query that is not identifiable is a :class:`CheckFailed` (exit 3): nothing to estimate."""
+    from icmlkit.lib.core.runtime import numpy_rng
+
+    ce = class_estimands(G, q, cap=cfg.cap, projections=cfg.projections)
+    if not ce.identifiable:
+        raise CheckFailed(f"{q.text(G.nodes)} is not identifiable ({ce.hedge}); nothing to estimate")
+    kind = guess_kind(df) if cfg.kind == "auto" else cfg.kind
+    rng = numpy_rng(seed, "bootstrap")
+    if kind == "discrete":
+        rows, target = estimate_discrete(ce, q, df, cfg.bootstrap, rng, cfg.level)
+    else:
+        rows, target = estimate_gaussian(ce, q, df, cfg.bootstrap, rng, cfg.level, source=source)
+    return EstimateResult(kind, int(len(df)), target, rows)

@@ -8,9 +8,10 @@ import numpy as np
 
 from icmlkit.lib.causal.parse import Query, parse_query
 from icmlkit.lib.core.console import log
-from icmlkit.lib.core.io import dumps_json, write_json, write_text
+from icmlkit.lib.core.io import dumps_json, write_json, write_rows, write_text
+from icmlkit.lib.core.runtime import numpy_rng
 from icmlkit.lib.docalc import expr as E
-from icmlkit.lib.docalc.api import class_estimands, estimate_gaussian
+from icmlkit.lib.docalc.api import EstimateConfig, class_estimands, estimate
 from icmlkit.lib.docalc.derivation import equivalence_class
 from icmlkit.lib.docalc.estimate import DiscreteTables, evaluate_table
 from icmlkit.lib.docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic
@@ -21,7 +22,10 @@ FDBD_BACK_DOOR_WINS = ({("Z", "X"): 3.0, ("Z", "Y"): 1.0, ("X", "M"): 1.0, ("M",
                        {"Z": 1.0, "X": 1.0, "M": 0.5, "Y": 1.0})
 
 
-def run_demo(folder: Path, seed: int = 0) -> dict:
+def run_demo(folder: Path, *, seed: int = 0) -> dict:
+    """1. the class and estimands of every classic graph; 2. the napkin's estimands on the exact P(V)
+    of a random binary SCM (``scm`` stream of ``seed``); 3. :func:`~icmlkit.lib.docalc.api.estimate`
+    on linear-Gaussian front-door + back-door samples (``sample`` stream)."""
     import pandas as pd
 
     folder = Path(folder)
@@ -41,8 +45,7 @@ def run_demo(folder: Path, seed: int = 0) -> dict:
     write_text(folder / "napkin.dot", cls.to_dot())
 
     # napkin: every member's estimand on the exact P(V) of a random binary SCM with explicit latents
-    rng = np.random.default_rng(seed)
-    scm = DiscreteSCM.random(G, rng)
+    scm = DiscreteSCM.random(G, numpy_rng(seed, "scm"))
     T = DiscreteTables(scm.joint(), G.nodes)
     truth = scm.interventional({"Y"}, {"X"}, set())
     ce = class_estimands(G, parse_query("P(Y | do(X))", G))
@@ -53,13 +56,12 @@ def run_demo(folder: Path, seed: int = 0) -> dict:
     # front-door + back-door, linear-Gaussian: rank the class's estimands (with the projection extension)
     Gf = classic("front-door+back-door")
     qf = parse_query("P(Y | do(X))", Gf)
-    cef = class_estimands(Gf, qf, projections=True)
     coef, sd = FDBD_FRONT_DOOR_WINS
-    data = LinearGaussianSCM(Gf, coef, {}, sd).sample(500, rng)
+    data = LinearGaussianSCM(Gf, coef, {}, sd).sample(500, numpy_rng(seed, "sample"))
     df = pd.DataFrame(data, columns=Gf.nodes)
-    ranked, _ = estimate_gaussian(cef, qf, df, 200, rng)
-    pd.DataFrame([{k: r[k] for k in ("rank", "estimate", "se", "ci_low", "ci_high", "plain_id", "estimand")}
-                  for r in ranked]).to_csv(folder / "ranking.csv", index=False, float_format="%.6g")
+    ranked = estimate(EstimateConfig(kind="gaussian", bootstrap=200, projections=True), Gf, qf, df, seed=seed).rows
+    write_rows(folder / "ranking.csv", ranked, ["rank", "estimate", "se", "ci_low", "ci_high", "plain_id", "estimand"],
+               float_format="%.6g")
     best = ranked[0]
     plain = next(r for r in ranked if r["plain_id"])
     napkin_members = next(r["n_members"] for r in rows if r["graph"] == "napkin")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icmlkit.lib.causal.admg import ADMG
+from icmlkit.lib.docalc.config import GenerateConfig  # noqa: F401 - re-exported
 
 CLASSIC = {
     "back-door": "dag { Z -> X; Z -> Y; X -> Y }",
@@ -164,3 +165,81 @@ class LinearGaussianSCM:
         for v in order[order.index(x) + 1:]:
             eff[v] = sum(self.coef[(a, v)] * eff[a] for a in self.G.parents(v))
         return eff[y]
+
+
+# --------------------------------------------------------------------------- `generate`
+
+
+@dataclass
+class SampledData:
+    """The samples (columns in graph order) and the query's true value under the SCM, if known."""
+
+    cfg: GenerateConfig
+    names: list
+    data: np.ndarray
+    truth: float | None
+    truth_of: str | None
+
+    def rows(self) -> list[dict]:
+        cast = int if self.cfg.kind == "discrete" else float
+        return [dict(zip(self.names, map(cast, r))) for r in self.data]
+
+    @property
+    def summary(self) -> dict:
+        return {"kind": self.cfg.kind, "n": int(len(self.data)), "variables": list(self.names), "truth": self.truth,
+                "truth_of": self.truth_of}
+
+
+def _random_linear_gaussian(G: ADMG, rng: np.random.Generator) -> LinearGaussianSCM:
+    def draw(lo, hi):
+        return float(rng.choice([-1.0, 1.0]) * rng.uniform(lo, hi))
+
+    coef = {e: draw(0.5, 1.5) for e in sorted(G.directed)}
+    lat = {e: (draw(0.5, 1.0), draw(0.5, 1.0)) for e in sorted(G.bidirected)}
+    return LinearGaussianSCM(G, coef, lat, {v: 1.0 for v in G.nodes})
+
+
+def _discrete_truth(scm: DiscreteSCM, q) -> float:
+    """P(y | do(x), w) of the SCM at the query's values (an unspecified variable takes its largest
+    value, as ``estimate`` does)."""
+    from icmlkit.lib.core.errors import UsageError
+
+    G = scm.G
+    order = [sorted(S, key=G.index.get) for S in (q.Y, q.X, q.W)]
+    values = dict(q.values)
+    cell = []
+    for v in [u for S in order for u in S]:
+        if v not in values:
+            cell.append(scm.card[v] - 1)
+            continue
+        try:
+            c = int(float(values[v]))
+        except ValueError:
+            c = -1
+        if not 0 <= c < scm.card[v]:
+            raise UsageError(f"query value {v}={values[v]}: the generated values are 0 .. {scm.card[v] - 1}")
+        cell.append(c)
+    return float(scm.interventional(*order)[tuple(cell)])
+
+
+def generate_data(cfg: GenerateConfig, G: ADMG, q=None, seed: int = 0) -> SampledData:
+    """``cfg.n`` samples of a random SCM on ``G`` (its parameters from the ``scm`` stream of ``seed``,
+    the samples from the ``sample`` stream) and, with a query ``q``, its exact value: P(y | do(x), w)
+    at the query's values (discrete), or the total effect d E[y | do(x)] / dx of the first action on
+    the first outcome (gaussian, queries without w)."""
+    from icmlkit.lib.core.runtime import numpy_rng
+
+    scm_rng, sample_rng = numpy_rng(seed, "scm"), numpy_rng(seed, "sample")
+    truth = truth_of = None
+    if cfg.kind == "discrete":
+        scm = DiscreteSCM.random(G, scm_rng, card=cfg.card, alpha=cfg.alpha)
+        if q is not None:
+            truth, truth_of = _discrete_truth(scm, q), q.text(G.nodes)
+            truth = truth if np.isfinite(truth) else None  # P(w | do(x)) = 0: undefined
+    else:
+        scm = _random_linear_gaussian(G, scm_rng)
+        if q is not None and q.X and not q.W:
+            y = next(v for v in G.nodes if v in q.Y)
+            x = next(v for v in G.nodes if v in q.X)
+            truth, truth_of = scm.total_effect(x, y), f"dE[{y} | do({x})]/d{x}"
+    return SampledData(cfg, list(G.nodes), scm.sample(cfg.n, sample_rng), truth, truth_of)

@@ -68,6 +68,8 @@ def _read_frame(path: str):
             return pd.read_csv(sys.stdin, index_col=0)
         except Exception as exc:
             raise InputError(f"not a readable CSV table ({type(exc).__name__}: {exc})", name) from None
+    if Path(path).is_dir():
+        raise InputError("is a folder, expected a prices file", name)
     if not Path(path).is_file():
         raise InputError("no such file", name)
     ext = suffix(path)
@@ -116,9 +118,11 @@ def read_market(path: str, returns: bool = False, max_gap: int = 5) -> Market:
         raise InputError("fewer than two dates", name)
     try:
         idx = pd.to_datetime(pd.Index(df.index), errors="raise", format="mixed")
+        if idx.isna().any():  # 'nan' or an empty cell parses as NaT
+            raise ValueError("not a date")
     except (ValueError, TypeError) as exc:
         bad = next((i for i, v in enumerate(df.index) if pd.isna(pd.to_datetime(v, errors="coerce"))), 0)
-        raise InputError(f"date column: cannot parse {df.index[bad]!r} as a date ({exc})", name, bad + 2) from None
+        raise InputError(f"date column: cannot parse {str(df.index[bad])!r} as a date ({exc})", name, bad + 2) from None
     d = idx.values.astype("datetime64[D]")
     steps = np.diff(d.astype(np.int64))
     if (steps <= 0).any():

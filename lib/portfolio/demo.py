@@ -27,32 +27,30 @@ def _market():
                 (str(dates[260]), str(dates[1900]), str(dates[2300]), str(dates[2301])))
 
 
-def run_demo(folder: Path, epochs: int = 6, seed: int = 0) -> dict:
-    import numpy as np
-
-    from icmlkit.lib.portfolio.backtest import run_backtest, write_returns_csv
-    from icmlkit.lib.portfolio.model import Config, build_samples, fit
+def run_demo(folder: Path, *, seed: int = 0, epochs: int = 6) -> dict:
+    """1. DFL and PFL trained with :func:`~icmlkit.lib.portfolio.api.train` (train to 2012, validate
+    2013-2015 on S&P-20); 2. each strategy back-tested 2016-2022 with
+    :func:`~icmlkit.lib.portfolio.api.backtest`; 3. the comparison report."""
+    from icmlkit.lib.portfolio.api import BacktestConfig, TrainConfig, backtest, train
+    from icmlkit.lib.portfolio.backtest import write_returns_csv
     from icmlkit.lib.portfolio.report import write_run_report
 
     folder = Path(folder)
     market, name, (t0, t1, t2, test_start) = _market()
-    i0, i1, i2 = max(market.index_of(t0), 251), market.index_of(t1), market.index_of(t2)
-    tr = np.arange(i0, i1 - 21 + 1, 10)
-    va = np.arange(i1 + 1, i2 - 21 + 1, 21)
-    S_tr = build_samples(market.returns, tr)
-    S_va = build_samples(market.returns, va)
     rows, summaries = [], []
     for strategy in ("equal-weight", "historical-topk", "pfl", "dfl"):
-        model = cfg = None
+        trained = None
         if strategy in ("pfl", "dfl"):
-            log.info("training %s (%d epochs, %d dates) ...", strategy, epochs, len(tr))
-            cfg = Config(loss=strategy, k=5, epochs=epochs, eps_start=0.5, eps_end=0.1)
-            model, _ = fit(cfg, S_tr, S_va, seed=seed)
+            cfg = TrainConfig(loss=strategy, k=5, epochs=epochs, eps_start=0.5, eps_end=0.1, train_start=t0,
+                              train_end=t1, val_end=t2, stride=10)
+            log.info("training %s (%d epochs) ...", strategy, epochs)
+            trained = train(cfg, market, seed=seed).trained
         log.info("back-testing %s ...", strategy)
-        res = run_backtest(market, strategy, k=5, start=test_start, cost_bps=10.0, model=model, cfg=cfg)
-        s = res.summary(seed=seed)
-        write_returns_csv(folder / f"{strategy}.returns.csv", res)
-        rows.append((strategy, s, res.dates, res.gross, res.net))
+        run = backtest(BacktestConfig(strategy=strategy, k=5, start=test_start, cost_bps=10.0), market, trained,
+                       seed=seed)
+        s = run.result.summary(seed=seed)
+        write_returns_csv(folder / f"{strategy}.returns.csv", run.result)
+        rows.append((strategy, s, run.result.dates, run.result.gross, run.result.net))
         summaries.append(s)
     write_run_report(folder, rows, compare=True)
     best = max(summaries, key=lambda s: s["sharpe"])

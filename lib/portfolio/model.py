@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from icmlkit.lib.core.console import log, progress
 
@@ -99,27 +100,41 @@ def _predictor_class():
     return Predictor
 
 
+def _opt(default, help: str, **meta):
+    """A config field with its --help text (and click constraints) for ``config_options``."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
 @dataclass
 class Config:
-    loss: str = "dfl"                 # dfl | pfl
-    k: int = 5
-    topk: str = "capped-simplex"      # capped-simplex | sinkhorn | perturbed
-    score: str = "ratio"              # ratio (μ̂/σ̂) | tangency (dense layer weights)
-    window: int = 252
-    cov: str = "ledoit-wolf"
-    horizon: int = 21
-    hidden: int = 32
-    layers: int = 2
-    epochs: int = 30
-    batch: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    eps_start: float = 1.0
-    eps_end: float = 0.05
-    rf: float = 0.0                   # annual risk-free rate (daily = rf / 252)
-    min_weight: float = 0.01          # floor on each selected name at test time
-    pooled: bool = False              # DFL loss: Sharpe of the batch's pooled returns instead of the mean per date
-    features: list = field(default_factory=lambda: ["ret_21d", "ret_63d", "ret_126d", "ret_252d", "vol_21d", "vol_63d"])
+    """The model's settings (saved in the .pt file; ``backtest-portfolio train`` takes them as options)."""
+
+    loss: str = _opt("dfl", "dfl: minus realised Sharpe through the selection and layer; pfl: MSE of the "
+                     "prediction.", choices=("dfl", "pfl"))
+    k: int = _opt(5, "Cardinality: the number of names held.", min=1)
+    topk: str = _opt("capped-simplex", "Smooth top-k operator used in training (reconstructed choice; all give "
+                     "Σm = k).", choices=("capped-simplex", "sinkhorn", "perturbed"))
+    score: str = _opt("ratio", "Selection scores: z-scored mu/sigma, or the dense tangency weights (one more layer "
+                      "solve); reconstructed choice.", choices=("ratio", "tangency"))
+    window: int = _opt(252, "Trailing days for the covariance (and the historical mean).", min=2)
+    cov: str = _opt("ledoit-wolf", "Covariance estimate on the trailing window.", choices=("ledoit-wolf", "sample"))
+    horizon: int = _opt(21, "Holding period in days for the loss.", min=2)
+    hidden: int = _opt(32, "Hidden units of the predictor MLP.", min=1)
+    layers: int = _opt(2, "Hidden layers of the predictor MLP.", min=1)
+    epochs: int = _opt(30, "Training epochs.", min=1)
+    batch: int = _opt(32, "Dates per step.", min=2)
+    lr: float = _opt(1e-3, "Adam learning rate.", min=0, min_open=True)
+    weight_decay: float = _opt(1e-4, "Adam weight decay.", min=0)
+    eps_start: float = _opt(1.0, "Top-k temperature at the start.", min=0, min_open=True)
+    eps_end: float = _opt(0.05, "... annealed geometrically to this.", min=0, min_open=True)
+    rf: float = _opt(0.0, "Annual risk-free rate (constant); daily = rf/252.")
+    min_weight: float = _opt(0.01, "Floor on each selected name at test time, so exactly k names are held (0 lets "
+                             "long-only zero some out).", min=0, max=1)
+    pooled: bool = _opt(False, "dfl: Sharpe of the batch's pooled returns instead of the mean per date.")
+    features: list = _opt(["ret_21d", "ret_63d", "ret_126d", "ret_252d", "vol_21d", "vol_63d"],
+                          "Names of the per-asset features (the trailing-return and volatility defaults).")
 
     @property
     def rf_daily(self) -> float:
@@ -127,10 +142,11 @@ class Config:
 
 
 def new_model(cfg: Config, n_features: int, seed: int = 0):
-    import torch
+    """The predictor with its initial weights drawn from the ``init`` stream of ``seed``."""
+    from icmlkit.lib.core.runtime import seeded
 
-    torch.manual_seed(seed)
-    return _predictor_class()(n_features, cfg.hidden, cfg.layers)
+    with seeded(seed, "init"):
+        return _predictor_class()(n_features, cfg.hidden, cfg.layers)
 
 
 def scores(mu_hat, sigma):
@@ -209,6 +225,8 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
     """
     import torch
 
+    from icmlkit.lib.core.runtime import generator
+
     n = train.X.shape[1]
     model = new_model(cfg, train.X.shape[-1], seed)
     flat = train.X.reshape(-1, train.X.shape[-1])
@@ -219,12 +237,13 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
     model.out_scale.copy_(tgt.std().clamp_min(1e-12))
     pipe = Pipeline(cfg, n)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    gen = torch.Generator().manual_seed(seed)
+    batches = generator(seed, "batches")    # the order of the dates in each epoch
+    noise = generator(seed, "topk-noise")   # the perturbed top-k's samples
     D = train.X.shape[0]
     history, best, best_state = [], -math.inf, None
     for epoch in progress(range(cfg.epochs), total=cfg.epochs, desc=f"train {cfg.loss}"):
         eps = cfg.eps_start * (cfg.eps_end / cfg.eps_start) ** (epoch / max(cfg.epochs - 1, 1))
-        perm = torch.randperm(D, generator=gen)
+        perm = torch.randperm(D, generator=batches)
         losses, infeas = [], 0
         for b in range(0, D, cfg.batch):
             sel = perm[b:b + cfg.batch]
@@ -233,7 +252,7 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
             if cfg.loss == "pfl":
                 loss = ((mu - sb.target) ** 2).mean() / model.out_scale ** 2
             else:
-                w, _, inf = pipe.soft(mu, sb, eps, generator=gen)
+                w, _, inf = pipe.soft(mu, sb, eps, generator=noise)
                 infeas += int(inf.sum())
                 loss = -realised_sharpe(w, sb.fwd, cfg.rf_daily, cfg.pooled).mean()
             opt.zero_grad()
@@ -261,6 +280,22 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
 # --------------------------------------------------------------------------- files
 
 
+class TrainedModel(NamedTuple):
+    """A model file's content: the predictor, its :class:`Config` and the training metadata."""
+
+    model: object
+    config: Config
+    meta: dict
+
+    def check_market(self, market, source: str) -> None:
+        """The model's tickers must be the market's, in order (an InputError naming ``source``)."""
+        from icmlkit.lib.core.errors import InputError
+
+        if list(self.meta.get("tickers", [])) != list(market.tickers):
+            raise InputError(f"the model was trained on tickers {self.meta.get('tickers')}, but the prices have "
+                             f"{market.tickers}", source)
+
+
 def save_model(path, model, cfg: Config, meta: dict) -> None:
     """A .pt file with the state dict, the config and metadata (loadable with weights_only=True)."""
     import dataclasses
@@ -271,13 +306,20 @@ def save_model(path, model, cfg: Config, meta: dict) -> None:
                        "config": dataclasses.asdict(cfg), "meta": meta})
 
 
-def load_model(path):
-    """(model, cfg, meta) from :func:`save_model`'s file; torch.load with weights_only=True."""
-    from icmlkit.lib.core.io import read_torch
+def load_model(path) -> "TrainedModel":
+    """(model, cfg, meta) from :func:`save_model`'s file; torch.load with weights_only=True. A file
+    of the right format whose config or weights do not fit is an InputError naming it."""
+    from icmlkit.lib.core.errors import InputError
+    from icmlkit.lib.core.io import display_name, read_torch
 
-    obj = read_torch(path, "backtest-portfolio model file", "icmlkit-portfolio-1")
-    cfg = Config(**obj["config"])
-    model = new_model(cfg, len(cfg.features))
-    model.load_state_dict(obj["state_dict"])
+    what = "backtest-portfolio model file"
+    obj = read_torch(path, what, "icmlkit-portfolio-1")
+    try:
+        cfg = Config(**obj["config"])
+        model = new_model(cfg, len(cfg.features))
+        model.load_state_dict(obj["state_dict"])
+        meta = dict(obj.get("meta") or {})
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"not a {what} (its config or weights do not fit: {exc})", display_name(path)) from None
     model.eval()
-    return model, cfg, obj.get("meta", {})
+    return TrainedModel(model, cfg, meta)

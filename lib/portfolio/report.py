@@ -2,7 +2,6 @@
 curves and drawdowns of several strategies side by side."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from icmlkit.lib.core.errors import InputError
@@ -13,9 +12,14 @@ COLUMNS = ("strategy", "k", "sharpe", "sharpe_ci", "sharpe_gross", "ann_return",
 
 
 def read_run(path):
-    """(name, summary, dates, gross, net) from a run folder of `backtest` or its returns.csv."""
+    """(name, summary, dates, gross, net) from a run folder of `backtest` or its returns.csv.
+
+    returns.csv must have the columns date,gross,net with increasing dates and finite returns
+    > -100 %; summary.json (when present) must be a JSON object. Errors name the file and line."""
     import numpy as np
     import pandas as pd
+
+    from icmlkit.lib.core.io import load_json
 
     p = Path(path)
     folder = p if p.is_dir() else p.parent
@@ -25,15 +29,28 @@ def read_run(path):
         raise InputError("no returns.csv here (expected a run folder written by `backtest-portfolio backtest`)", str(path))
     try:
         df = pd.read_csv(rets)
-    except Exception as exc:
-        raise InputError(f"not a readable CSV ({exc})", str(rets)) from None
+    except Exception as exc:  # noqa: BLE001 - pandas' parser errors, binary or empty files
+        raise InputError(f"not a readable CSV ({type(exc).__name__}: {exc})", str(rets)) from None
     missing = [c for c in ("date", "gross", "net") if c not in df.columns]
     if missing:
         raise InputError(f"missing columns {missing}; expected date,gross,net", str(rets), 1)
-    summary = json.loads(summ.read_text()) if summ.is_file() else {}
+    if len(df) < 2:
+        raise InputError("fewer than two daily returns", str(rets))
+    dates = pd.to_datetime(df["date"], errors="coerce", format="mixed")
+    if dates.isna().any():
+        i = int(np.argmax(dates.isna().to_numpy()))
+        raise InputError(f"date {df['date'].iloc[i]!r} is not a date", str(rets), i + 2)
+    values = {}
+    for c in ("gross", "net"):
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(v) | (v <= -1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(f"column {c}: {df[c].iloc[i]!r} is not a finite return > -1", str(rets), i + 2)
+        values[c] = v
+    summary = load_json(summ, expect=dict, what="run summary") if summ.is_file() else {}
     name = summary.get("strategy", folder.name)
-    dates = pd.to_datetime(df["date"]).values.astype("datetime64[D]")
-    return name, summary, dates, df["gross"].to_numpy(np.float64), df["net"].to_numpy(np.float64)
+    return name, summary, dates.values.astype("datetime64[D]"), values["gross"], values["net"]
 
 
 def _fmt(v):
