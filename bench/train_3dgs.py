@@ -57,16 +57,16 @@ def _job(spec: dict) -> dict:
     torch.set_num_threads(1)
     from icmlkit.lib.gs.ply import read_ply
     from icmlkit.lib.gs.scene import read_scene
-    from icmlkit.lib.gs.train import FitConfig, fit, initial_gaussians
+    from icmlkit.lib.gs.train import FitConfig, InitConfig, fit_scene
 
     sc = read_scene(spec["scene"], downscale=spec.get("downscale", 1))
     gt = read_ply(Path(spec["scene"]) / "gt.ply") if spec["init"] == "gt-noise" else None
-    init = initial_gaussians(sc, spec["init"], spec["n"], spec["sh_degree"], spec["seed"], gt=gt)
+    init = InitConfig(init=spec["init"], n_gaussians=spec["n"])
     cfg = FitConfig(optimizer=spec["optimizer"], iters=spec["iters"], batch=4, sh_degree=spec["sh_degree"],
                     sh_every=spec["sh_every"], eval_every=spec["eval_every"], radius=spec.get("radius", 1e-6),
                     radius_final=spec.get("radius_final", 1e-8), eval_iters=[spec["iters"] // 2])
     t0 = time.perf_counter()
-    res = fit(sc, init, cfg, seed=spec["seed"])
+    res = fit_scene(sc, cfg, init, seed=spec["seed"], gt=gt)
     return {"spec": spec, "rows": res.rows, "summary": res.summary, "wall": time.perf_counter() - t0,
             "init_psnr": res.rows[0][4]}
 

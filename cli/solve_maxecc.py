@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, make_main, output_option
+from icmlkit.cli._common import ToolGroup, add_demo, make_main, output_option
 
 TOOL = "solve-maxecc"
 ALGORITHMS = ["majority", "lp-argmax", "threshold-order", "paired", "scaled", "best"]
@@ -65,20 +65,19 @@ lp_time_option = click.option("--lp-time-limit", type=click.FloatRange(min=0, mi
 
 @cli.command(seed=False)
 @click.argument("instance")
-@output_option("Save the fractional solution (.npz) for reuse by `solve --lp`.")
+@output_option("Save the fractional solution for reuse by `solve --lp`.", suffixes=(".npz",))
 @lp_method_option
 @lp_time_option
 def lp(run, instance, output, lp_method, lp_time_limit):
     """Solve the LP relaxation; its value is an upper bound on the optimum.
 
     \b
-    JSON keys: n, m, k, r, lp_value, seconds, status, lp_method.
+    JSON keys: n, m, k, r, lp_value, seconds (model build + HiGHS), seconds_highs (Highs.run alone,
+    summed over row generation's rounds), status, lp_method.
     Example:  solve-maxecc lp colored-DAWN.txt -o dawn.lp.npz --json
     """
     from icmlkit.lib.maxecc import save_lp, solve_lp
 
-    if output is not None and not str(output).endswith(".npz") and output != "-":
-        raise click.BadParameter(f"{output}: the LP solution is saved as .npz", param_hint="-o")
     run.output(output)
     H = _instance(run, instance)
     sol = solve_lp(H, method=lp_method, time_limit=lp_time_limit)
@@ -86,7 +85,7 @@ def lp(run, instance, output, lp_method, lp_time_limit):
         save_lp(output, sol)
         run.wrote(output)
     return {**_size(H), "lp_value": float(sol.value), "seconds": round(sol.seconds_build + sol.seconds_solve, 4),
-            "status": sol.status, "lp_method": lp_method}
+            "seconds_highs": round(sol.seconds_solve, 4), "status": sol.status, "lp_method": lp_method}
 
 
 @cli.command(device=True)
@@ -207,21 +206,21 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, output):
     return {"kind": kind, **_size(H), "output": output}
 
 
-@cli.command(device=True)
-@click.option("--outdir", default="outputs/demo/solve-maxecc", show_default=True,
-              type=click.Path(file_okay=False), help="Run directory (built as <outdir>.partial).")
-@click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)
-def demo(run, outdir, trials):
-    """Run the method on a planted instance, a fractional gadget and (when present) Brain.
+add_demo(
+    cli, "icmlkit.lib.maxecc.demo:run_demo", device=True,
+    options=[click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True,
+                          help="Randomized roundings per algorithm.")],
+    doc="""Run the method on a planted instance, a fractional gadget and (when present) Brain.
 
     Writes each instance's colouring, a summary.json, ratios.png (when matplotlib is
-    installed) and manifest.json into OUTDIR. JSON keys: headline, outdir, instances.
-    """
-    from icmlkit.lib.maxecc.demo import run_demo
+    installed) and manifest.json into OUTDIR.
 
-    with run.run_dir(outdir) as folder:
-        summary = run_demo(folder, trials=trials, seed=run.seed, device=run.device)
-    return {**summary, "outdir": outdir}
+    \b
+    JSON keys: headline, instances (one row per instance: n, m, k, r, lp_value, value,
+    ratio_to_lp, ...; the gadget's per-algorithm mean ratios and factors), plot, outdir.
+    Example:  solve-maxecc demo --outdir outputs/demo/solve-maxecc --trials 200 --json
+    """,
+)
 
 
 main = make_main(cli, TOOL)

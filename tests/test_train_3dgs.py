@@ -1,10 +1,11 @@
 """train-3dgs: rasterizer (analytic image, tiles = dense, gradients and HVPs vs finite differences),
 Hutchinson vs the exact Hessian diagonal, the closed-form Hellinger clips, .ply round trip, scene
-errors, and the command line (make-scene, fit, resume, eval, render, determinism)."""
+errors, and the command line (generate, fit, resume, eval, render, compare, determinism, malformed inputs)."""
 from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -330,7 +331,7 @@ def test_bad_ply(tmp_path):
 
 def _scene(tmp_path, name="s", n=20):
     out = tmp_path / name
-    r = run_tool("train-3dgs", "make-scene", "-o", out, "--n-gaussians", n, "--size", 16, "--train", 4, "--test", 2,
+    r = run_tool("train-3dgs", "generate", "-o", out, "--n-gaussians", n, "--size", 16, "--train", 4, "--test", 2,
                  "--json")
     assert r.returncode == 0, r.stderr
     return out
@@ -341,7 +342,7 @@ def scene_dir(tmp_path_factory):
     return _scene(tmp_path_factory.mktemp("gs"))
 
 
-def test_make_scene_layout_and_gt_render(scene_dir):
+def test_generate_layout_and_gt_render(scene_dir):
     meta = json.loads((scene_dir / "transforms_train.json").read_text())
     assert len(meta["frames"]) == 4 and "camera_angle_x" in meta
     sc = read_scene(scene_dir)
@@ -473,29 +474,32 @@ def test_fit_is_deterministic_and_eval_agrees(tmp_path, scene_dir):
     assert again.returncode == 1 and "--overwrite" in again.stderr
 
 
-def test_resume_continues_to_the_same_result(tmp_path, scene_dir):
-    """Run 6 steps at once, and 3 + resume 3 (the checkpoint of an interrupted run): same bytes."""
-    import io
+@pytest.mark.parametrize("optimizer", ["adam", "tr"])
+def test_resume_continues_to_the_same_bytes(tmp_path, scene_dir, optimizer):
+    """6 steps at once, and the step-3 checkpoint an interrupted run leaves + --resume: the same .ply
+    and metrics bytes; a checkpoint of other settings is refused (exit 2)."""
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.gs.train import FitConfig, InitConfig, fit_scene
 
-    from icmlkit.lib.core.io import write_bytes
-    from icmlkit.lib.gs.train import FitConfig, checkpoint_bytes, fit, initial_gaussians
-
+    args = [scene_dir, "--optimizer", optimizer, *FIT, "--device", "cpu"]
+    full = run_tool("train-3dgs", "fit", *args, "-o", tmp_path / "full.ply")
+    assert full.returncode == 0, full.stderr
     sc = read_scene(scene_dir)
-    init = initial_gaussians(sc, "gt-noise", 20, 1, 0, gt=read_ply(scene_dir / "gt.ply"))
-    cfg = FitConfig(optimizer="adam", iters=6, sh_degree=1, sh_every=3, eval_every=3)
-    full = fit(sc, init, cfg, seed=0)
-    saved = {}
-    fit(sc, init, cfg, seed=0, checkpoint=lambda st: saved.setdefault("st", st), checkpoint_every=3)
+    cfg = FitConfig(optimizer=optimizer, iters=6, sh_degree=1, sh_every=3, eval_every=3)
     ckpt = tmp_path / "r.ply.ckpt.pt"
-    write_bytes(ckpt, checkpoint_bytes(saved["st"]))
-    r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "r.ply", "--optimizer", "adam", *FIT, "--resume",
-                 "--json")
+    fit_scene(sc, cfg, InitConfig(init="gt-noise"), seed=0, gt=read_ply(scene_dir / "gt.ply"),
+              checkpointer=Checkpointer(ckpt, every=3))  # the last step writes no checkpoint: as if killed after 3
+    assert torch.load(ckpt, weights_only=True)["step"] == 3
+    other = run_tool("train-3dgs", "fit", *args, "-o", tmp_path / "r.ply", "--resume", "--seed", 1)
+    assert other.returncode == 2 and "--resume" in other.stderr and not (tmp_path / "r.ply").exists()
+    r = run_tool("train-3dgs", "fit", *args, "-o", tmp_path / "r.ply", "--resume", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["resumed_from"] == 3
-    back = read_ply(tmp_path / "r.ply")
-    for k in GROUPS:
-        np.testing.assert_array_equal(back.tensors()[k].numpy(), full.gaussians.tensors()[k].float().numpy())
-    assert torch.load(io.BytesIO(checkpoint_bytes(saved["st"])), weights_only=True)["step"] == 3
+    assert (tmp_path / "r.ply").read_bytes() == (tmp_path / "full.ply").read_bytes()
+    assert (tmp_path / "r.metrics.csv").read_bytes() == (tmp_path / "full.metrics.csv").read_bytes()
+    assert not ckpt.exists()
+    missing = run_tool("train-3dgs", "fit", *args, "-o", tmp_path / "m.ply", "--resume")
+    assert missing.returncode == 2 and "--resume" in missing.stderr
 
 
 def test_render_and_compare_cli(tmp_path, scene_dir):
@@ -536,3 +540,110 @@ def test_lego_subset_reads_and_trains_a_little(tmp_path):
                  "--iters", 10, "--downscale", 2, "--sh-degree", 0, "--json", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["n_gaussians"] == 500
+
+
+# --------------------------------------------------------------------------- malformed inputs
+
+from fuzzing import DEFAULT_KINDS, FuzzCase, check_malformed  # noqa: E402
+
+JSON_KINDS = DEFAULT_KINDS + ("truncated_json", "truncated_jsonl")
+_CACHE: dict = {}
+
+
+def _copy_scene(base, name="bad", drop=None, first_image=None):
+    """A copy of one small synthetic scene at ``base/name``; ``drop``: a file removed from it (the slot
+    of the broken input); ``first_image``: frames[0] of transforms_train.json points there instead."""
+    import shutil
+    import tempfile
+
+    from icmlkit.lib.gs.scene import make_synthetic_scene
+
+    if "scene" not in _CACHE:
+        _CACHE["scene"] = src = __import__("pathlib").Path(tempfile.mkdtemp(prefix="gs-fuzz-")) / "s"
+        make_synthetic_scene(src, n_gaussians=12, size=8, n_train=2, n_test=1, sh_degree=0, seed=0)
+    dst = base / name
+    shutil.copytree(_CACHE["scene"], dst)
+    if drop:
+        (dst / drop).unlink()
+    if first_image:
+        meta = json.loads((dst / "transforms_train.json").read_text())
+        meta["frames"][0]["file_path"] = first_image
+        (dst / "transforms_train.json").write_text(json.dumps(meta))
+    return dst
+
+
+def _in_scene(drop=None, first_image=None):
+    return lambda base: {"scene": _copy_scene(base, drop=drop, first_image=first_image)}
+
+
+def _valid(base):
+    sc = _copy_scene(base, name="ok")
+    return {"scene": sc, "ply": sc / "gt.ply", "cams": sc / "transforms_test.json"}
+
+
+def _resume_setup(base):
+    return {"scene": _copy_scene(base, name="ok"), "plyout": base / "bad.ply"}
+
+
+QUICK = ["--iters", "2", "--sh-degree", "0", "--device", "cpu"]
+FIT_OUT = ["-o", "{out}/f.ply"]
+TRAIN_3DGS_FUZZ = [
+    FuzzCase("fit", ["fit", "{bad}", *FIT_OUT, *QUICK], label="scene-folder"),
+    FuzzCase("fit", ["fit", "{scene}", *FIT_OUT, *QUICK], suffix="/transforms_train.json",
+             setup=_in_scene(drop="transforms_train.json"), kinds=JSON_KINDS, label="transforms_train"),
+    FuzzCase("fit", ["fit", "{scene}", *FIT_OUT, *QUICK], suffix="/transforms_test.json",
+             setup=_in_scene(drop="transforms_test.json"), kinds=JSON_KINDS[1:], label="transforms_test"),  # may be absent
+    FuzzCase("fit", ["fit", "{scene}", *FIT_OUT, *QUICK], suffix="/train/bad.png",
+             setup=_in_scene(first_image="./train/bad"), kinds=DEFAULT_KINDS + ("garbage_png",), label="image"),
+    FuzzCase("fit", ["fit", "{scene}", *FIT_OUT, *QUICK, "--init", "gt-noise"], suffix="/gt.ply",
+             setup=_in_scene(drop="gt.ply"), kinds=DEFAULT_KINDS + ("garbage_pt",), label="gt.ply"),
+    FuzzCase("fit", ["fit", "{scene}", *FIT_OUT, *QUICK, "--init-ply", "{bad}"], suffix=".ply", setup=_valid,
+             kinds=DEFAULT_KINDS + ("garbage_pt",), label="--init-ply"),
+    FuzzCase("fit", ["fit", "{scene}", "-o", "{plyout}", *QUICK, "--resume"], suffix=".ply.ckpt.pt",
+             setup=_resume_setup, kinds=DEFAULT_KINDS + ("garbage_pt", "garbage_npz"), label="checkpoint",
+             extra={"no_file": "bad.ply"}),
+    FuzzCase("eval", ["eval", "{bad}", "{scene}", "--device", "cpu"], suffix=".ply", setup=_valid,
+             kinds=DEFAULT_KINDS + ("garbage_pt",), label="splats"),
+    FuzzCase("eval", ["eval", "{ply}", "{bad}", "--device", "cpu"], setup=_valid, label="scene-folder"),
+    FuzzCase("eval", ["eval", "{scene}/gt.ply", "{scene}", "--device", "cpu"], suffix="/transforms_test.json",
+             setup=_in_scene(drop="transforms_test.json"), kinds=JSON_KINDS, label="transforms_test"),
+    FuzzCase("compare", ["compare", "{scene}", "--outdir", "{out}/cmp", *QUICK], suffix="/transforms_test.json",
+             setup=_in_scene(drop="transforms_test.json"), kinds=JSON_KINDS, label="transforms_test"),
+    FuzzCase("render", ["render", "{bad}", "{cams}", "--outdir", "{out}/png", "--device", "cpu"], suffix=".ply",
+             setup=_valid, kinds=DEFAULT_KINDS + ("garbage_pt",), label="splats"),
+    FuzzCase("render", ["render", "{ply}", "{bad}", "--outdir", "{out}/png", "--device", "cpu"], suffix=".json",
+             setup=_valid, kinds=JSON_KINDS, label="cameras"),
+    FuzzCase("compare", ["compare", "{bad}", "--outdir", "{out}/cmp", *QUICK], label="scene-folder"),
+    FuzzCase("compare", ["compare", "{scene}", "--outdir", "{out}/cmp", *QUICK, "--init-ply", "{bad}"],
+             suffix=".ply", setup=_valid, kinds=DEFAULT_KINDS + ("garbage_pt",), label="--init-ply"),
+]
+
+
+def test_fit_without_test_views_reports_no_psnr(tmp_path):
+    sc = _copy_scene(tmp_path, drop="transforms_test.json")
+    r = run_tool("train-3dgs", "fit", sc, "-o", tmp_path / "f.ply", *QUICK, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["psnr_test"] is None
+
+
+@pytest.mark.parametrize("case", TRAIN_3DGS_FUZZ, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed("train-3dgs", case, tmp_path, capsys)
+    if "no_file" in case.extra:  # an output outside {out}: none may be left behind either
+        assert not [k for k in case.kinds if (tmp_path / k / case.extra["no_file"]).exists()]
+
+
+@pytest.mark.parametrize("text,where", [
+    ('{"camera_angle_x": "wide", "frames": [{"file_path": "a", "transform_matrix": []}]}', "camera_angle_x"),
+    ('{"camera_angle_x": 0.7, "frames": [3]}', "frames[0]"),
+    ('[1, 2]', "expected an object"),
+    ('{"camera_angle_x": 0.7, "w": "x", "frames": [{"transform_matrix": [[1, 0, 0, 0]]}]}', "w and h"),
+    ('{"camera_angle_x": 0.7, "frames": [{"transform_matrix": [[NaN, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], '
+     '[0, 0, 0, 1]]}]}', "non-finite")])
+def test_bad_transforms_json_is_named(tmp_path, text, where):
+    from icmlkit.lib.gs.scene import read_cameras
+
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    with pytest.raises(InputError, match=re.escape(where)):
+        read_cameras(p)

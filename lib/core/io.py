@@ -74,9 +74,14 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     if is_stdio(path):
         return sys.stdin.buffer.read()
     p = Path(path)
+    if p.is_dir():
+        raise InputError("is a folder, expected a file", str(path))
     if not p.is_file():
         raise InputError("no such file", str(path))
-    return p.read_bytes()
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", str(path)) from None
 
 
 def check_writable(path: str | os.PathLike, overwrite: bool) -> None:

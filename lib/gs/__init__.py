@@ -8,7 +8,9 @@
 - :mod:`.model`, :mod:`.sh`, :mod:`.camera`: Gaussians, spherical harmonics, cameras;
 - :mod:`.ply`: the standard 3DGS .ply; :mod:`.scene`: NeRF-synthetic and COLMAP text readers and
   the synthetic scene of known Gaussians;
-- :mod:`.train`: fit / evaluate / initialise; :mod:`.compare`: Adam vs TR and the demo.
+- :mod:`.config`: the option dataclasses (torch-free; the CLI's options are declared from them);
+- :mod:`.train`: fit / evaluate / initialise (``fit_scene``, ``evaluate_split``); :mod:`.compare`:
+  Adam vs TR and the demo; :mod:`.scene` also ``generate_scene`` and ``render_to_folder``.
 
 Submodules are imported explicitly (``from icmlkit.lib.gs.optim import GaussianTrustRegion``).
 """

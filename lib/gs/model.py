@@ -58,6 +58,14 @@ class Gaussians:
         d = {**self.tensors(), "sh_degree": self.sh_degree, **kw}
         return Gaussians(**d)
 
+    def with_sh_degree(self, degree: int) -> "Gaussians":
+        """The same Gaussians with room for SH up to ``degree`` (new coefficients zero; never fewer)."""
+        missing = n_coeffs(degree) - 1 - self.shN.shape[1]
+        if missing <= 0:
+            return self
+        extra = torch.zeros(self.n, missing, 3, dtype=self.shN.dtype, device=self.shN.device)
+        return self.replace(shN=torch.cat([self.shN, extra], 1), sh_degree=degree)
+
     def detach(self) -> "Gaussians":
         return self.replace(**{g: t.detach().clone() for g, t in self.tensors().items()})
 

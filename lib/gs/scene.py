@@ -12,19 +12,19 @@ synthetic scene of known Gaussians written in the NeRF-synthetic layout.
 from __future__ import annotations
 
 import io
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from icmlkit.lib.core.console import log
-from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.core.io import open_text, write_bytes, write_json
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import load_json, open_text, write_bytes, write_json
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.gs.camera import Cameras, blender_to_opencv, opencv_to_blender, sphere_cameras
+from icmlkit.lib.gs.config import SyntheticSceneConfig
 from icmlkit.lib.gs.model import Gaussians
 from icmlkit.lib.gs.ply import write_ply
 from icmlkit.lib.gs.rasterize import render
@@ -103,22 +103,13 @@ def _downscale(arr: np.ndarray, f: int) -> np.ndarray:
 def read_nerf_split(folder: Path, split: str, background, downscale: int = 1, dtype=torch.float32):
     """One split of the NeRF-synthetic layout -> (Cameras, images [V,H,W,3])."""
     jpath = folder / f"transforms_{split}.json"
-    with open_text(jpath) as fh:
-        try:
-            meta = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", str(jpath), exc.lineno) from None
-    if "camera_angle_x" not in meta or "frames" not in meta:
-        raise InputError("expected the keys 'camera_angle_x' and 'frames'", str(jpath))
-    frames = meta["frames"]
-    if not isinstance(frames, list) or not frames:
-        raise InputError("'frames' is empty", str(jpath))
+    meta, frames, angle = read_transforms(jpath)
     mats, imgs, names = [], [], []
     size = None
     for i, fr in enumerate(frames):
         where = f"{jpath}, frames[{i}]"
-        if "file_path" not in fr or "transform_matrix" not in fr:
-            raise InputError("a frame needs 'file_path' and 'transform_matrix'", where)
+        if "file_path" not in fr or "transform_matrix" not in fr or not isinstance(fr["file_path"], str):
+            raise InputError("a frame needs 'file_path' (a string) and 'transform_matrix'", where)
         try:
             m = np.asarray(fr["transform_matrix"], dtype=np.float64)
         except (TypeError, ValueError):
@@ -143,10 +134,28 @@ def read_nerf_split(folder: Path, split: str, background, downscale: int = 1, dt
         names.append(Path(fr["file_path"]).name)
     H, W = size
     R, t = blender_to_opencv(torch.from_numpy(np.stack(mats)))
-    f = 0.5 * W / math.tan(0.5 * float(meta["camera_angle_x"]))
+    f = 0.5 * W / math.tan(0.5 * angle)
     ones = torch.ones(len(mats), dtype=torch.float64)
     cams = Cameras(R, t, f * ones, f * ones, 0.5 * W * ones, 0.5 * H * ones, W, H, names).to(dtype=dtype)
     return cams, torch.from_numpy(np.stack(imgs)).to(dtype)
+
+
+def read_transforms(path: Path) -> tuple[dict, list[dict], float]:
+    """A ``transforms_*.json``: (the object, its non-empty list of frame objects, camera_angle_x in
+    radians, 0 < angle < pi); an InputError naming the file and the field otherwise."""
+    meta = load_json(path, expect=dict, what="transforms JSON")
+    if "camera_angle_x" not in meta or "frames" not in meta:
+        raise InputError("expected the keys 'camera_angle_x' and 'frames'", str(path))
+    frames = meta["frames"]
+    if not isinstance(frames, list) or not frames:
+        raise InputError("'frames' must be a non-empty list", str(path))
+    for i, fr in enumerate(frames):
+        if not isinstance(fr, dict):
+            raise InputError("a frame must be an object", f"{path}, frames[{i}]")
+    angle = meta["camera_angle_x"]
+    if isinstance(angle, bool) or not isinstance(angle, (int, float)) or not 0 < angle < math.pi:
+        raise InputError(f"camera_angle_x must be a number of radians in (0, pi), not {angle!r}", str(path))
+    return meta, frames, float(angle)
 
 
 def _colmap_dir(folder: Path) -> Path | None:
@@ -277,7 +286,7 @@ def read_scene(path, background=(1.0, 1.0, 1.0), downscale: int = 1, dtype=torch
         raise InputError("is not a scene folder (expected transforms_*.json or a COLMAP text model)", str(path))
     if (folder / "transforms_train.json").is_file():
         tr_c, tr_i = read_nerf_split(folder, "train", background, downscale, dtype)
-        if (folder / "transforms_test.json").is_file():
+        if (folder / "transforms_test.json").exists():  # a folder of that name is reported, not skipped
             te_c, te_i = read_nerf_split(folder, "test", background, downscale, dtype)
             if te_i.shape[1:3] != tr_i.shape[1:3]:
                 raise InputError("test images have another size than the train images",
@@ -296,29 +305,24 @@ def read_cameras(path, size: tuple[int, int] | None = None, dtype=torch.float32)
     file's w/h, its first image's size, or 800x800), or a scene folder (its test views, or its train
     views when it has none)."""
     p = Path(path)
-    if p.is_file() and p.suffix == ".json":
-        with open_text(p) as fh:
-            try:
-                meta = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", str(p), exc.lineno) from None
-        frames = meta.get("frames") or []
-        if not frames or "camera_angle_x" not in meta:
-            raise InputError("expected 'camera_angle_x' and a non-empty 'frames'", str(p))
+    if p.suffix == ".json" and not p.is_dir():
+        meta, frames, angle = read_transforms(p)
         if size is not None:
             W, H = size
         elif "w" in meta or "width" in meta:
-            W = int(meta.get("w", meta.get("width")))
-            H = int(meta.get("h", meta.get("height", W)))
+            try:
+                W = int(meta.get("w", meta.get("width")))
+                H = int(meta.get("h", meta.get("height", W)))
+            except (TypeError, ValueError):
+                raise InputError("w and h must be whole numbers of pixels", str(p)) from None
+            if min(W, H) < 1:
+                raise InputError(f"the image size {W}x{H} must be positive", str(p))
         else:
             W = H = 800
             fp = p.parent / str(frames[0].get("file_path", ""))
             for c in (fp.with_name(fp.name + ".png"), fp):
                 if c.is_file():
-                    from PIL import Image
-
-                    with Image.open(c) as im:
-                        W, H = im.size
+                    H, W = read_image(c, (0.0, 0.0, 0.0), f"{p}, frames[0].file_path")[1:]
                     break
         mats = []
         for i, fr in enumerate(frames):
@@ -329,9 +333,9 @@ def read_cameras(path, size: tuple[int, int] | None = None, dtype=torch.float32)
             _check_pose(m, f"{p}, frames[{i}].transform_matrix")
             mats.append(m if m.shape == (4, 4) else np.vstack([m, [0, 0, 0, 1]]))
         R, t = blender_to_opencv(torch.from_numpy(np.stack(mats)))
-        f = 0.5 * W / math.tan(0.5 * float(meta["camera_angle_x"]))
+        f = 0.5 * W / math.tan(0.5 * angle)
         ones = torch.ones(len(mats), dtype=torch.float64)
-        names = [Path(fr.get("file_path", f"r_{i}")).name for i, fr in enumerate(frames)]
+        names = [Path(str(fr.get("file_path", f"r_{i}"))).name for i, fr in enumerate(frames)]
         return Cameras(R, t, f * ones, f * ones, 0.5 * W * ones, 0.5 * H * ones, W, H, names).to(dtype=dtype)
     scene = read_scene(p, dtype=dtype)
     return scene.test_cams if len(scene.test_cams) else scene.train_cams
@@ -363,8 +367,6 @@ def make_synthetic_scene(folder: Path, n_gaussians: int = 800, size: int = 64, n
     """Write a synthetic scene of known Gaussians in the NeRF-synthetic layout into ``folder``:
     ``transforms_{train,test}.json``, RGBA PNGs (alpha = 1 - final transmittance, rendered on black,
     so that compositing on any background is exact up to 8-bit rounding) and ``gt.ply``."""
-    from PIL import Image  # the optional 'gs' extra
-
     gen = generator(seed)
     gt = synthetic_gaussians(n_gaussians, sh_degree, gen)
     cams = sphere_cameras(n_train + n_test, radius, size, size, fov_deg, gen)
@@ -383,12 +385,61 @@ def make_synthetic_scene(folder: Path, n_gaussians: int = 800, size: int = 64, n
         (folder / name).mkdir(parents=True, exist_ok=True)
         frames = []
         for k in ids:
-            arr = (rgba[k].numpy() * 255.0 + 0.5).astype(np.uint8)
-            buf = io.BytesIO()
-            Image.fromarray(arr, "RGBA").save(buf, format="PNG")
-            write_bytes(folder / name / f"r_{k}.png", buf.getvalue())
+            write_bytes(folder / name / f"r_{k}.png", png_bytes(rgba[k]))
             frames.append({"file_path": f"./{name}/r_{k}", "transform_matrix": c2w[k].tolist()})
         write_json(folder / f"transforms_{name}.json", {"camera_angle_x": angle, "frames": frames})
     write_ply(folder / "gt.ply", gt)
     return {"n_gaussians": n_gaussians, "size": size, "n_train": n_train, "n_test": n_test, "sh_degree": sh_degree,
             "camera_radius": radius, "fov_deg": fov_deg}
+
+
+def png_bytes(img: torch.Tensor) -> bytes:
+    """An image [H, W, 3 or 4] in [0, 1] as 8-bit PNG bytes (RGB or RGBA; rounded, deterministic)."""
+    from PIL import Image  # the optional 'gs' extra
+
+    arr = (img.detach().clamp(0, 1).cpu().double().numpy() * 255.0 + 0.5).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr, "RGBA" if arr.shape[-1] == 4 else "RGB").save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@dataclass
+class SceneResult:
+    summary: dict
+
+
+def generate_scene(folder: Path, cfg: SyntheticSceneConfig, seed: int = 0) -> SceneResult:
+    """The ``generate`` subcommand: :func:`make_synthetic_scene` with ``cfg``; summary keys n_gaussians,
+    size, n_train, n_test, sh_degree, camera_radius, fov_deg."""
+    return SceneResult(make_synthetic_scene(folder, seed=seed, **asdict(cfg)))
+
+
+def render_to_folder(g: Gaussians, cams: Cameras, folder: Path, background=(1.0, 1.0, 1.0), tile_size: int = 8,
+                     device="cpu", views_per_pass: int = 4) -> SceneResult:
+    """The ``render`` subcommand: render every camera (``views_per_pass`` at a time, on ``device``)
+    to ``folder/<name>.png`` (the camera's image name, else view_NNNN); summary keys n_views, width,
+    height."""
+    dev = torch.device(device)
+    g, cams = g.to(device=dev), cams.to(device=dev)
+    folder = Path(folder)
+    with torch.no_grad():
+        for i in range(0, len(cams), views_per_pass):
+            ids = list(range(i, min(i + views_per_pass, len(cams))))
+            imgs = render(g, cams[ids], background=background, tile_size=tile_size or None)
+            for k, img in zip(ids, imgs):
+                name = cams.names[k] if cams.names else f"view_{k:04d}"
+                write_bytes(folder / f"{name}.png", png_bytes(img))
+    return SceneResult({"n_views": len(cams), "width": cams.width, "height": cams.height})
+
+
+def parse_size(text: str | None) -> tuple[int, int] | None:
+    """``WxH`` -> (W, H) (None for None); a UsageError naming --size otherwise."""
+    if not text:
+        return None
+    try:
+        wh = tuple(int(x) for x in text.lower().split("x"))
+    except ValueError:
+        wh = ()
+    if len(wh) != 2 or min(wh) <= 0:
+        raise UsageError(f"--size {text!r}: expected WxH, e.g. 800x800")
+    return wh

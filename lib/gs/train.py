@@ -1,28 +1,29 @@
 """Fitting a Gaussian scene to posed images with 3DGS2-TR or the reference Adam, at fixed N (no
 densification or pruning), plus evaluation, initialisation and the Adam-vs-TR comparison.
 
-Both optimizers see the same views in the same order (the batch sampler is seeded by the seed
-alone) and start from the same initialisation. The training loss is the reference
-0.8 L1 + 0.2 (1 - SSIM); the TR curvature pass uses the mean squared error of the same rendered
-batch (SSIM disabled, as in the prototype; pure L1 has a zero Hessian), by Hutchinson HVPs or the
-Gauss-Newton product. **[reconstructed]** one multi-view batch per step for both g and Hz with the
+Both optimizers see the same views in the same order (the batch sampler draws from the named
+stream "batches" of the seed alone) and start from the same initialisation (stream "init"). The
+training loss is the reference 0.8 L1 + 0.2 (1 - SSIM); the TR curvature pass uses the mean squared
+error of the same rendered batch (SSIM disabled, as in the prototype; pure L1 has a zero Hessian), by
+Hutchinson HVPs or the Gauss-Newton product. **[reconstructed]** one multi-view batch per step for both g and Hz with the
 same probe z on all views. The curvature pass re-renders the batch one view at a time
 (``curvature_views``) and sums the per-view HVPs (the same z; exactly the batch HVP, since views are
 independent), so only one view's double-backward graph is alive at a time.
 """
 from __future__ import annotations
 
-import copy
 import math
 import resource
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
+from icmlkit.lib.core.checkpoint import Checkpointer, fingerprint, restore
 from icmlkit.lib.core.console import progress
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.core.io import read_torch, torch_bytes
+from icmlkit.lib.core.runtime import generator
+from icmlkit.lib.gs.config import FitConfig, InitConfig  # noqa: F401 - re-exported: the options of fit
 from icmlkit.lib.gs.memory import TensorMemoryMeter
 from icmlkit.lib.gs.model import GROUPS, Gaussians, init_gaussians, random_box_init
 from icmlkit.lib.gs.metrics import gs_loss, psnr, ssim
@@ -34,50 +35,20 @@ METRIC_COLUMNS = ["iter", "loss", "psnr_batch", "step_size", "psnr_test", "ssim_
 
 
 @dataclass
-class FitConfig:
-    """Options of :func:`fit` (the CLI's flags)."""
-
-    optimizer: str = "tr"            # tr | adam
-    iters: int = 1000
-    batch: int = 4                   # views per step
-    sh_degree: int = 3               # maximum SH degree
-    sh_every: int = 1000             # raise the active SH degree every this many steps (3DGS)
-    lambda_dssim: float = 0.2
-    eval_every: int = 100
-    tile_size: int | None = 4
-    # 3DGS2-TR
-    curvature: str = "hvp"           # hvp (Hutchinson HVP) | gn (Gauss-Newton J^T J z)
-    curvature_views: int = 1         # views per curvature chunk (0: the whole batch in one graph)
-    hessian_every: int = 10
-    radius: float = 1e-6
-    radius_final: float = 1e-8
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-15
-    block_average: bool = True
-    probes: int = 1
-    tau_q: float = 0.05
-    # Adam
-    extent: float | None = None      # scene extent for the means' learning rate (None: 3DGS's camera radius)
-    eval_iters: list = field(default_factory=list)  # extra iterations at which to evaluate
-
-    def check(self) -> None:
-        if self.optimizer not in ("tr", "adam"):
-            raise UsageError(f"optimizer must be tr or adam, not {self.optimizer!r}")
-        if self.curvature not in ("hvp", "gn"):
-            raise UsageError(f"curvature must be hvp or gn, not {self.curvature!r}")
-        if self.iters < 1 or self.batch < 1 or self.hessian_every < 1 or self.probes < 1 or self.curvature_views < 0:
-            raise UsageError("iters, batch, hessian-every and probes must be >= 1")
-        if not (self.radius > 0 and self.radius_final > 0):
-            raise UsageError("the trust-region radii must be > 0")
-
-
-@dataclass
 class FitResult:
+    """The fitted Gaussians, the metric rows (:data:`METRIC_COLUMNS`) and the summary (the CLI's JSON)."""
+
     gaussians: Gaussians
     rows: list
     summary: dict
-    state: dict
+
+    def metric_rows(self) -> list[dict]:
+        return [dict(zip(METRIC_COLUMNS, r)) for r in self.rows]
+
+
+@dataclass
+class EvalResult:
+    summary: dict
 
 
 def peak_memory_mb(device) -> float:
@@ -112,7 +83,7 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
       their bounding box, with the 3DGS default init for everything else (needs ``gt``);
     - ``auto``: sfm when the scene has points, else random.
     """
-    gen = torch.Generator().manual_seed(int(seed) + 1_000_003)
+    gen = generator(seed, "init")
     if mode == "auto":
         mode = "sfm" if scene.points is not None else "random"
     if mode == "sfm":
@@ -121,7 +92,7 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
         return init_gaussians(scene.points, scene.point_colors, sh_degree)
     if mode == "gt-noise":
         if gt is None:
-            raise InputError("--init gt-noise needs the known Gaussians (gt.ply, written by make-scene)", scene.path)
+            raise InputError("--init gt-noise needs the known Gaussians (gt.ply, written by `generate`)", scene.path)
         m = gt.means.detach().double()
         c = 0.5 * (m.max(0).values + m.min(0).values)
         extent = float((m - c).abs().max())
@@ -133,18 +104,50 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
     raise UsageError(f"--init must be auto, random, sfm or gt-noise, not {mode!r}")
 
 
-def load_checkpoint(path) -> dict:
-    return read_torch(path, "train-3dgs checkpoint")
+def starting_gaussians(scene: Scene, init: InitConfig, sh_degree: int, seed: int, ply: Gaussians | None = None,
+                       gt: Gaussians | None = None) -> Gaussians:
+    """``ply`` (a given start, with room made for SH up to ``sh_degree``) or :func:`initial_gaussians`
+    by ``init`` (``gt``: the known Gaussians, for ``gt-noise``)."""
+    if ply is not None:
+        return ply.with_sh_degree(sh_degree)
+    return initial_gaussians(scene, init.init, init.n_gaussians, sh_degree, seed, noise=init.noise, gt=gt)
 
 
-def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cpu", resume: dict | None = None,
-        checkpoint=None, checkpoint_every: int = 0) -> FitResult:
+def evaluate_split(g: Gaussians, scene: Scene, split: str = "test", device="cpu") -> EvalResult:
+    """PSNR and SSIM of ``g`` on the scene's ``split`` ('test' or 'train') views (the ``eval``
+    subcommand); summary keys psnr_test, ssim_test, n_views, split, n_gaussians."""
+    if split not in ("test", "train"):
+        raise UsageError(f"--split must be test or train, not {split!r}")
+    cams, imgs = (scene.test_cams, scene.test_images) if split == "test" else (scene.train_cams, scene.train_images)
+    if len(cams) == 0:
+        raise UsageError(f"--split {split}: {scene.path} has no {split} views")
+    dev = torch.device(device)
+    ev = evaluate(g.to(device=dev, dtype=imgs.dtype), cams.to(dev), imgs.to(dev), scene.background)
+    return EvalResult({"psnr_test": ev["psnr"], "ssim_test": ev["ssim"], "n_views": len(cams), "split": split,
+                       "n_gaussians": g.n})
+
+
+def fit_scene(scene: Scene, cfg: FitConfig, init: InitConfig, seed: int = 0, device="cpu",
+              ply: Gaussians | None = None, gt: Gaussians | None = None,
+              checkpointer: Checkpointer | None = None) -> FitResult:
+    """The ``fit`` subcommand: :func:`starting_gaussians`, then :func:`fit`."""
+    init.check()
+    start = starting_gaussians(scene, init, cfg.sh_degree, seed, ply=ply, gt=gt)
+    return fit(scene, start, cfg, seed=seed, device=device, checkpointer=checkpointer)
+
+
+def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cpu",
+        checkpointer: Checkpointer | None = None) -> FitResult:
     """Optimise ``init`` on the scene's train views; evaluate on its test views every
     ``cfg.eval_every`` steps (and at ``cfg.eval_iters``, the start and the end).
 
-    ``resume``: a checkpoint dict (from ``checkpoint``) to continue from; ``checkpoint(state)`` is
-    called every ``checkpoint_every`` steps with a dict that :func:`torch.load` (weights_only) reads.
-    Returns the fitted Gaussians, the metric rows (:data:`METRIC_COLUMNS`) and a summary.
+    Random streams (named, from ``seed``): "batches" (the views of each step; the same for every
+    optimizer) and "probe" (the Rademacher probes of TR's curvature).
+    ``checkpointer``: saves the parameters, optimizer state, both streams, the metric rows and the
+    step every ``checkpointer.every`` steps, and resumes from its file (only a checkpoint written
+    with the same settings, seed, initialisation and scene: the fingerprint) to the same result
+    as an uninterrupted run. Returns the fitted Gaussians, the metric rows (:data:`METRIC_COLUMNS`)
+    and a summary.
     """
     cfg.check()
     dev = torch.device(device)
@@ -162,22 +165,21 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                                   tau_q=cfg.tau_q, probes=cfg.probes)
     else:
         opt = make_adam(params, extent)
-    gen_batch = torch.Generator().manual_seed(int(seed))
-    gen_probe = torch.Generator().manual_seed(int(seed) + 7919)
+    streams = {"batches": generator(seed, "batches"), "probe": generator(seed, "probe")}
+    gen_batch, gen_probe = streams["batches"], streams["probe"]
     rows: list = []
     start = 0
-    if resume is not None:
-        if resume.get("optimizer") != cfg.optimizer or int(resume.get("iters", -1)) != cfg.iters:
-            raise UsageError(f"the checkpoint is for --optimizer {resume.get('optimizer')} --iters {resume.get('iters')}; "
-                             "resume with the same settings")
+    fp = fingerprint({"config": asdict(cfg), "seed": int(seed), "dtype": str(dtype)}, *init.tensors().values(),
+                     scene.train_cams.R, scene.train_cams.t, scene.train_images, scene.test_images, scene.background)
+    state = checkpointer.load(fp) if checkpointer is not None else None
+    t_train = 0.0
+    if state is not None:
+        start, extra = restore(state, optimizer=opt, rng=streams)
         with torch.no_grad():
             for k in GROUPS:
-                params[k].copy_(resume["params"][k].to(dev, dtype))
-        opt.load_state_dict(resume["opt"])
-        gen_batch.set_state(resume["gen_batch"])
-        gen_probe.set_state(resume["gen_probe"])
-        rows = [list(r) for r in resume["rows"]]
-        start = int(resume["step"])
+                params[k].copy_(extra["params"][k].to(dev, dtype))
+        rows = [list(r) for r in extra["rows"]]
+        t_train = float(extra["seconds"])
     n_views = len(cams)
     bsz = min(cfg.batch, n_views)
     eval_at = set(cfg.eval_iters) | {cfg.iters} | set(range(0, cfg.iters + 1, max(cfg.eval_every, 1)))
@@ -195,7 +197,6 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     rss0 = peak_memory_mb(dev)
-    t_train = float(resume.get("seconds", 0.0)) if resume else 0.0
     meter = TensorMemoryMeter(static=params.values())
     clip_sum: dict[str, float] = {}
     with meter:
@@ -246,12 +247,14 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
             if not math.isfinite(float(loss.detach())):
                 raise FloatingPointError(f"the loss is not finite at step {step + 1}")
             rows.append(eval_row(step + 1, float(loss.detach()), pb, step_size))
-            if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < cfg.iters:
-                checkpoint(_make_state(params, opt, gen_batch, gen_probe, rows, step + 1, cfg, t_train))
+            if checkpointer is not None and checkpointer.due(step + 1, cfg.iters):
+                checkpointer.save(step + 1, fp, optimizer=opt, rng=streams, extra={
+                    "params": {k: v.detach().cpu().clone() for k, v in params.items()},
+                    "rows": [list(r) for r in rows], "seconds": t_train})
     meter.add_static(t for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
     peak = peak_memory_mb(dev)
     final = Gaussians(**{k: v.detach().cpu() for k, v in params.items()}, sh_degree=max_deg)
-    last = next(r for r in reversed(rows) if r[4] is not None)
+    last = next((r for r in reversed(rows) if r[4] is not None), [None] * len(METRIC_COLUMNS))  # no test views
     summary = {"psnr_test": last[4], "ssim_test": last[5], "iters": cfg.iters, "seconds": round(t_train, 3),
                "seconds_per_iter": round(t_train / max(cfg.iters, 1), 5), "peak_memory_mb": round(peak, 1),
                "peak_train_memory_mb": round(max(peak - rss0, 0.0), 1) if dev.type != "cuda" else round(peak, 1),
@@ -259,30 +262,8 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
     n_steps = cfg.iters - start
     if clip_sum and n_steps:
         summary["clip_fraction"] = {k: round(v / n_steps, 4) for k, v in clip_sum.items()}
-    state = _make_state(params, opt, gen_batch, gen_probe, rows, cfg.iters, cfg, t_train)
-    return FitResult(final, rows, summary, state)
-
-
-def _make_state(params, opt, gen_batch, gen_probe, rows, step, cfg, seconds) -> dict:
-    return {"step": step, "optimizer": cfg.optimizer, "iters": cfg.iters, "seconds": seconds,
-            "params": {k: v.detach().cpu().clone() for k, v in params.items()}, "opt": copy.deepcopy(opt.state_dict()),
-            "gen_batch": gen_batch.get_state(), "gen_probe": gen_probe.get_state(), "rows": [list(r) for r in rows],
-            "config": {k: v for k, v in asdict(cfg).items() if k != "eval_iters"}}
-
-
-checkpoint_bytes = torch_bytes  # the bytes of a checkpoint state (read back by load_checkpoint)
-
-
-def metrics_csv(rows: list) -> str:
-    """The metric rows as CSV text (empty fields where a metric was not evaluated)."""
-    def fmt(v):
-        if v is None:
-            return ""
-        if isinstance(v, float):
-            return f"{v:.6g}"
-        return str(v)
-
-    return ",".join(METRIC_COLUMNS) + "\n" + "".join(",".join(fmt(v) for v in r) + "\n" for r in rows)
+    summary["resumed_from"] = start if state is not None else None
+    return FitResult(final, rows, summary)
 
 
 def psnr_at(rows: list, step: int) -> float | None:

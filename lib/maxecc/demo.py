@@ -61,7 +61,10 @@ def plot_ratios(path: Path, per_trial: dict, fac: dict) -> bool:
     return True
 
 
-def run_demo(folder: Path, trials: int = 1000, seed: int = 0, device="cpu") -> dict:
+def run_demo(folder: Path, *, seed: int = 0, device="cpu", trials: int = 1000) -> dict:
+    """The demo: a planted instance (LP, every rounding, local search, ILP), the rainbow-cycle gadget
+    (per-trial ratios against each factor, ratios.png) and Brain when present; writes into ``folder``
+    and returns the summary (``headline``, ``instances``, ``plot``)."""
     folder = Path(folder)
     rows = []
     log.info("planted instance (n=300, k=5, r=3, m=1500, noise 0.8: a fractional LP) ...")

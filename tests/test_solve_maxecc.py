@@ -89,3 +89,65 @@ def test_demo_writes_a_complete_run_folder(tmp_path):
 def test_brain_through_the_cli():
     s = js(run_tool(TOOL, "solve", shared_maxecc() / "Brain" / "original_data", "-a", "paired", "--json"))
     assert s["value"] == 13626 and s["lp_value"] == pytest.approx(13626)
+
+
+# --------------------------------------------------------------------------- malformed inputs
+
+from fuzzing import DEFAULT_KINDS, FuzzCase, check_malformed  # noqa: E402
+
+TEXT_KINDS = DEFAULT_KINDS + ("wrong_csv", "nan_csv")
+JSON_KINDS = DEFAULT_KINDS + ("truncated_json", "truncated_jsonl")
+
+
+def _instance(base):
+    p = base / "inst.txt"
+    p.write_text("10,20 1\n20,30 1\n30,10 1\n10,40 2\n40,50 3\n")
+    return {"inst": p}
+
+
+def _brain_folder(base):
+    """A Brain folder whose first .mat file is valid and whose second is the broken input."""
+    import numpy as np
+    import scipy.io
+
+    folder = base / "bad"
+    folder.mkdir()
+    scipy.io.savemat(str(folder / "a.mat"), {"A": np.ones((3, 3))})
+    return {"brain": folder}
+
+
+def _lp_case(suffix, kinds):
+    return FuzzCase("lp", ["lp", "{bad}", "-o", "{out}/l.npz"], suffix=suffix, kinds=kinds)
+
+
+FUZZ = [
+    _lp_case(".txt", TEXT_KINDS),
+    _lp_case(".jsonl", JSON_KINDS),
+    _lp_case(".json", JSON_KINDS),
+    FuzzCase("lp", ["lp", "{brain}", "-o", "{out}/l.npz"], suffix="/b.mat", setup=_brain_folder,
+             kinds=DEFAULT_KINDS + ("garbage_npz",), label="brain-folder"),
+    FuzzCase("solve", ["solve", "{bad}", "-o", "{out}/c.csv", "-t", "5"], suffix=".txt", kinds=TEXT_KINDS),
+    FuzzCase("solve", ["solve", "{bad}", "-o", "{out}/c.csv", "-t", "5"], suffix=".jsonl", kinds=JSON_KINDS),
+    FuzzCase("solve", ["solve", "{inst}", "--lp", "{bad}", "-o", "{out}/c.csv", "-t", "5"], suffix=".npz",
+             setup=_instance, kinds=DEFAULT_KINDS + ("garbage_npz", "garbage_pt"), label="--lp"),
+    FuzzCase("evaluate", ["evaluate", "{bad}", "{inst}"], suffix=".txt", setup=_instance, kinds=TEXT_KINDS),
+    FuzzCase("evaluate", ["evaluate", "{inst}", "{bad}"], suffix=".csv", setup=_instance,
+             kinds=TEXT_KINDS + ("truncated_json",), label="colouring"),
+]
+
+
+@pytest.mark.parametrize("case", FUZZ, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed(TOOL, case, tmp_path, capsys)
+
+
+def test_lp_output_suffix_and_demo_options_are_usage_errors(tmp_path, tiny_instance):
+    r = run_tool(TOOL, "lp", tiny_instance, "-o", tmp_path / "x.csv")
+    assert r.returncode == 2 and "-o" in r.stderr and ".npz" in r.stderr
+    r = run_tool(TOOL, "demo", "--outdir", "-")
+    assert r.returncode == 2 and "--outdir" in r.stderr
+
+
+def test_lp_reports_its_own_highs_seconds(tiny_instance):
+    s = js(run_tool(TOOL, "lp", tiny_instance, "--json"))
+    assert 0 < s["seconds_highs"] <= s["seconds"]

@@ -1,0 +1,93 @@
+"""The option dataclasses of train-3dgs (fit, the initialisation, the synthetic scene), with their
+command-line help: torch-free, so the CLI declares its options from them without importing torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from icmlkit.lib.core.errors import UsageError
+
+
+def _opt(default, help: str, **meta):
+    """A config field with its command-line help (see ``icmlkit.cli._common.config_options``)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass
+class FitConfig:
+    """Options of :func:`~icmlkit.lib.gs.train.fit` (the CLI's flags, declared once here)."""
+
+    optimizer: str = _opt("tr", "tr: 3DGS2-TR; adam: the reference 3DGS Adam (per-group learning rates).",
+                          choices=("tr", "adam"))
+    iters: int = _opt(1000, "Optimizer steps.", min=1)
+    batch: int = _opt(4, "Views per step.", min=1)
+    sh_degree: int = _opt(3, "Maximum SH degree.", min=0, max=3)
+    sh_every: int = _opt(1000, "Raise the active SH degree every this many steps (3DGS).", min=1)
+    lambda_dssim: float = 0.2
+    eval_every: int = _opt(100, "Evaluate PSNR/SSIM on the test views every this many steps.", min=1)
+    tile_size: int | None = _opt(4, "Tile culling with tiles of this many pixels; 0: dense (every Gaussian on "
+                                 "every pixel).", min=0)
+    # 3DGS2-TR
+    curvature: str = _opt("hvp", "TR: Hutchinson with Hessian-vector products (L2 loss) or Gauss-Newton J^T J z.",
+                          choices=("hvp", "gn"))
+    curvature_views: int = _opt(1, "TR: views per curvature pass (rendered, differentiated twice and freed in turn; "
+                                "the same probe z); 0: the whole batch in one graph (more memory).", min=0)
+    hessian_every: int = _opt(10, "TR: refresh the curvature diagonal every k steps.", min=1)
+    radius: float = _opt(1e-6, "TR: initial squared-Hellinger radius.", min=0, min_open=True)
+    radius_final: float = _opt(1e-8, "TR: final radius (exponential decay).", min=0, min_open=True)
+    beta1: float = _opt(0.9, "TR: momentum EMA factor.")
+    beta2: float = _opt(0.999, "TR: curvature EMA factor.")
+    eps: float = _opt(1e-15, "TR: added to the curvature diagonal.", min=0)
+    block_average: bool = _opt(True, "TR: average the diagonal over each Gaussian's parameter block.")
+    probes: int = _opt(1, "TR: Rademacher probes per refresh.", min=1)
+    tau_q: float = 0.05
+    # Adam
+    extent: float | None = None      # scene extent for the means' learning rate (None: 3DGS's camera radius)
+    eval_iters: list = field(default_factory=list)  # extra iterations at which to evaluate
+
+    def check(self) -> None:
+        if self.optimizer not in ("tr", "adam"):
+            raise UsageError(f"--optimizer must be tr or adam, not {self.optimizer!r}")
+        if self.curvature not in ("hvp", "gn"):
+            raise UsageError(f"--curvature must be hvp or gn, not {self.curvature!r}")
+        for name in ("iters", "batch", "hessian_every", "probes"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.curvature_views < 0:
+            raise UsageError("--curvature-views must be >= 0")
+        if not (self.radius > 0 and self.radius_final > 0):
+            raise UsageError("--radius and --radius-final must be > 0")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise UsageError(f"--{name} must be in [0, 1)")
+
+
+INIT_MODES = ("auto", "random", "sfm", "gt-noise")
+
+
+@dataclass
+class InitConfig:
+    """Where the Gaussians start (:func:`~icmlkit.lib.gs.train.starting_gaussians`)."""
+
+    init: str = _opt("auto", "auto: COLMAP points when present, else random; random: uniform in the box the cameras "
+                     "look at; gt-noise: known means (gt.ply of `generate`) + noise.", choices=INIT_MODES)
+    n_gaussians: int = _opt(5000, "N for --init random.", min=1)
+    noise: float = _opt(0.05, "--init gt-noise: std of the noise on the means, times the extent of the known "
+                        "means.", min=0)
+
+    def check(self) -> None:
+        if self.init not in INIT_MODES:
+            raise UsageError(f"--init must be one of {', '.join(INIT_MODES)}, not {self.init!r}")
+        if self.n_gaussians < 1 or self.noise < 0:
+            raise UsageError("--n-gaussians must be >= 1 and --noise >= 0")
+
+
+@dataclass
+class SyntheticSceneConfig:
+    """Options of :func:`~icmlkit.lib.gs.scene.generate_scene` (the ``generate`` subcommand)."""
+
+    n_gaussians: int = _opt(800, "Known Gaussians.", min=1)
+    size: int = _opt(64, "Image width = height.", min=8)
+    n_train: int = _opt(32, "Train views.", min=1, flag="--train")
+    n_test: int = _opt(8, "Test views.", min=0, flag="--test")
+    sh_degree: int = _opt(1, "SH degree of the known Gaussians.", min=0, max=3)
+    fov_deg: float = _opt(40.0, "Horizontal field of view (deg).", min=5, max=150, flag="--fov")
