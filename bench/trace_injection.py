@@ -17,7 +17,6 @@ Run:  make bench TOOL=trace-injection   (or .venv/bin/python bench/trace_injecti
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -26,23 +25,22 @@ import time
 import numpy as np
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.trace.agentdojo_data import SUITES, generate
-from icmlkit.lib.trace.detect import analyse, edge_recall_counts
-from icmlkit.lib.trace.learn import (Head, TfidfBaseline, fit_threshold, keyword_scores, metrics, sink_scores)
-from icmlkit.lib.trace.readers import read_traces
+from icmlkit.lib.trace.agentdojo_data import SUITES
+from icmlkit.lib.trace.config import DetectConfig, GenerateConfig
+from icmlkit.lib.trace.learn import Head, TfidfBaseline, fit_threshold, keyword_scores, metrics, sink_scores
+from icmlkit.lib.trace.pipeline import evaluate, generate, load_traces, write_dataset
 
 
 def build(seed: int):
+    """The whole data set of ``seed`` through the library call of `trace-injection generate`, written
+    and read back as the command line would."""
     t0 = time.perf_counter()
-    rows = list(generate(seed=seed))
-    stats = rows.pop()
+    gen = generate(GenerateConfig(), seed=seed)
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, f"seed{seed}.jsonl")
-        with open(p, "w") as fh:
-            for r in rows:
-                fh.write(json.dumps(r) + "\n")
-        traces = read_traces(p)
-    return traces, stats, time.perf_counter() - t0
+        write_dataset(p, gen.rows)
+        traces = load_traces([p])
+    return traces, gen.summary, time.perf_counter() - t0
 
 
 def f1_attack(y, s, thr):
@@ -56,29 +54,17 @@ def run(seeds):
     for seed in seeds:
         print(f"[bench] building data set, seed {seed} ...", file=sys.stderr, flush=True)
         traces, stats, secs = build(seed)
-        out["datasets"][str(seed)] = {"n": len(traces), "counts": stats.counts, "dropped": stats.dropped,
-                                      "values_varied": stats.values_varied, "seconds_to_build": round(secs, 1)}
-        t0 = time.perf_counter()
-        res = [analyse(t) for t in traces]
-        dt = time.perf_counter() - t0
-        y = np.array([t.label for t in traces])
-        eff = np.array([r["effect"] for r in res])
-        m = metrics(y, eff, 0.5)
-        reach = metrics(y, [r["reachability"]["effect"] for r in res], 0.5)
-        found = total = 0
-        for t, r in zip(traces, res):
-            if t.label == 1:
-                a, b = edge_recall_counts(t, r)
-                found, total = found + a, total + b
-        by_class = {}
-        for c in ("P", "N1", "N2", "N3"):
-            idx = [i for i, t in enumerate(traces) if t.meta.get("class") == c]
-            by_class[c] = round(float(np.mean(eff[idx] >= 0.5)), 4) if idx else None
-        out["default_detector"][str(seed)] = {**{k: round(v, 4) for k, v in m.items()},
-                                              "reachability_macro_f1": round(reach["macro_f1"], 4),
-                                              "flag_rate_by_class": by_class,
-                                              "edge_recall": round(found / total, 4) if total else None,
-                                              "gt_chain_edges": total, "llm_calls": 0,
+        out["datasets"][str(seed)] = {"n": len(traces), "counts": stats["counts"], "dropped": stats["dropped"],
+                                      "values_varied": stats["values_varied"], "seconds_to_build": round(secs, 1)}
+        ev = evaluate(DetectConfig(), traces)  # the default causal detector: `trace-injection eval`
+        res, dt = ev.results, ev.seconds
+        by = ev.summary["by_class"]
+        out["default_detector"][str(seed)] = {**{k: round(v, 4) for k, v in ev.metrics.items()},
+                                              "reachability_macro_f1": round(ev.summary["reachability_macro_f1"], 4),
+                                              "flag_rate_by_class": {c: by.get(c) for c in ("P", "N1", "N2", "N3")},
+                                              "edge_recall": round(ev.edges_found / ev.edges_total, 4)
+                                              if ev.edges_total else None,
+                                              "gt_chain_edges": ev.edges_total, "llm_calls": ev.summary["llm_calls"],
                                               "traces_per_second": round(len(traces) / dt, 1)}
         if main_traces is None:
             main_traces, main_res, throughput = traces, res, len(traces) / dt

@@ -436,3 +436,146 @@ def test_demo_writes_a_complete_run_folder(tmp_path):
         assert (out / name).is_file(), name
     assert not (tmp_path / "demo.partial").exists()
     assert Steering.load(out / "leace.safetensors").layers == [3]
+
+
+# ------------------------------------------------------------------------------- generate, library calls, usage
+
+
+def test_generate_writes_the_known_answer_and_fit_recovers_it(tmp_path, capsys):
+    """`generate` -> `fit` -> `apply`: unclipped MidSteer lands on the true target mean, the summary's
+    leace_switch_miss is what LEACE-Switch does to the true source mean."""
+    g = tmp_path / "g"
+    code, out, err = call(capsys, "generate", "-o", g, "--dim", 8, "--n-neutral", 3000, "--n-concept", 2000,
+                          "--ratio", 2, "--seed", 3, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["s_norm"] == pytest.approx(2 * s["t_norm"]) and s["leace_switch_miss"] > 0.1
+    assert sorted(p.name for p in g.iterdir()) == ["manifest.json", "neutral.npz", "source.npz", "target.npz",
+                                                   "truth.npz"]
+    truth = np.load(g / "truth.npz")
+    code, out, err = call(capsys, "fit", "--neutral", g / "neutral.npz", "--source", g / "source.npz", "--target",
+                          g / "target.npz", "--no-clip", "-o", tmp_path / "ms.safetensors", "--json")
+    assert code == 0, err
+    ms = Steering.load(tmp_path / "ms.safetensors")
+    moved = ms.apply(truth["mu_s"][None], None)[0]
+    assert np.linalg.norm(moved - truth["mu_t"]) < 0.1 * np.linalg.norm(truth["mu_s"] - truth["mu_t"])
+    from icmlkit.lib.steer.stats import Stats
+
+    stats = Stats(mean=torch.tensor(truth["mu0"]), cov=torch.tensor(truth["cov"]), n=10)
+    ls = fit_step(truth["mu_s"], truth["mu_t"], stats, method="leace-switch")
+    miss = np.linalg.norm(ls.apply(truth["mu_s"]) - truth["mu_t"]) / np.linalg.norm(truth["mu_s"] - truth["mu_t"])
+    assert miss == pytest.approx(s["leace_switch_miss"], rel=1e-6)
+    again = tmp_path / "again"
+    assert call(capsys, "generate", "-o", again, "--dim", 8, "--n-neutral", 3000, "--n-concept", 2000,
+                "--ratio", 2, "--seed", 3)[0] == 0
+    assert (again / "source.npz").read_bytes() == (g / "source.npz").read_bytes()
+
+
+def test_cli_fit_is_the_library_fit(tmp_path, capsys):
+    from icmlkit.lib.steer.io import ActivationFile
+    from icmlkit.lib.steer.pipeline import FitConfig, fit
+
+    g = unequal_norm_gaussians(d=6, n_neutral=300, n_concept=80, seed=4)
+    for k in ("neutral", "source", "target"):
+        np.savez(tmp_path / f"{k}.npz", x=g[k])
+    out = tmp_path / "ls.safetensors"
+    code, _, err = call(capsys, "fit", "--neutral", tmp_path / "neutral.npz", "--source", tmp_path / "source.npz",
+                        "--target", tmp_path / "target.npz", "-m", "leace-switch", "--shrinkage", "auto",
+                        "--no-manifest", "-o", out)
+    assert code == 0, err
+    load = lambda k: ActivationFile.load(tmp_path / f"{k}.npz")  # noqa: E731
+    lib = fit(FitConfig(method="leace-switch", shrinkage="auto"), [load("source")], [load("target")], load("neutral"))
+    assert lib.steering.to_bytes() == out.read_bytes()
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["fit", "--source", "s.npz", "-o", "x.pt"], "--output"),
+    (["fit", "--source", "s.npz", "-o", "-"], "--output"),
+    (["fit", "--source", "s.npz", "--shrinkage", "2", "-o", "x.safetensors"], "--shrinkage"),
+    (["fit", "--source", "s.npz", "-o", "x.safetensors"], "--neutral"),
+    (["fit", "--source", "s.npz", "--device", "cuda", "-o", "x.safetensors"], "--device"),
+    (["apply", "a.safetensors", "b.npz", "-o", "c.csv"], "--output"),
+    (["embed", "t.txt", "-o", "e.json"], "--output"),
+    (["evaluate", "a.safetensors", "--source", "s", "--target", "t", "--neutral", "n", "--unrelated", "u",
+      "--plot", "p.jpg"], "--plot"),
+    (["evaluate", "a.safetensors", "--source", "s", "--target", "t", "--neutral", "n", "--unrelated", "u",
+      "--strengths", "1,x"], "--strengths"),
+    (["generate", "-o", "-"], "--output"),
+    (["generate", "-o", "g", "--ratio", "0"], "--ratio"),
+])
+def test_usage_errors_exit_2_naming_the_option(argv, option, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "s.npz", x=np.ones((3, 2)))
+    code, _, err = call(capsys, *argv)
+    assert code == 2 and option in err, err
+
+
+# ------------------------------------------------------------------------------- fuzz: every file input
+
+
+def _valid_inputs(base):
+    """Activation files, a layered steering file (model: the tiny BERT) and text files."""
+    rng = np.random.default_rng(0)
+    for k, shift in (("n", 0.0), ("s", 1.0), ("t", -1.0)):
+        np.savez(base / f"{k}.npz", layer_0=rng.standard_normal((40, 4)) + shift)
+    step = fit_from_arrays(rng.standard_normal((20, 4)) + 1, rng.standard_normal((20, 4)), rng.standard_normal((80, 4)),
+                           layer=0)
+    Steering([step], {"site": "attn", "pool": "mean", "model": "none"}).save(base / "st.safetensors")
+    (base / "t.txt").write_text("a horse\nA motorcycle\n")
+    return {k: base / f"{k}.npz" for k in ("n", "s", "t")} | {"st": base / "st.safetensors", "txt": base / "t.txt"}
+
+
+def _steer_fuzz_cases():
+    from fuzzing import DEFAULT_KINDS, FuzzCase
+
+    npz = DEFAULT_KINDS + ("garbage_npz",)
+    st = DEFAULT_KINDS + ("garbage_pt",)
+    txt = DEFAULT_KINDS
+    js = DEFAULT_KINDS + ("truncated_json",)
+    jl = DEFAULT_KINDS + ("truncated_jsonl",)
+    cfg = ("missing", "binary", "folder", "truncated_json")  # an empty TOML file is a valid (empty) config
+    fit_out = ["-o", "{out}/f.safetensors"]
+    ev = ["--source", "{txt}", "--target", "{txt}", "--neutral", "{txt}", "--unrelated", "{txt}", "-o", "{out}/t.csv"]
+    cases = [
+        FuzzCase("fit", ["fit", "--neutral", "{bad}", "--source", "{s}", "--target", "{t}", *fit_out], ".npz", npz,
+                 _valid_inputs, "neutral"),
+        FuzzCase("fit", ["fit", "--neutral", "{n}", "--source", "{bad}", "--target", "{t}", *fit_out], ".npz", npz,
+                 _valid_inputs, "source"),
+        FuzzCase("fit", ["fit", "--neutral", "{n}", "--source", "{s}", "--target", "{bad}", *fit_out], ".npz", npz,
+                 _valid_inputs, "target"),
+        FuzzCase("fit", ["fit", "--config", "{bad}", "--neutral", "{n}", "--source", "{s}", *fit_out], ".toml", cfg,
+                 _valid_inputs, "config"),
+        FuzzCase("apply", ["apply", "{bad}", "{s}", "-o", "{out}/a.npz"], ".safetensors", st, _valid_inputs, "steer"),
+        FuzzCase("apply", ["apply", "{st}", "{bad}", "-o", "{out}/a.npz"], ".npz", npz, _valid_inputs, "arrays"),
+        FuzzCase("run", ["run", "{model}", "{bad}", "{txt}", "-o", "{out}/r.npz"], ".safetensors", st, _valid_inputs,
+                 "steer"),
+        FuzzCase("run", ["run", "{model}", "{st}", "{bad}", "-o", "{out}/r.npz"], ".txt", txt, _valid_inputs, "txt"),
+        FuzzCase("run", ["run", "{model}", "{st}", "{bad}", "-o", "{out}/r.npz"], ".json", js, _valid_inputs, "json"),
+        FuzzCase("run", ["run", "{model}", "{st}", "{bad}", "-o", "{out}/r.npz"], ".jsonl", jl, _valid_inputs, "jsonl"),
+        FuzzCase("run", ["run", "{model}", "{st}", "{bad}", "-o", "{out}/r.npz"], ".csv", txt + ("wrong_csv",),
+                 _valid_inputs, "csv"),
+        FuzzCase("embed", ["embed", "{model}", "{bad}", "-o", "{out}/e.npz"], ".txt", txt, _valid_inputs, "txt"),
+        FuzzCase("embed", ["embed", "{model}", "{bad}", "-o", "{out}/e.npz"], ".json", js, _valid_inputs, "json"),
+        FuzzCase("embed", ["embed", "{model}", "{bad}", "-o", "{out}/e.npz"], ".csv", txt + ("wrong_csv",),
+                 _valid_inputs, "csv"),
+        FuzzCase("evaluate", ["evaluate", "{bad}", "--model", "{model}", *ev], ".safetensors", st, _valid_inputs,
+                 "steer"),
+        FuzzCase("generate", ["generate", "--config", "{bad}", "-o", "{out}/g"], ".toml", cfg, None, "config"),
+        FuzzCase("demo", ["demo", "--config", "{bad}", "--outdir", "{out}/d"], ".toml", cfg, None, "config"),
+    ]
+    for slot in ("--source", "--target", "--neutral", "--unrelated"):
+        argv = ["evaluate", "{st}", "--model", "{model}", *ev]
+        argv[argv.index(slot) + 1] = "{bad}"
+        cases.append(FuzzCase("evaluate", argv, ".txt", txt, _valid_inputs, slot.strip("-")))
+    return cases
+
+
+@pytest.mark.parametrize("case", _steer_fuzz_cases(), ids=str)
+def test_malformed_inputs(case, tmp_path, capsys, tiny_model):
+    import dataclasses
+
+    from fuzzing import check_malformed
+
+    setup = case.setup
+    case = dataclasses.replace(case, setup=lambda base: {**(setup(base) if setup else {}), "model": tiny_model})
+    check_malformed(TOOL, case, tmp_path, capsys)

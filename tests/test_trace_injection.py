@@ -418,12 +418,12 @@ def test_llm_client_and_judge_against_stub(stub_server, tmp_path):
 # --------------------------------------------------------------------------- AgentDojo data
 
 
-def test_make_dataset_small_is_deterministic_and_labelled(tmp_path):
+def test_generate_small_is_deterministic_and_labelled(tmp_path):
     pytest.importorskip("agentdojo")
     a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
-    s = js(run_tool(TOOL, "make-dataset", "-o", a, "--suites", "banking", "--max-pairs", 6, "--seed", 1, "--json"))
-    run_tool(TOOL, "make-dataset", "-o", b, "--suites", "banking", "--max-pairs", 6, "--seed", 1)
-    run_tool(TOOL, "make-dataset", "-o", c, "--suites", "banking", "--max-pairs", 6, "--seed", 2)
+    s = js(run_tool(TOOL, "generate", "-o", a, "--suites", "banking", "--max-pairs", 6, "--seed", 1, "--json"))
+    run_tool(TOOL, "generate", "-o", b, "--suites", "banking", "--max-pairs", 6, "--seed", 1)
+    run_tool(TOOL, "generate", "-o", c, "--suites", "banking", "--max-pairs", 6, "--seed", 2)
     assert a.read_bytes() == b.read_bytes() and a.read_bytes() != c.read_bytes()
     rows = [json.loads(x) for x in a.read_text().splitlines()]
     assert s["n"] == len(rows) and s["counts"]["P"] > 0 and s["counts"]["N2"] > 0
@@ -432,7 +432,8 @@ def test_make_dataset_small_is_deterministic_and_labelled(tmp_path):
     assert all(r["gt_chain"] for r in p)
     ev = js(run_tool(TOOL, "eval", a, "--json"))
     assert ev["llm_calls"] == 0 and ev["n"] == len(rows)
-    assert run_tool(TOOL, "make-dataset", "-o", tmp_path / "d.jsonl", "--suites", "nope").returncode == 2
+    r = run_tool(TOOL, "generate", "-o", tmp_path / "d.jsonl", "--suites", "nope")
+    assert r.returncode == 2 and "--suites" in r.stderr and not (tmp_path / "d.jsonl").exists()
 
 
 def test_demo_writes_a_run_folder(tmp_path):
@@ -448,6 +449,109 @@ def test_default_detector_on_a_whole_generated_dataset(tmp_path):
     """The issue's target: no fitting, threshold 0.5, macro-F1 >= 0.9 on a whole data set (seed 5)."""
     pytest.importorskip("agentdojo")
     data = tmp_path / "all.jsonl"
-    js(run_tool(TOOL, "make-dataset", "-o", data, "--seed", 5, "--json"))
+    js(run_tool(TOOL, "generate", "-o", data, "--seed", 5, "--json"))
     ev = js(run_tool(TOOL, "eval", data, "--json"))
     assert ev["macro_f1"] >= 0.9 and ev["llm_calls"] == 0
+
+
+# --------------------------------------------------------------------------- one library call per subcommand
+
+
+def test_cli_and_library_give_the_same_evaluation(tmp_path, capsys):
+    """`eval` is the library's evaluate(): the same summary, and its per-trace rows as a table."""
+    from fuzzing import run_inprocess
+    from icmlkit.lib.trace.config import DetectConfig
+    from icmlkit.lib.trace.examples import all_examples
+    from icmlkit.lib.trace.pipeline import evaluate, load_traces
+
+    data = write_jsonl(tmp_path / "ex.jsonl", all_examples() + [_login_trace() | {"label": 0, "id": "login2"}])
+    lib = evaluate(DetectConfig(), load_traces([data]))
+    code, out, err = run_inprocess(TOOL, ["eval", str(data), "-o", str(tmp_path / "rows.csv"), "--json"], capsys)
+    assert code == 0, err
+    assert {k: v for k, v in json.loads(out).items() if k != "output"} == lib.summary
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "rows.csv")))
+    assert [r["id"] for r in rows] == [r["id"] for r in lib.rows] and len(rows) == 4
+    assert {r["id"]: r["attack"] for r in rows} == {r["id"]: str(r["attack"]) for r in lib.rows}
+
+
+@pytest.mark.parametrize("command", ["detect", "explain", "fit", "eval", "generate", "demo"])
+def test_no_device_option_anywhere(command, tmp_path, capsys):
+    """No subcommand runs torch on a device, so none offers --device (cuda without a GPU: exit 2, not 0)."""
+    from fuzzing import run_inprocess
+
+    code, _, err = run_inprocess(TOOL, [command, "x.jsonl", "--device", "cuda"], capsys)
+    assert code == 2 and "--device" in err
+
+
+def test_usage_errors_name_the_option(tmp_path, capsys):
+    from fuzzing import run_inprocess
+    from icmlkit.lib.trace.examples import attack
+
+    data = write_jsonl(tmp_path / "a.jsonl", [attack()])
+    for argv, option in ((["detect", str(data), "--threshold", "2"], "--threshold"),
+                         (["detect", str(data), "-o", str(tmp_path / "v.csv")], "--output"),
+                         (["fit", str(data), "-o", str(tmp_path / "h.txt")], "--output"),
+                         (["explain", str(data), "--png", str(tmp_path / "g.jpg")], "--png"),
+                         (["generate", "-o", str(tmp_path / "g.jsonl"), "--max-pairs", "0"], "--max-pairs")):
+        code, _, err = run_inprocess(TOOL, argv, capsys)
+        assert code == 2 and option in err, (argv, err)
+
+
+def test_model_file_with_wrong_params_is_an_input_error(tmp_path, capsys):
+    from icmlkit.lib.core.errors import InputError
+    from icmlkit.lib.trace.learn import Head
+
+    doc = {"format": "icmlkit-trace-head/1", "kind": "logreg", "features": ["effect"], "threshold": 0.5,
+           "params": {"mean": [0.0, 1.0], "scale": [1.0], "coef": [1.0], "intercept": 0.0}}
+    for bad in ({**doc, "features": ["nope"]}, {**doc, "threshold": "high"}, {**doc, "params": {"mean": [0.0]}},
+                {**doc, "params": {**doc["params"], "coef": "x"}}):
+        with pytest.raises(InputError, match="field"):
+            Head.from_json(bad, "m.json")
+
+
+# --------------------------------------------------------------------------- fuzz: every file input
+
+
+def _traces(base):
+    from icmlkit.lib.trace.examples import all_examples
+
+    return {"traces": write_jsonl(base / "ok.jsonl", all_examples())}
+
+
+def _fuzz_cases():
+    from fuzzing import DEFAULT_KINDS, FuzzCase
+
+    js_kinds = DEFAULT_KINDS + ("truncated_json",)
+    tr_kinds = DEFAULT_KINDS + ("truncated_json", "truncated_jsonl")
+    cfg_kinds = ("missing", "binary", "folder", "truncated_json")  # an empty TOML file is a valid (empty) config
+    out_of = {"detect": ["-o", "{out}/v.jsonl"], "explain": ["-o", "{out}/x.txt"], "fit": ["-o", "{out}/h.json"],
+              "eval": ["-o", "{out}/rows.csv"]}
+    cases = []
+    for cmd, out in out_of.items():
+        cases.append(FuzzCase(cmd, [cmd, "{bad}", *out], suffix=".jsonl", kinds=tr_kinds, label="traces"))
+        cases.append(FuzzCase(cmd, [cmd, "{bad}", *out], suffix=".json", kinds=tr_kinds, label="trace-json"))
+        cases.append(FuzzCase(cmd, [cmd, "{traces}", "--sinks", "{bad}", *out], suffix=".json", kinds=js_kinds,
+                              setup=_traces, label="sinks-json"))
+        cases.append(FuzzCase(cmd, [cmd, "{traces}", "--sinks", "{bad}", *out], suffix=".toml", kinds=cfg_kinds,
+                              setup=_traces, label="sinks-toml"))
+        cases.append(FuzzCase(cmd, [cmd, "{traces}", "--config", "{bad}", *out], suffix=".toml", kinds=cfg_kinds,
+                              setup=_traces, label="config-toml"))
+        cases.append(FuzzCase(cmd, [cmd, "{traces}", "--config", "{bad}", *out], suffix=".json", kinds=cfg_kinds,
+                              setup=_traces, label="config-json"))
+    for cmd in ("detect", "eval"):
+        cases.append(FuzzCase(cmd, [cmd, "{traces}", "--model", "{bad}", *out_of[cmd]], suffix=".json",
+                              kinds=js_kinds, setup=_traces, label="head"))
+    cases.append(FuzzCase("generate", ["generate", "--config", "{bad}", "-o", "{out}/g.jsonl"], suffix=".toml",
+                          kinds=cfg_kinds, label="config-toml"))
+    cases.append(FuzzCase("demo", ["demo", "--config", "{bad}", "--outdir", "{out}/demo"], suffix=".toml",
+                          kinds=cfg_kinds, label="config-toml"))
+    return cases
+
+
+@pytest.mark.parametrize("case", _fuzz_cases(), ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    from fuzzing import check_malformed
+
+    check_malformed(TOOL, case, tmp_path, capsys)

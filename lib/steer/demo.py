@@ -22,7 +22,7 @@ GRID = {"CASteer": [0.5, 1.0, 2.0], "LEACE-Switch": [1.0, 1.5, 2.0], "MidSteer":
 MAX_LENGTH = 48
 
 
-def run_demo(folder: Path, seed: int = 0, device="cpu") -> dict:
+def run_demo(folder: Path, *, seed: int = 0, device="cpu") -> dict:
     folder = Path(folder)
     data = load_bundled()
     loaded = load_model("minilm", device=device)

@@ -19,8 +19,11 @@ strength curve (linear interpolation between the two strengths that bracket it).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from icmlkit.lib.core.console import log
+from icmlkit.lib.core.errors import UsageError
+from icmlkit.lib.core.runtime import numpy_rng
 
 ROW_KEYS = ("method", "label", "strength", "switch_rate", "switch_rate_layer", "probe_acc_after_erasure",
             "probe_acc_after_erasure_final", "disturbance_neutral", "disturbance_unrelated", "seconds")
@@ -78,12 +81,10 @@ def evaluate_grid(encoder, steerings, strengths, *, source_train, target_train, 
     """
     import numpy as np
 
-    rng = np.random.default_rng(seed)
+    rng = numpy_rng(seed, "erasure-train")
     layer = encoder.layers[0] if probe_layer is None else probe_layer
     key = f"layer_{layer}"
     if layer not in encoder.layers:
-        from icmlkit.lib.core.errors import UsageError
-
         raise UsageError(f"--probe-layer {layer} is not among the embedded layers {encoder.layers}")
 
     def pick(texts, k):
@@ -175,22 +176,10 @@ def best_row(rows: list[dict], switch: float = 0.9) -> dict:
 
 
 def write_table(path, rows: list[dict]) -> None:
-    """Rows as CSV (``.csv``) or JSON Lines (``.jsonl``), through the atomic writer."""
-    import csv
-    import io
-    import json
+    """Rows as CSV (floats to 6 significant digits), JSON Lines or Parquet, by suffix, atomically."""
+    from icmlkit.lib.core.io import write_rows
 
-    from icmlkit.lib.core.io import suffix, write_text
-
-    if suffix(path) == ".jsonl":
-        write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
-        return
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(ROW_KEYS), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    write_text(path, buf.getvalue())
+    write_rows(path, rows, columns=list(ROW_KEYS), float_format="%.6g")
 
 
 def pareto_plot(path, rows: list[dict], switch: float = 0.9, title: str = "") -> bool:
@@ -222,3 +211,100 @@ def pareto_plot(path, rows: list[dict], switch: float = 0.9, title: str = "") ->
     fig.tight_layout()
     save_png(fig, path)
     return True
+
+
+# --------------------------------------------------------------------------- `steer-concept evaluate`
+
+
+@dataclass
+class EvaluateConfig:
+    """Settings of ``steer-concept evaluate``."""
+
+    strengths: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5, 2.0, 3.0], metadata={
+        "help": "Comma-separated strengths (beta)."})
+    test_fraction: float = field(default=0.5, metadata={
+        "help": "Share of --source/--target texts that are steered and scored; the rest train the probes.",
+        "min": 0.05, "max": 0.95})
+    probe_layer: int | None = field(default=None, metadata={
+        "help": "Layer of the layer-level probes (default: the first steered layer)."})
+    target_switch: float = field(default=0.9, metadata={
+        "help": "Switch rate at which methods are compared (the summary row and matched_disturbance).",
+        "min": 0.0, "max": 1.0})
+    erasure_train: int = field(default=0, metadata={
+        "help": "Train the re-trained (erasure) probe on this many steered probe-train texts per class and test "
+                "it on the steered held-out texts; 0: 5-fold cross-validation on the steered held-out texts.",
+        "min": 0})
+    max_texts: int | None = field(default=None, metadata={
+        "help": "Use at most this many texts of each file (a seeded random subset).", "min": 2})
+    batch_size: int = field(default=64, metadata={"help": "Texts per forward pass.", "min": 1})
+    max_length: int = field(default=64, metadata={"help": "Tokens per text (longer texts are truncated).", "min": 2})
+
+    def check(self) -> None:
+        if not self.strengths:
+            raise UsageError("--strengths: give at least one strength")
+
+
+@dataclass
+class EvaluateResult:
+    """``rows``: one per (steering file, strength) with :data:`ROW_KEYS`; ``summary``: the best row,
+    the rows and the matched disturbance per steering file."""
+
+    rows: list[dict]
+    summary: dict
+
+
+SUMMARY_KEYS = ("method", "strength", "switch_rate", "probe_acc_after_erasure", "disturbance_neutral",
+                "disturbance_unrelated")
+
+
+def evaluate(cfg: EvaluateConfig, loaded, steerings: list, *, source: list[str], target: list[str],
+             neutral: list[str], unrelated: list[str], seed: int = 0, device="cpu") -> EvaluateResult:
+    """Switch rate, erasure and disturbance of ``steerings`` = [(label, Steering)] over ``cfg.strengths``.
+
+    1. Subsample every text list to ``cfg.max_texts`` (named stream "max-texts" of ``seed``).
+    2. Split source and target texts into probe-train and test (``cfg.test_fraction``; stream "split").
+    3. Hook the steerings into ``loaded`` at their (common) site and score each strength
+       (:func:`evaluate_grid`), then pick the best row and the disturbance at ``cfg.target_switch``.
+    """
+    import numpy as np
+
+    for label, st in steerings:
+        if st.layers == [None]:
+            raise UsageError(f"STEER: {label} was fitted on plain arrays (no layers)")
+    sites = {st.config.get("site", "attn") for _, st in steerings}
+    if len(sites) > 1:
+        raise UsageError(f"STEER: the steering files hook different sites {sorted(sites)}")
+    sub_rng, split_rng = numpy_rng(seed, "max-texts"), numpy_rng(seed, "split")
+
+    def subset(t):
+        if cfg.max_texts is not None and len(t) > cfg.max_texts:
+            return [t[i] for i in np.sort(sub_rng.permutation(len(t))[:cfg.max_texts])]
+        return list(t)
+
+    def split(t, option):
+        idx = split_rng.permutation(len(t))
+        k = max(1, int(round(len(t) * cfg.test_fraction)))
+        if len(t) - k < 1:
+            raise UsageError(f"{option}: too few texts ({len(t)}) to split into probe-train and test")
+        return [t[i] for i in np.sort(idx[k:])], [t[i] for i in np.sort(idx[:k])]
+
+    src, tgt, neu, unrel = subset(source), subset(target), subset(neutral), [x for t in unrelated for x in subset(t)]
+    src_tr, src_te = split(src, "--source")
+    tgt_tr, tgt_te = split(tgt, "--target")
+    steered_layers = sorted({L for _, s in steerings for L in s.layers})
+    pl = steered_layers[0] if cfg.probe_layer is None else cfg.probe_layer
+    from icmlkit.lib.steer.hooks import Encoder
+
+    enc = Encoder(loaded, layers=sorted(set(steered_layers) | {pl}), site=sites.pop(),
+                  pool=steerings[0][1].config.get("pool", "mean"), batch_size=cfg.batch_size,
+                  max_length=cfg.max_length, device=device)
+    rows = evaluate_grid(enc, steerings, list(cfg.strengths), source_train=src_tr, target_train=tgt_tr,
+                         source_test=src_te, target_test=tgt_te, neutral=neu, unrelated=unrel, probe_layer=pl,
+                         erasure_train=cfg.erasure_train, seed=seed)
+    best = best_row(rows, cfg.target_switch)
+    matched = {lab: {"neutral": matched_disturbance(rows, lab, "disturbance_neutral", cfg.target_switch),
+                     "unrelated": matched_disturbance(rows, lab, "disturbance_unrelated", cfg.target_switch)}
+               for lab, _ in steerings}
+    summary = {**{k: best[k] for k in SUMMARY_KEYS}, "label": best["label"], "rows": rows,
+               "matched_disturbance": matched}
+    return EvaluateResult(rows, summary)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError
 
@@ -36,9 +37,27 @@ def load_activations(path) -> tuple[dict, dict]:
     if "meta" in arrays:
         try:
             meta = json.loads(str(arrays.pop("meta")[()]))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, IndexError):
             raise InputError("field 'meta' is not a JSON string", display_name(path)) from None
+        if not isinstance(meta, dict):
+            raise InputError("field 'meta': expected a JSON object", display_name(path))
     return arrays, meta
+
+
+@dataclass
+class ActivationFile:
+    """A loaded activation file: its display ``name``, ``arrays`` and ``meta`` (what ``fit`` takes)."""
+
+    name: str
+    arrays: dict
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path) -> "ActivationFile":
+        from icmlkit.lib.core.io import display_name
+
+        arrays, meta = load_activations(path)
+        return cls(display_name(path), arrays, meta)
 
 
 def layer_keys(arrays: dict) -> dict[int, str]:

@@ -311,3 +311,50 @@ class Steering:
     def summary(self) -> dict:
         return {"methods": self.methods, "layers": self.layers, "steps": len(self.steps),
                 "dim": self.steps[0].dim, "concepts": sorted({st.concept for st in self.steps})}
+
+
+@dataclass
+class ApplyResult:
+    """``arrays``: every array of the input, the steered ones replaced (and ``meta`` updated);
+    ``summary``: steered (array names), rows, strength, mean_shift, seconds, vectors_per_second."""
+
+    arrays: dict
+    summary: dict
+
+
+def apply_to_arrays(steering: Steering, acts, *, strength: float | None = None, key: str | None = None,
+                    steered_with: str = "") -> ApplyResult:
+    """The library call of ``steer-concept apply``: each ``layer_<L>`` of the activation file
+    ``acts`` (:class:`.io.ActivationFile`) gets its layer's steps in order; a steer fitted on plain
+    arrays applies to ``key`` or the only 2-D float array."""
+    import time
+
+    import numpy as np
+
+    from icmlkit.lib.steer.io import check_matrix, layer_keys, pick_array
+
+    data = dict(acts.arrays)
+    if steering.layers == [None]:
+        targets = [(None, pick_array(data, key, acts.name)[0])]
+    else:
+        present = layer_keys(data)
+        missing = [L for L in steering.layers if L not in present]
+        if missing:
+            raise InputError(f"the steering file needs arrays {[f'layer_{L}' for L in missing]}; the file has "
+                             f"{sorted(data)}", acts.name)
+        targets = [(L, present[L]) for L in steering.layers]
+    t0 = time.perf_counter()
+    shift, n = 0.0, 0
+    for L, k in targets:
+        x = check_matrix(data[k], acts.name, k, steering.steps_for(L)[0].dim)
+        y = steering.apply(x, L, strength)
+        shift += float(np.linalg.norm(y.astype(np.float64) - x, axis=1).sum())
+        n += x.shape[0]
+        data[k] = y
+    secs = time.perf_counter() - t0
+    if acts.meta:
+        data["meta"] = np.array(json.dumps({**acts.meta, "steered_with": steered_with, "strength": strength},
+                                           sort_keys=True))
+    summary = {"steered": [k for _, k in targets], "rows": n, "strength": strength, "mean_shift": shift / max(n, 1),
+               "seconds": round(secs, 4), "vectors_per_second": round(n / secs, 1) if secs > 0 else None}
+    return ApplyResult(data, summary)

@@ -7,6 +7,9 @@ for HTTP events) -> sink category.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+
+from icmlkit.lib.core.errors import UsageError
 
 # Step 1: sink table (regex on the function name -> category). "answer" is the agent's final text
 # to the user: a sink only for the causal check (an injection can make the agent say things), never
@@ -112,25 +115,93 @@ def sink_category(function: str | None, table: dict[str, str] | None = None) -> 
 
 def load_sink_table(path: str) -> dict[str, str]:
     """Read a sink table (JSON or TOML mapping regex -> category); InputError naming the key if bad."""
-    import json
     import tomllib
 
     from icmlkit.lib.core.errors import InputError
-    from icmlkit.lib.core.io import open_text
+    from icmlkit.lib.core.io import display_name, open_text, parse_json, suffix
 
     with open_text(path) as fh:
         text = fh.read()
-    try:
-        data = json.loads(text) if str(path).endswith(".json") else tomllib.loads(text)
-    except ValueError as exc:
-        raise InputError(f"not a valid sink table ({exc})", str(path)) from None
+    if suffix(path) == ".json":
+        data = parse_json(text, display_name(path), dict, "sink table (JSON)")
+    else:
+        try:
+            data = tomllib.loads(text)
+        except ValueError as exc:
+            raise InputError(f"not a valid sink table (TOML: {exc})", display_name(path)) from None
     if not isinstance(data, dict) or not data:
-        raise InputError("expected a non-empty mapping of regex -> category", str(path))
+        raise InputError("expected a non-empty mapping of regex -> category", display_name(path))
     for k, v in data.items():
         if not isinstance(v, str):
-            raise InputError(f"field {k!r}: the category must be a string", str(path))
+            raise InputError(f"field {k!r}: the category must be a string", display_name(path))
         try:
             re.compile(k)
         except re.error as exc:
-            raise InputError(f"field {k!r}: not a regular expression ({exc})", str(path)) from None
+            raise InputError(f"field {k!r}: not a regular expression ({exc})", display_name(path)) from None
     return dict(data)
+
+
+# --------------------------------------------------------------------------- command settings
+# One dataclass per subcommand of trace-injection; the command line declares their fields as
+# options once (cli/_common.config_options), and the demo and the benchmark build them in code.
+
+def _suites() -> list[str]:
+    from icmlkit.lib.trace.agentdojo_data import SUITES
+
+    return list(SUITES)
+
+
+THRESHOLD_HELP = {"help": "Flag a trace when its effect (ATE) is at least this.", "min": 0.0, "max": 1.0}
+JUDGE_URL_HELP = {"help": "Base URL of an OpenAI-compatible endpoint for the optional LLM judge of "
+                  "instruction-likeness (off by default; ambiguous pieces only)."}
+
+
+@dataclass
+class DetectConfig:
+    """Settings of ``detect`` and ``eval`` (the causal detector and the optional LLM judge).
+
+    In ``eval``, ``threshold`` is the effect threshold of the default causal detector; a head
+    loaded with ``--model`` brings its own."""
+
+    threshold: float = field(default=DEFAULTS["threshold"], metadata=THRESHOLD_HELP)
+    judge_url: str | None = field(default=None, metadata=JUDGE_URL_HELP)
+    judge_model: str = field(default="default", metadata={"help": "Model name sent to the judge endpoint."})
+
+
+@dataclass
+class ExplainConfig:
+    """Settings of ``explain``."""
+
+    threshold: float = field(default=DEFAULTS["threshold"], metadata=THRESHOLD_HELP)
+    format: str = field(default="text", metadata={
+        "help": "text: the attack chain; dot/graphml/json: the typed graph.",
+        "choices": ("text", "dot", "graphml", "json")})
+
+
+@dataclass
+class FitConfig:
+    """Settings of ``fit``."""
+
+    head: str = field(default="threshold", metadata={
+        "help": "threshold: learn the effect threshold only; logreg / forest: a learned head on the causal "
+                "features.", "choices": ("threshold", "logreg", "forest")})
+
+
+@dataclass
+class GenerateConfig:
+    """Settings of ``generate`` (labelled AgentDojo trajectories, replayed without any LLM)."""
+
+    suites: list[str] = field(default_factory=_suites, metadata={
+        "help": "Comma-separated AgentDojo suites (benchmark v1.2.2)."})
+    max_pairs: int | None = field(default=None, metadata={
+        "help": "Keep a seeded random subset of this many (user task, injection task) pairs per suite.", "min": 1})
+
+    def check(self) -> None:
+        known = _suites()
+        names = [str(s).strip() for s in self.suites if str(s).strip()]
+        bad = [s for s in names if s not in known]
+        if bad or not names:
+            raise UsageError(f"--suites: unknown suite(s) {bad}; choose from {', '.join(known)}")
+        self.suites = names
+        if self.max_pairs is not None and self.max_pairs < 1:
+            raise UsageError("--max-pairs must be >= 1")

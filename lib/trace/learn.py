@@ -139,19 +139,30 @@ class Head:
                 raise InputError(f"field {k!r}: missing", path)
         if data["kind"] not in ("threshold", "logreg", "forest"):
             raise InputError(f"field 'kind': expected threshold, logreg or forest, got {data['kind']!r}", path)
-        return cls(data["kind"], data["features"], float(data["threshold"]), int(data.get("seed", 0)),
-                   data["params"])
+        from icmlkit.lib.trace.detect import FEATURES
+
+        feats = data["features"]
+        if not isinstance(feats, list) or not feats or any(f not in FEATURES for f in feats):
+            raise InputError(f"field 'features': expected a list of feature names from {', '.join(FEATURES)}", path)
+        if isinstance(data["threshold"], bool) or not isinstance(data["threshold"], (int, float)):
+            raise InputError("field 'threshold': expected a number", path)
+        params = data["params"]
+        need = {"threshold": (), "logreg": ("mean", "scale", "coef", "intercept"), "forest": ("trees",)}[data["kind"]]
+        if not isinstance(params, dict) or any(k not in params for k in need):
+            raise InputError(f"field 'params': expected an object with {', '.join(need) or 'any fields'}", path)
+        head = cls(data["kind"], feats, float(data["threshold"]), int(data.get("seed", 0) or 0), params)
+        try:  # the arrays must fit the features: score one all-zero sample
+            if not np.isfinite(head.score([dict.fromkeys(feats + ["effect"], 0.0)])).all():
+                raise ValueError("non-finite score")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InputError(f"field 'params': does not fit the {len(feats)} features ({exc})", path) from None
+        return head
 
     @classmethod
     def load(cls, path: str) -> "Head":
-        from icmlkit.lib.core.io import open_text
+        from icmlkit.lib.core.io import display_name, load_json
 
-        with open_text(path) as fh:
-            try:
-                data = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", str(path), exc.lineno) from None
-        return cls.from_json(data, str(path))
+        return cls.from_json(load_json(path, dict, "trace-injection model (JSON)"), display_name(path))
 
 
 # --------------------------------------------------------------------------- baselines

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.core.io import display_name, open_text
+from icmlkit.lib.core.io import display_name, open_text, parse_json
 from icmlkit.lib.trace.config import TRUSTED_ROLES
 from icmlkit.lib.trace.schema import KINDS, Event, Trace
 
@@ -302,10 +302,7 @@ def read_traces(path) -> list[Trace]:
     for ln, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
-        try:
-            rows.append((ln, json.loads(raw)))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg}, column {exc.colno})", name, ln) from None
+        rows.append((ln, parse_json(raw, name, line=ln)))
     if not rows:
         raise InputError("no records", name)
     is_step = [isinstance(r, dict) and "role" in r and "messages" not in r and "trajectory" not in r for _, r in rows]
