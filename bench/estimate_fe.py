@@ -25,9 +25,9 @@ import sys
 import time
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.fe.mm import freesolv_dir, freesolv_entry, kcal_per_kT, lambda_window_mbar, load_molecule
-from icmlkit.lib.fe.pipeline import combine, run_system
-from icmlkit.lib.fe.systems import builtin
+from icmlkit.lib.fe.api import open_system
+from icmlkit.lib.fe.mm import freesolv_dir, freesolv_entry, kcal_per_kT, lambda_window_mbar
+from icmlkit.lib.fe.pipeline import run_system, solvation
 
 ANALYTIC = ["trap4", "dw4", "triatomic"]
 MOLECULES = {"mobley_4434915": "chloromethane", "mobley_1636752": "methanol", "mobley_525934": "methanethiol"}
@@ -47,7 +47,7 @@ T = 298.15
 def bench_analytic(cfg) -> list[dict]:
     rows = []
     for name in ANALYTIC:
-        s = builtin(name)
+        s = open_system(name)
         c = cfg["analytic"]
         t0 = time.perf_counter()
         res = run_system(s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], steps=c["steps"],
@@ -68,13 +68,11 @@ def bench_analytic(cfg) -> list[dict]:
 def bench_molecule(cid: str, cfg) -> dict:
     c, b = cfg["molecule"], cfg["baseline"]
     entry = freesolv_entry(cid)
-    per = {}
-    for k, env in enumerate(("vacuum", "obc2")):
-        sysm = load_molecule(f"freesolv:{cid}", env=env, temperature=T)
-        per[env] = run_system(sysm, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], seed=1000 * k,
-                              steps=c["steps"], stage2_steps=c["stage2_steps"], n_samples=c["n_samples"],
-                              md={"interval": c["interval"], "equil": c["equil"]}, arch=cfg["model"], tag=env)
-    card = combine(per, T)
+    # the library call of `estimate-fe solvation --outdir` (each environment on its own seed stream)
+    card = solvation(lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T), None, n_frames=c["n_frames"],
+                     interval=c["interval"], steps=c["steps"], stage2_steps=c["stage2_steps"], n_samples=c["n_samples"],
+                     equil=c["equil"], arch=cfg["model"], train_fraction=c["train_fraction"], seed=0)
+    per = card["per_environment"]
     base = lambda_window_mbar(*_files(cid), temperature=T, windows=b["windows"], frames_per_window=b["frames_per_window"],
                               interval=b["interval"], equil=b["equil"], seed=7)
     kT = kcal_per_kT(T)
@@ -87,7 +85,7 @@ def bench_molecule(cid: str, cfg) -> dict:
     err_card = card["delta_g_err_kcal"]
     err_base = base["delta_g_err_kcal"]
     row = {
-        "compound": cid, "name": MOLECULES[cid], "smiles": entry["smiles"], "n_atoms": load_molecule(f"freesolv:{cid}").n_atoms,
+        "compound": cid, "name": MOLECULES[cid], "smiles": entry["smiles"], "n_atoms": open_system(f"freesolv:{cid}").n_atoms,
         "card_delta_g_kcal": card["delta_g_kcal"], "card_err_kcal": err_card,
         "card_exp_forward_delta_g_kcal": card["delta_g_exp_forward_kcal"],
         "mbar_delta_g_kcal": base["delta_g_kcal"], "mbar_err_kcal": err_base,

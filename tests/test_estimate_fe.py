@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, run_tool
+from conftest import BIN, REPO, exe, run_tool
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.fe import card, gauge
 from icmlkit.lib.fe.estimate import bar_estimate
@@ -197,6 +200,9 @@ def test_tiny_model_on_a_harmonic_trap_gives_a_finite_estimate():
 
 
 def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path):
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.core.io import read_torch, torch_bytes
+
     s = builtin("trap4")
     fr = s.sample(200, seed=0)
     kw = dict(steps=30, stage2_steps=10, batch=32, d=16, heads=2, enc_layers=1, dec_layers=1, K=4, seed=3)
@@ -205,22 +211,84 @@ def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path):
     class Interrupted(Exception):
         pass
 
-    def crash(state):  # written, read back from disk, then the run "dies"
-        card.save(tmp_path / "m.ckpt.pt", state)
-        raise Interrupted
+    class Crashing(Checkpointer):  # written to disk, then the run "dies"
+        def save(self, *args, **kwargs):
+            super().save(*args, **kwargs)
+            raise Interrupted
 
+    path = tmp_path / "m.pt.ckpt.pt"
     with pytest.raises(Interrupted):
-        card.train(s, fr["x"], fr["u"], checkpoint=crash, checkpoint_every=25, **kw)
-    state = card.load(tmp_path / "m.ckpt.pt", checkpoint=True)
-    assert state["step"] == 25
-    resumed, info = card.train(s, fr["x"], fr["u"], resume=state, **kw)
+        card.train(s, fr["x"], fr["u"], checkpointer=Crashing(path, every=25), **kw)
+    assert read_torch(path, "checkpoint")["step"] == 25
+    resumed, info = card.train(s, fr["x"], fr["u"], checkpointer=Checkpointer(path, every=25, resume=True), **kw)
     assert info["steps_done"] == 40
     for k, v in full["state_dict"].items():
         assert torch.equal(v, resumed["state_dict"][k]), k
+    assert torch_bytes(full) == torch_bytes(resumed)  # the whole model file, not only the weights
     with pytest.raises(UsageError, match="other settings"):
-        card.train(s, fr["x"], fr["u"], resume=state, **{**kw, "seed": 4})
+        card.train(s, fr["x"], fr["u"], checkpointer=Checkpointer(path, resume=True), **{**kw, "seed": 4})
     with pytest.raises(InputError, match="not a CARD model file"):
-        card.load(tmp_path / "m.ckpt.pt")  # a checkpoint is not a model file
+        card.load(path)  # a checkpoint is not a model file
+
+
+def test_cli_resume_gives_the_same_model_file(tmp_path):
+    """An interrupted `train` (checkpoint at step 20, written by the library as the CLI would) resumed
+    with --resume writes the same bytes as the uninterrupted command."""
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.fe import api
+
+    fr = tmp_path / "trap.npz"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "120", "-o", fr).returncode == 0
+    opts = ["--steps", "25", "--stage2-steps", "5", "--width", "16", "--layers", "1", "--batch", "16",
+            "--checkpoint-every", "20", "--device", "cpu"]
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", tmp_path / "a.pt", *opts)
+    assert r.returncode == 0, r.stderr
+
+    class Interrupted(Exception):
+        pass
+
+    class Crashing(Checkpointer):
+        def save(self, *args, **kwargs):
+            super().save(*args, **kwargs)
+            raise Interrupted
+
+    cfg = api.TrainConfig(steps=25, stage2_steps=5, width=16, layers=1, batch=16)
+    sysm = api.open_system("trap4")
+    with pytest.raises(Interrupted):
+        api.train(cfg, sysm, api.load_frames(fr, sysm), seed=0, checkpointer=Crashing(f"{tmp_path / 'b.pt'}.ckpt.pt", 20))
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", tmp_path / "b.pt", *opts, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    assert not (tmp_path / "b.pt.ckpt.pt").exists()
+
+
+def test_torchrun_two_processes_give_the_one_process_weights(tmp_path):
+    """`estimate-fe train` under torchrun (2 processes, gloo, CPU) with a global batch of 16 ends with
+    the weights of one process with the same batch (Stage I and Stage II steps; float64 training so
+    that the order of the batch sums does not matter, see card.train)."""
+    fr = tmp_path / "trap.npz"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "60", "-o", fr).returncode == 0
+    opts = ["train", "trap4", str(fr), "--steps", "4", "--stage2-steps", "3", "--width", "8", "--layers", "1",
+            "--components", "2", "--depth", "2", "--batch", "16", "--precision", "float64", "--device", "cpu",
+            "--checkpoint-every", "0", "--json", "--no-progress"]
+    one = run_tool("estimate-fe", *opts, "-o", tmp_path / "one.pt")
+    assert one.returncode == 0, one.stderr
+    env = {"OMP_NUM_THREADS": "1"}
+    two = subprocess.run([str(BIN / "torchrun"), "--nproc_per_node", "2", "--standalone", exe("estimate-fe"), *opts,
+                          "-o", str(tmp_path / "two.pt")], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ICMLKIT_NO_PROGRESS": "1", **env}, cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    summary = json.loads(two.stdout)  # rank 0 alone prints
+    assert summary["world_size"] == 2 and json.loads(one.stdout)["world_size"] == 1
+    a = torch.load(tmp_path / "one.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "two.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys()
+    diff = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+    assert diff <= 1e-6, diff
+    manifest = json.loads((tmp_path / "two.pt.manifest.json").read_text())
+    assert manifest["distributed"] == {"world_size": 2, "backend": "gloo"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.pt", "one.pt.manifest.json", "trap.npz",
+                                                          "trap.npz.manifest.json", "two.pt", "two.pt.manifest.json"]
 
 
 def test_cli_sample_train_estimate_and_refusal(tmp_path):
@@ -380,3 +448,109 @@ def test_cli_demo_writes_its_run_folder(tmp_path):
     d = json.loads(r.stdout)
     assert "triatomic" in d["headline"] and d["f_exact_kT"] == pytest.approx(builtin("triatomic").f_exact())
     assert (out / "summary.json").exists() and (out / "manifest.json").exists() and (out / "triatomic.pt").exists()
+
+
+# ----------------------------------------------------------------------------------- malformed inputs
+
+from fuzzing import FuzzCase, check_malformed  # noqa: E402
+
+_VALID: dict = {}
+
+
+def _valid_files(base):
+    """A frames file and a tiny model of trap4 (made once, copied into each case's folder)."""
+    import shutil
+
+    from icmlkit.lib.fe import api
+
+    if not _VALID:
+        import tempfile
+
+        d = Path(tempfile.mkdtemp(prefix="fe-fuzz-"))
+        s = builtin("trap4")
+        res = api.sample(api.SampleConfig(frames=40), s, seed=0)
+        from icmlkit.lib.core.io import write_json, write_npz
+
+        write_npz(d / "f.npz", **res.arrays)
+        tr = api.train(api.TrainConfig(steps=2, stage2_steps=0, width=8, layers=1, components=2, depth=2, batch=8), s,
+                       api.load_frames(d / "f.npz", s))
+        card.save(d / "m.pt", tr.bundle)
+        write_json(d / "trap4.json", {"kind": "harmonic-trap", "n_atoms": 4, "k": [1.0, 4.0, 16.0]})
+        _VALID.update(frames=d / "f.npz", model=d / "m.pt", spec=d / "trap4.json")
+    out = {}
+    for k, p in _VALID.items():
+        shutil.copy(p, base / p.name)
+        out[k] = base / p.name
+    return out
+
+
+_NPZ = ("missing", "empty", "binary", "folder", "garbage_npz")
+_PT = ("missing", "empty", "binary", "folder", "garbage_pt")
+_JSON = ("missing", "empty", "binary", "folder", "truncated_json")
+_SOLV = ["solvation", "trap4", "--samples", "10", "--min-overlap", "0"]
+FUZZ = [
+    FuzzCase("sample", ["sample", "{bad}", "--frames", "10", "-o", "{out}/f.npz"], ".json", _JSON, label="system-json"),
+    FuzzCase("sample", ["sample", "{bad}", "--frames", "10", "-o", "{out}/f.npz"], ".prmtop", label="system-prmtop"),
+    FuzzCase("train", ["train", "{bad}", "{frames}", "-o", "{out}/m.pt", "--steps", "1"], ".json", _JSON,
+             _valid_files, label="system-json"),
+    FuzzCase("train", ["train", "trap4", "{bad}", "-o", "{out}/m.pt", "--steps", "1"], ".npz", _NPZ, label="frames"),
+    FuzzCase("estimate", ["estimate", "{bad}", "{model}", "{frames}", "--samples", "10"], ".json", _JSON,
+             _valid_files, label="system-json"),
+    FuzzCase("estimate", ["estimate", "trap4", "{bad}", "{frames}", "--samples", "10"], ".pt", _PT, _valid_files,
+             label="model"),
+    FuzzCase("estimate", ["estimate", "trap4", "{model}", "{bad}", "--samples", "10"], ".npz", _NPZ, _valid_files,
+             label="frames"),
+    FuzzCase("estimate", ["estimate", "trap4", "{frames}", "{frames}", "--samples", "10"], ".npz", ("missing",),
+             _valid_files, label="frames-as-model"),
+    FuzzCase("solvation", [*_SOLV, "--vacuum-model", "{bad}", "--vacuum-frames", "{frames}", "--solvent-model",
+                           "{model}", "--solvent-frames", "{frames}"], ".pt", _PT, _valid_files, label="vacuum-model"),
+    FuzzCase("solvation", [*_SOLV, "--vacuum-model", "{model}", "--vacuum-frames", "{frames}", "--solvent-model",
+                           "{model}", "--solvent-frames", "{bad}"], ".npz", _NPZ, _valid_files, label="solvent-frames"),
+    FuzzCase("solvation", ["solvation", "{bad}", "--outdir", "{out}/run", "--frames", "20"], ".prmtop",
+             label="system-prmtop"),
+    FuzzCase("baseline", ["baseline", "{bad}", "--windows", "2"], ".prmtop", label="system-prmtop"),
+    FuzzCase("baseline", ["baseline", "{bad}", "--windows", "2"], ".json", _JSON, label="system-json"),
+]  # `systems` and `demo` read no files
+
+
+@pytest.mark.parametrize("case", FUZZ, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed("estimate-fe", case, tmp_path, capsys)
+
+
+def test_device_and_seed_options_only_where_used():
+    from icmlkit.cli.estimate_fe import cli
+
+    names = {c: {p.name for p in cmd.params} for c, cmd in cli.commands.items()}
+    for c in ("sample", "train", "estimate", "solvation", "baseline", "demo"):
+        assert "device" in names[c], c
+    assert "device" not in names["systems"] and "seed" not in names["systems"]
+    for c, cmd in cli.commands.items():
+        assert "JSON keys:" in (cmd.help or ""), c
+
+
+def test_usage_errors_name_the_option(tmp_path):
+    r = run_tool("estimate-fe", "train", "trap4", tmp_path / "f.npz", "-o", tmp_path / "m.txt")
+    assert r.returncode == 2 and "-o" in r.stderr and ".pt" in r.stderr
+    r = run_tool("estimate-fe", "systems", "--name", "nope", "-o", tmp_path / "x.json")
+    assert r.returncode == 2 and "--name" in r.stderr
+    r = run_tool("estimate-fe", "solvation", "trap4", "--vacuum-model", "m.pt")
+    assert r.returncode == 2 and "--solvent-frames" in r.stderr
+    r = run_tool("estimate-fe", "estimate", "trap4", "m.pt", "f.npz", "--estimator", "tip")
+    assert r.returncode == 2 and "--estimator" in r.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_train_and_estimate_run_on_cuda(tmp_path):
+    fr, model = tmp_path / "trap.npz", tmp_path / "trap.pt"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "100", "-o", fr, "--device", "cuda").returncode == 0
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", model, "--steps", "5", "--stage2-steps", "2", "--width",
+                 "16", "--layers", "1", "--batch", "16", "--device", "cuda", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["device"].startswith("cuda")
+    assert json.loads((tmp_path / "trap.pt.manifest.json").read_text())["device"].startswith("cuda")
+    r = run_tool("estimate-fe", "estimate", "trap4", model, fr, "--samples", "50", "--min-overlap", "0",
+                 "--device", "cuda", "--json")
+    assert r.returncode == 0, r.stderr
+    assert math.isfinite(json.loads(r.stdout)["overlap"])

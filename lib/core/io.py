@@ -152,7 +152,8 @@ def read_torch(path: str | os.PathLike, what: str, fmt: str | None = None):
     try:
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
-        raise InputError(f"not a {what} ({type(exc).__name__}: {exc})", display_name(path)) from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        raise InputError(f"not a {what} ({first[:200]})", display_name(path)) from None
     if fmt is not None and (not isinstance(obj, dict) or obj.get("format") != fmt):
         raise InputError(f"not a {what} (format {fmt} expected)", display_name(path))
     return obj

@@ -111,14 +111,15 @@ class Dist:
         per = global_batch // self.world
         return slice(self.rank * per, (self.rank + 1) * per)
 
-    def wrap(self, module, device=None):
-        """``module`` wrapped in DistributedDataParallel when the job has several processes."""
+    def wrap(self, module, device=None, **ddp_kwargs):
+        """``module`` wrapped in DistributedDataParallel when the job has several processes
+        (``ddp_kwargs`` go to DDP, e.g. ``find_unused_parameters=True``)."""
         if not self.active:
             return module
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device is not None and getattr(device, "type", "cpu") == "cuda" else None
-        return DistributedDataParallel(module, device_ids=ids)
+        return DistributedDataParallel(module, device_ids=ids, **ddp_kwargs)
 
     def all_mean(self, value: float) -> float:
         """The mean of a scalar over the ranks (``value`` itself for one process)."""

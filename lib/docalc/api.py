@@ -23,7 +23,7 @@ import numpy as np
 from icmlkit.lib.causal.admg import ADMG, latent_projection
 from icmlkit.lib.causal.parse import Query
 from icmlkit.lib.core.errors import CheckFailed, InputError, UsageError
-from icmlkit.lib.docalc.config import CAP_HELP, EstimateConfig, _opt  # noqa: F401 - re-exported
+from icmlkit.lib.docalc.config import EstimateConfig
 from icmlkit.lib.docalc import expr as E
 from icmlkit.lib.docalc.derivation import EquivalenceClass, equivalence_class
 from icmlkit.lib.docalc.estimate import (DiscreteTables, GaussianMoments, bootstrap_tables, counts_table,

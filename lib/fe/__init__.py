@@ -4,7 +4,9 @@ Modules: ``gauge`` (frame gauge with Jacobian x2^2 y3, atom order), ``radix`` (t
 and the Beta mixture), ``model`` (the encoder-decoder transformer with geometry-aware attention),
 ``card`` (prepare / train / estimate / save / load), ``estimate`` (BAR, MBAR, EXP, overlap, ESS via
 pymbar), ``systems`` (analytic potentials with exact F, MALA and exact samplers), ``mm`` (OpenMM
-vacuum / OBC2, MD, the lambda-window MBAR baseline, FreeSolv access), ``pipeline`` and ``demo``.
+vacuum / OBC2, MD, the lambda-window MBAR baseline, FreeSolv access), ``pipeline`` and ``demo``, and
+``api``: one function per estimate-fe subcommand (config dataclass + loaded inputs -> result with
+``.summary``), shared by the CLI, the demo and the benchmark.
 The decoder's two-stream wiring, the Stage II weighting and the use of the frame gauge instead of
 the paper's principal-axes gauge are reconstructed (see each docstring).
 """
@@ -24,6 +26,13 @@ _LAZY = {
     "load_molecule": "icmlkit.lib.fe.mm",
     "lambda_window_mbar": "icmlkit.lib.fe.mm",
     "run_system": "icmlkit.lib.fe.pipeline",
+    "open_system": "icmlkit.lib.fe.api",
+    "load_frames": "icmlkit.lib.fe.api",
+    "SampleConfig": "icmlkit.lib.fe.config",
+    "TrainConfig": "icmlkit.lib.fe.config",
+    "EstimateConfig": "icmlkit.lib.fe.config",
+    "SolvationConfig": "icmlkit.lib.fe.config",
+    "BaselineConfig": "icmlkit.lib.fe.config",
     "solvation": "icmlkit.lib.fe.pipeline",
 }
 

@@ -28,7 +28,7 @@ from icmlkit.lib.fe import gauge as G
 from icmlkit.lib.fe.estimate import bar_estimate, decorrelate
 from icmlkit.lib.fe.radix import RadixMap
 
-FORMAT = "icmlkit-card-1"
+FORMAT = "icmlkit-card-2"  # 2: no softmax-redundant biases (key bias, per-head distance-bias offset)
 
 
 @dataclass
@@ -90,74 +90,97 @@ def check_energies(u: np.ndarray, where: str) -> None:
 
 def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_steps: int = 500, batch: int = 128,
           lr: float = 2e-3, energy_weight: float = 1.0, seed: int = 0, val_fraction: float = 0.1, time_limit=None,
-          threads: int = 1, resume: dict | None = None, checkpoint=None, checkpoint_every: int = 0,
+          threads: int = 1, precision: str = "float32", device=None, dist=None, checkpointer=None,
           **arch) -> tuple[dict, dict]:
     """Train CARD on frames; returns (bundle for :func:`save`, info).
 
-    ``checkpoint(state)`` is called every ``checkpoint_every`` steps with a dict of tensors and plain
-    values (model, optimiser, schedule and sampler states, history; :func:`save` writes it and
-    :func:`load` reads it back with ``weights_only=True``); ``resume`` continues from such a state, and
-    gives the same weights as the uninterrupted run. The state records the run's settings and the
-    frames' digest: resuming with other ones is a UsageError.
+    1. order, gauge and box from the frames; the model is built under ``seeded(seed, "init")``;
+    2. every step draws a global batch of ``batch`` frame indices from the CPU stream
+       ``generator(seed, "batches")`` (moved to ``device``); under torchrun (``dist``: a
+       :class:`~icmlkit.lib.core.runtime.Dist`) every rank draws the same indices and takes its
+       ``dist.split`` part, and the gradients are averaged over the ranks (torch.distributed
+       all-reduce) before clipping, so the step is the one-process step on the global batch;
+    3. Stage I: NLL; Stage II: NLL + ``energy_weight`` x the centred energy matching term
+       (:func:`_energy_matching`; the batch means are global means over the ranks);
+    4. Adam, warm-up + cosine schedule, gradient norm clipped at 10.
+
+    ``precision`` "float64" trains the network in double precision (the bundle stores float32
+    weights either way): with float32, a weight whose gradient is a cancellation of many terms gets
+    round-off that Adam (g / (|g| + eps)) amplifies, so runs that sum the batch in another order
+    (torchrun) drift apart by ~1e-5; in float64 they agree to round-off.
+
+    ``checkpointer`` (a :class:`~icmlkit.lib.core.checkpoint.Checkpointer`) saves the model,
+    optimiser, schedule, the batch stream and the history every ``every`` steps and resumes from
+    them; a resumed run gives the same bundle bytes as an uninterrupted one. The bundle holds no
+    timings (``info["seconds_train"]`` has them), so the same inputs and seed give the same bytes.
     """
     import torch
 
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)  # small tensors: one thread is fastest on a shared CPU
+    from icmlkit.lib.core.checkpoint import fingerprint, restore
+    from icmlkit.lib.core.runtime import Dist, generator, seeded
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dist = dist if dist is not None else Dist()
+    torch.set_num_threads(threads)  # small tensors: one thread is fastest on a shared CPU (per process)
     t0 = time.perf_counter()
     check_energies(u, "frames field 'u'")
-    model, order = build(system, x, **arch)
+    with seeded(seed, "init"):
+        model, order = build(system, x, **arch)
+    if precision not in ("float32", "float64"):
+        raise UsageError(f"--precision must be float32 or float64, not {precision!r}")
+    model.to(device=dev, dtype=getattr(torch, precision))
     prep = prepare(x, u, order, system.invariant)
     n_val = max(1, int(round(val_fraction * len(x)))) if len(x) >= 20 else 0
-    y_all = torch.as_tensor(prep.y)
-    ut_all = torch.as_tensor(prep.u_t)
+    y_all = torch.as_tensor(prep.y, device=dev)
+    ut_all = torch.as_tensor(prep.u_t, device=dev)
     y_tr, ut_tr = y_all[: len(x) - n_val], ut_all[: len(x) - n_val]
     y_va = y_all[len(x) - n_val:]
+    n_batch = min(batch, len(y_tr))
+    if n_batch % dist.world:
+        raise UsageError(f"--batch: a global batch of {n_batch} frames does not split evenly over {dist.world} "
+                         "processes; use a multiple of the process count")
+    part = dist.split(n_batch)
     n_free = int(model.radix.free.sum())
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     total = steps + stage2_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, min(100, total // 10))) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed, "batches")
     hist, stopped, start, t_before = [], None, 0, 0.0
     settings = {"steps": steps, "stage2_steps": stage2_steps, "batch": batch, "lr": lr, "energy_weight": energy_weight,
-                "seed": seed, "val_fraction": val_fraction, "frames_digest": frames_digest(x),
+                "seed": seed, "val_fraction": val_fraction, "precision": precision,
                 "arch": {k: v for k, v in sorted(arch.items())}}
-    if resume is not None:
-        if resume.get("format") != FORMAT + "/checkpoint" or resume.get("settings") != settings:
-            raise UsageError("the checkpoint was written by a run with other settings or frames; rerun without "
-                             "--resume (or with the original settings)")
-        model.load_state_dict(resume["model"])
-        opt.load_state_dict(resume["opt"])
-        sched.load_state_dict(resume["sched"])
-        gen.set_state(resume["gen"])
-        hist, start, t_before = list(resume["hist"]), int(resume["step"]), float(resume["seconds"])
-
-    def state(next_step: int) -> dict:
-        return {"format": FORMAT + "/checkpoint", "settings": settings, "step": next_step, "model": model.state_dict(),
-                "opt": opt.state_dict(), "sched": sched.state_dict(), "gen": gen.get_state(), "hist": hist,
-                "seconds": t_before + time.perf_counter() - t0}
+    fp = fingerprint(settings, np.asarray(x, dtype=np.float64), np.asarray(u, dtype=np.float64))
+    state = checkpointer.load(fp) if checkpointer is not None else None
+    if state is not None:
+        start, extra = restore(state, model=model, optimizer=opt, scheduler=sched, rng={"batches": gen})
+        hist, t_before = list(extra["hist"]), float(extra["seconds"])
 
     for step in progress(range(start, total), total=total - start, desc="train"):
-        idx = torch.randint(0, len(y_tr), (min(batch, len(y_tr)),), generator=gen)
-        lq = model.log_prob(y_tr[idx])
+        idx = torch.randint(0, len(y_tr), (n_batch,), generator=gen).to(dev)
+        lq = model(y_tr[idx[part]])
         nll = -lq.mean()
         loss = nll
-        em = torch.zeros(())
+        em = torch.zeros((), dtype=torch.float64, device=dev)
         if step >= steps:  # Stage II: centred energy matching
             ut = ut_tr[idx]
-            em = ((-lq - (-lq).mean()) - (ut - ut.mean())).abs().mean()
+            em = _energy_matching(-lq, (ut - ut.mean())[part], dist)
             loss = nll + energy_weight * em
         opt.zero_grad()
         (loss / n_free).backward()
+        if dist.active:
+            _average_gradients(model, dist)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         opt.step()
         sched.step()
         if step % 100 == 0 or step == total - 1:
-            hist.append({"step": step, "nll": float(nll.detach()), "energy_match": float(em.detach())})
-            log.debug("step %d nll %.3f em %.3f", step, float(nll.detach()), float(em.detach()))
-        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < total:
-            checkpoint(state(step + 1))
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            row = {"step": step, "nll": dist.all_mean(float(nll.detach())),
+                   "energy_match": dist.all_mean(float(em.detach()))}
+            hist.append(row)
+            log.debug("step %d nll %.3f em %.3f", step, row["nll"], row["energy_match"])
+        if checkpointer is not None and checkpointer.due(step + 1, total):
+            checkpointer.save(step + 1, fp, model=model, optimizer=opt, scheduler=sched, rng={"batches": gen},
+                              extra={"hist": hist, "seconds": t_before + time.perf_counter() - t0})
+        if time_limit is not None and dist.all_mean(float(time.perf_counter() - t0 > time_limit)) > 0:
             stopped = step + 1
             log.warning("training stopped at step %d by the time limit", stopped)
             break
@@ -166,39 +189,103 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
         val_nll = float(-torch.cat([model.log_prob(y_va[i:i + 1024]) for i in range(0, len(y_va), 1024)]).mean()) if n_val else None
     info = {"steps": steps, "stage2_steps": stage2_steps, "steps_done": stopped or total, "train_frames": len(y_tr),
             "val_frames": n_val, "val_nll": val_nll, "train_nll": hist[-1]["nll"], "n_free": n_free,
-            "box": model.radix.a, "seconds_train": t_before + time.perf_counter() - t0, "history": hist}
+            "box": model.radix.a, "seconds_train": t_before + time.perf_counter() - t0, "history": hist,
+            "device": str(dev), "world_size": dist.world, "precision": precision}
     bundle = {
         "format": FORMAT, "config": dict(model.config), "radix": model.radix.state(), "order": list(map(int, order)),
         "invariant": bool(system.invariant), "z": [int(v) for v in np.asarray(system.z)],
-        "ref_dist": model.ref_dist.clone(), "state_dict": model.state_dict(),
+        "ref_dist": model.ref_dist.detach().float().cpu().clone(),
+        "state_dict": {k: (v.float() if v.is_floating_point() else v).detach().cpu()
+                       for k, v in model.state_dict().items()},
         "system": {"name": system.name, "kind": system.kind, "n_atoms": system.n_atoms,
                    "temperature": system.temperature, "env": getattr(system, "env", None)},
-        "frames_digest": frames_digest(x), "n_frames_used": int(len(x)), "info": {k: v for k, v in info.items() if k != "history"},
+        "frames_digest": frames_digest(x), "n_frames_used": int(len(x)),
+        "info": {k: v for k, v in info.items() if k not in ("history", "seconds_train", "device", "world_size")},
     }
     return bundle, info
 
 
+def _global_mean(t, dist):
+    """The mean of ``t`` (detached) over the global batch: this rank's part and the others' (equal sizes)."""
+    if not dist.active:
+        return t.detach().mean()
+    import torch.distributed as td
+
+    total = t.detach().sum().reshape(1).clone()
+    td.all_reduce(total)
+    return total[0] / (t.numel() * dist.world)
+
+
+def _energy_matching(a, c, dist):
+    """Stage II term (Eq. 24): mean_i |(a_i - mean a) - c_i| over the global batch, with a = -log q on
+    this rank's frames and c the target energies centred over the global batch.
+
+    Its gradient is (1/B) sum_i (s_i - mean s) da_i with s_i the sign of the i-th term, so with
+    the global mean of a and of s (all-reduced, detached) the local loss
+    mean_local |a - m - c| - mean(s) (mean_local a - its detached value) has, averaged over the
+    ranks, the global value and the global gradient (one process: the plain autograd gradient)."""
+    m = _global_mean(a, dist)
+    r = (a - m) - c
+    s_bar = _global_mean(r.sign(), dist)
+    a_bar = a.mean()
+    return r.abs().mean() - s_bar * (a_bar - a_bar.detach())
+
+
+def _average_gradients(model, dist) -> None:
+    """Average the parameters' gradients over the ranks with one torch.distributed all-reduce (every
+    rank has the same set of gradients: the same graph on equally sized parts of the batch)."""
+    import torch
+    import torch.distributed as td
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    td.all_reduce(flat)
+    flat /= dist.world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def model_from_bundle(bundle: dict):
+    """The trained CARD model of a bundle (in eval mode, on the CPU; the caller's RNG is left alone)."""
+    from icmlkit.lib.core.runtime import seeded
     from icmlkit.lib.fe.model import CARD
 
     c = bundle["config"]
     radix = RadixMap.from_state(bundle["radix"])
     z = np.asarray(bundle["z"])[bundle["order"]]
-    model = CARD(radix, z, bundle["ref_dist"], d=c["d"], heads=c["heads"], enc_layers=c["enc_layers"],
-                 dec_layers=c["dec_layers"], K=c["K"], eps=c["eps"], max_shape=c["max_shape"], n_freq=c["n_freq"])
+    with seeded(0, "load"):  # the weights are overwritten below; construction must not consume the caller's RNG
+        model = CARD(radix, z, bundle["ref_dist"], d=c["d"], heads=c["heads"], enc_layers=c["enc_layers"],
+                     dec_layers=c["dec_layers"], K=c["K"], eps=c["eps"], max_shape=c["max_shape"], n_freq=c["n_freq"])
     model.load_state_dict(bundle["state_dict"])
     model.eval()
     return model
 
 
-save = write_torch  # a model bundle or a training checkpoint, written atomically
+save = write_torch  # a model bundle, written atomically
 
 
-def load(path, checkpoint: bool = False) -> dict:
-    """A model file (or, with ``checkpoint``, a training checkpoint), read with ``weights_only=True``."""
-    if checkpoint:
-        return read_torch(path, "CARD checkpoint", FORMAT + "/checkpoint")
-    return read_torch(path, "CARD model file", FORMAT)
+def load(path) -> dict:
+    """A model file, read with ``weights_only=True``; its fields are checked (:func:`check_bundle`)."""
+    bundle = read_torch(path, "CARD model file", FORMAT)
+    check_bundle(bundle, str(path))
+    return bundle
+
+
+_BUNDLE_FIELDS = {"config": dict, "radix": dict, "order": list, "invariant": bool, "z": list, "state_dict": dict,
+                  "system": dict, "n_frames_used": int}
+
+
+def check_bundle(bundle: dict, where: str) -> None:
+    """InputError naming the first missing or mistyped field of a model file (or weights that do not fit)."""
+    for key, typ in _BUNDLE_FIELDS.items():
+        if not isinstance(bundle.get(key), typ):
+            raise InputError(f"not a complete CARD model file (field {key!r} missing or not a {typ.__name__})", where)
+    try:
+        model_from_bundle(bundle)
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+        raise InputError(f"the CARD model file's weights do not fit its configuration ({exc})", where) from None
 
 
 def check_system(bundle: dict, system, where: str) -> None:
@@ -211,10 +298,15 @@ def check_system(bundle: dict, system, where: str) -> None:
 
 def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: int = 2000, seed: int = 0,
              estimator: str = "bar", decorrelate_frames: bool = True, skip_frames: int = 0,
-             frames_name: str = "frames", threads: int = 1) -> dict:
-    """Free energy of ``system`` from a trained bundle and target frames (see the module docstring)."""
+             frames_name: str = "frames", threads: int = 1, device=None) -> dict:
+    """Free energy of ``system`` from a trained bundle and target frames (see the module docstring).
+
+    The model runs on ``device``; its samples come from ``generator(seed, "samples", device=device)``."""
     import torch
 
+    from icmlkit.lib.core.runtime import generator
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     check_system(bundle, system, frames_name)
@@ -222,25 +314,26 @@ def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: i
     check_energies(u, frames_name)
     if not np.isfinite(x).all():
         raise InputError("frames contain non-finite coordinates (field 'x')", frames_name)
-    model = model_from_bundle(bundle)
+    model = model_from_bundle(bundle).to(dev)
     order = bundle["order"]
     x, u = x[skip_frames:], u[skip_frames:]
     if len(x) < 10:
         raise InputError(f"only {len(x)} target frames left for the estimate (need >= 10)", frames_name)
     idx = decorrelate(u) if decorrelate_frames else np.arange(len(u))
     prep = prepare(x[idx], u[idx], order, bundle["invariant"])
-    inside = model.radix.inside(torch.as_tensor(prep.y)).numpy()
+    inside = model.radix.inside(torch.as_tensor(prep.y, device=dev)).cpu().numpy()
     if not inside.all():
         k = int(np.flatnonzero(~inside)[0])
         raise InputError(f"{int((~inside).sum())} target frames lie outside the model's box (a = {model.radix.a:.3g}; "
                          f"first: frame {int(idx[k]) + skip_frames}); retrain with a larger --box or --margin", frames_name)
     with torch.no_grad():
-        lq_t = torch.cat([model.log_prob(torch.as_tensor(prep.y[i:i + 1024])) for i in range(0, len(prep.y), 1024)]).numpy()
-        gen = torch.Generator().manual_seed(seed)
+        lq_t = torch.cat([model.log_prob(torch.as_tensor(prep.y[i:i + 1024], device=dev))
+                          for i in range(0, len(prep.y), 1024)]).cpu().numpy()
+        gen = generator(seed, "samples", device=dev)
         t_s = time.perf_counter()
         y_q, lq_q = model.sample(n_samples, gen)
         seconds_sampling = time.perf_counter() - t_s
-    y_q, lq_q = y_q.numpy(), lq_q.numpy()
+    y_q, lq_q = y_q.cpu().numpy(), lq_q.cpu().numpy()
     evals0 = system.energy_evals
     t_e = time.perf_counter()
     u_sys = system.reduced_energy(to_cartesian(y_q, order))

@@ -11,12 +11,16 @@ from icmlkit.lib.fe.pipeline import run_system
 from icmlkit.lib.fe.systems import builtin
 
 
-def run_demo(folder: Path, seed: int = 0, steps: int = 400, n_frames: int = 3000, n_samples: int = 1500) -> dict:
+def run_demo(folder: Path, *, seed: int = 0, device="cpu", steps: int = 400, n_frames: int = 3000,
+             n_samples: int = 1500) -> dict:
+    """Sample, train (``steps`` Stage I + steps/4 Stage II) and estimate on the triatomic; the summary
+    (with "headline") is also written to ``folder/summary.json``."""
     folder = Path(folder)
     s = builtin("triatomic")
+    s.device = str(device)
     fx = s.f_exact()
     res = run_system(s, folder, n_frames=n_frames, train_fraction=2 / 3, seed=seed, steps=steps,
-                     stage2_steps=steps // 4, n_samples=n_samples, arch={})
+                     stage2_steps=steps // 4, n_samples=n_samples, arch={}, device=device)
     err = None if res["f_kT"] is None else res["f_kT"] - fx
     if err is None or res["f_err_kT"] is None:
         headline = f"triatomic: BAR failed (overlap {res['overlap']:.3g}); quadrature F = {fx:.3f} kT"

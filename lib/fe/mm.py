@@ -1,8 +1,10 @@
 """Molecular systems through OpenMM: AMBER prmtop/inpcrd, vacuum or OBC2 implicit solvent.
 
 - No constraints (the model and the MD must share the measure: all 3N coordinates move), no
-  cutoff, the CMMotionRemover dropped; Langevin-middle dynamics; CPU platform (CUDA when present
-  and asked for). Lengths cross the boundary in Angstrom (the model) <-> nm (OpenMM).
+  cutoff, the CMMotionRemover dropped; Langevin-middle dynamics; the OpenMM platform follows the
+  run's device (:func:`openmm_platform`: CUDA on a CUDA device, CPU otherwise). MD seeds are the
+  named streams ``stream_seed(seed, "langevin")`` / ``"velocities"`` (and ``window-<k>`` per lambda
+  window of the baseline). Lengths cross the boundary in Angstrom (the model) <-> nm (OpenMM).
 - The lambda-window baseline (the classical reference the method sheet calls MFES): the GBSA-OBC
   force is wrapped in a CustomCVForce with energy ``lambda_gb * gb``, so U_lambda = U_vac +
   lambda U_GB; 11 windows (lambda = 0, 0.1, ..., 1) of MD, each frame's U_vac and U_GB recorded,
@@ -24,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from icmlkit.lib.core.errors import InputError, UsageError, require_module
+from icmlkit.lib.core.errors import EnvironmentProblem, InputError, UsageError, require_module
 from icmlkit.lib.core.io import write_bytes
+from icmlkit.lib.core.runtime import stream_seed
 from icmlkit.lib.fe.systems import System
 
 KB_KJ = 0.0083144626181532  # kJ/mol/K
@@ -40,6 +43,28 @@ def _openmm():
     import openmm.unit as unit
 
     return openmm, app, unit
+
+
+def openmm_platform(device, strict: bool = False) -> str:
+    """The OpenMM platform of a torch ``device``: "CUDA" on a CUDA device, "CPU" otherwise.
+
+    Without OpenMM's CUDA platform a CUDA device falls back to "CPU" (the summary reports the
+    platform used), unless ``strict`` (``--device cuda`` asked for explicitly): then exit 4."""
+    if getattr(device, "type", str(device).split(":")[0]) != "cuda":
+        return "CPU"
+    openmm, _, _ = _openmm()
+    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+    if "CUDA" in names:
+        return "CUDA"
+    if strict:
+        raise EnvironmentProblem("--device cuda: this OpenMM has no CUDA platform; install OpenMM's CUDA build "
+                                 "(pip install 'openmm[cuda12]') or use --device cpu")
+    return "CPU"
+
+
+def _md_seed(seed: int, stream: str) -> int:
+    """An OpenMM random seed (a positive 31-bit int; 0 would mean 'random') of a named stream."""
+    return stream_seed(seed, stream) % 2_000_000_000 + 1
 
 
 def freesolv_dir() -> Path | None:
@@ -88,7 +113,7 @@ class MMSystem(System):
     """An AMBER molecule in one environment (``vacuum`` or ``obc2``) at ``temperature`` K."""
 
     def __init__(self, prmtop, inpcrd, env: str = "vacuum", temperature: float = 298.15, platform: str = "CPU",
-                 name: str | None = None):
+                 name: str | None = None, device_index: int | None = None):
         openmm, app, unit = _openmm()
         if env not in ENVIRONMENTS:
             raise UsageError(f"--env must be one of {ENVIRONMENTS}, not {env!r}")
@@ -115,7 +140,7 @@ class MMSystem(System):
                          temperature=float(temperature), spec={"env": env, "prmtop": str(prmtop)})
         self.env, self.prmtop, self.inpcrd, self.x0 = env, str(prmtop), str(inpcrd), pos
         self._top = top
-        self.platform = platform
+        self.platform, self.device_index = platform, device_index
         self.beta = 1.0 / (KB_KJ * self.temperature)  # mol/kJ
         self._ctx = None
 
@@ -151,7 +176,8 @@ class MMSystem(System):
         if integrator is None:
             integrator = openmm.VerletIntegrator(1.0 * unit.femtosecond)
         plat = openmm.Platform.getPlatformByName(self.platform)
-        props = {"Threads": "1"} if self.platform == "CPU" else {}
+        props = {"Threads": "1"} if self.platform == "CPU" else (
+            {} if self.device_index is None else {"DeviceIndex": str(self.device_index)})
         ctx = openmm.Context(system, integrator, plat, props)
         return ctx, integrator
 
@@ -187,7 +213,7 @@ class MMSystem(System):
                 system.getForce(i).setForceGroup(0)
         integ = openmm.LangevinMiddleIntegrator(self.temperature * unit.kelvin, friction / unit.picosecond,
                                                 timestep_fs * unit.femtosecond)
-        integ.setRandomNumberSeed(int(seed) % 2_000_000_000 + 1)
+        integ.setRandomNumberSeed(_md_seed(seed, "langevin"))
         ctx, _ = self.context(system, integ)
         if lam:
             ctx.setParameter("lambda_gb", float(lambda_value))
@@ -195,7 +221,7 @@ class MMSystem(System):
                       if isinstance(system.getForce(i), openmm.CustomCVForce))
         ctx.setPositions((self.x0 if x_start is None else x_start) / 10.0)
         openmm.LocalEnergyMinimizer.minimize(ctx, 1.0, 200)
-        ctx.setVelocitiesToTemperature(self.temperature * unit.kelvin, int(seed) % 2_000_000_000 + 7)
+        ctx.setVelocitiesToTemperature(self.temperature * unit.kelvin, _md_seed(seed, "velocities"))
         integ.step(int(equil))
         xs = np.empty((n_frames, self.n_atoms, 3))
         e0 = np.empty(n_frames)
@@ -220,7 +246,7 @@ class MMSystem(System):
 
 def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int = 11, frames_per_window: int = 500,
                        interval: int = 50, equil: int = 5000, timestep_fs: float = 1.0, seed: int = 0,
-                       platform: str = "CPU") -> dict:
+                       platform: str = "CPU", device_index: int | None = None) -> dict:
     """The classical baseline: Delta G(vacuum -> OBC2) by lambda-window MD and MBAR.
 
     Returns delta_g_kcal, delta_g_err_kcal, f_kT (per window), min neighbour overlap, energy_evals,
@@ -231,12 +257,12 @@ def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int
     pymbar = import_pymbar()
     from pymbar import timeseries
 
-    sysm = MMSystem(prmtop, inpcrd, env="obc2", temperature=temperature, platform=platform)
+    sysm = MMSystem(prmtop, inpcrd, env="obc2", temperature=temperature, platform=platform, device_index=device_index)
     lams = np.linspace(0.0, 1.0, windows)
     t0 = time.perf_counter()
     u_vac, u_gb, evals, x_last = [], [], 0, None
     for k, lam in enumerate(lams):
-        s = sysm.sample(frames_per_window, seed=seed + 101 * k, interval=interval, equil=equil, timestep_fs=timestep_fs,
+        s = sysm.sample(frames_per_window, seed=stream_seed(seed, f"window-{k}"), interval=interval, equil=equil, timestep_fs=timestep_fs,
                         lambda_value=float(lam), x_start=x_last)
         x_last = s["x"][-1]
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -265,11 +291,12 @@ def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int
 
 
 def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-                  platform: str = "CPU") -> MMSystem:
+                  platform: str = "CPU", device_index: int | None = None) -> MMSystem:
     """``freesolv:<id>`` or a .prmtop (inpcrd: given, or beside it with the same stem)."""
     if path.startswith("freesolv:"):
         pt, ic = freesolv_files(path.split(":", 1)[1])
-        return MMSystem(pt, ic, env=env, temperature=temperature, platform=platform, name=path.split(":", 1)[1])
+        return MMSystem(pt, ic, env=env, temperature=temperature, platform=platform, name=path.split(":", 1)[1],
+                        device_index=device_index)
     p = Path(path)
     if not p.is_file():
         raise InputError("no such file", path)
@@ -277,7 +304,7 @@ def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, i
                                                         p.with_suffix(".crd")) if c.exists()), None)
     if ic is None:
         raise InputError("no coordinates beside it (.inpcrd/.rst7/.crd); give --inpcrd", path)
-    return MMSystem(p, ic, env=env, temperature=temperature, platform=platform)
+    return MMSystem(p, ic, env=env, temperature=temperature, platform=platform, device_index=device_index)
 
 
 def kcal_per_kT(temperature: float) -> float:
@@ -285,4 +312,4 @@ def kcal_per_kT(temperature: float) -> float:
 
 
 __all__ = ["ENVIRONMENTS", "MMSystem", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
-           "load_molecule"]
+           "load_molecule", "openmm_platform"]

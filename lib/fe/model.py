@@ -49,7 +49,9 @@ class DistanceBias(nn.Module):
         super().__init__()
         self.register_buffer("centres", torch.linspace(0.0, d_max, n_rbf))
         self.width = d_max / n_rbf
-        self.net = nn.Sequential(nn.Linear(n_rbf, 32), nn.SiLU(), nn.Linear(32, heads))
+        # no bias on the last layer: a per-head constant on every logit cancels in the softmax, and a
+        # parameter with a zero gradient only collects round-off (Adam would amplify it)
+        self.net = nn.Sequential(nn.Linear(n_rbf, 32), nn.SiLU(), nn.Linear(32, heads, bias=False))
 
     def forward(self, dist: torch.Tensor) -> torch.Tensor:  # dist (R, N, N) -> (H, N, N)
         rbf = torch.exp(-((dist.unsqueeze(-1) - self.centres) / self.width) ** 2)
@@ -60,7 +62,9 @@ class Attention(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
         self.h, self.dh = heads, d // heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        # the key bias adds q.b to a whole row of logits, which the softmax cancels: left out (see DistanceBias)
+        self.q, self.v, self.o = (nn.Linear(d, d) for _ in range(3))
+        self.k = nn.Linear(d, d, bias=False)
 
     def forward(self, xq, xkv, bias):
         B, S, D = xq.shape
@@ -139,6 +143,12 @@ class CARD(nn.Module):
                 head[-1].bias.zero_()
                 head[-1].bias[K:].fill_(-6.0)
 
+    def _apply(self, fn, *args, **kwargs):
+        """``.to(device)`` and friends also move the radix map (a plain object, not a module)."""
+        out = super()._apply(fn, *args, **kwargs)
+        self.radix = self.radix.to(self.z.device)
+        return out
+
     # ------------------------------------------------------------------ pieces
     def _encode(self):
         h = (self.emb_z(self.z) + self.emb_atom(torch.arange(self.N, device=self.z.device))).unsqueeze(0)
@@ -148,12 +158,12 @@ class CARD(nn.Module):
         return h  # (1, N, d)
 
     def _slot_t(self, tokens: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """Unit-box coordinate of each slot's atom after the slot's level: (B, S, 3) float32."""
+        """Unit-box coordinate of each slot's atom after the slot's level: (B, S, 3) in the network's dtype."""
         parts = [self.radix.partial_t(tokens, lvl) for lvl in range(self.L + 1)]
         exact = self.radix.t_of(self.radix.decode(tokens, u))
         t = torch.stack(parts + [exact], 1)  # (B, L+2, N, 3)
         t = torch.where(self.free, t, torch.zeros_like(t))
-        return t.reshape(t.shape[0], -1, 3).float()
+        return t.reshape(t.shape[0], -1, 3).to(self.ref_dist.dtype)
 
     def _hidden(self, tokens: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Query-stream outputs (B, S, d) for every slot (teacher forcing on tokens, u)."""
@@ -190,7 +200,7 @@ class CARD(nn.Module):
 
     def _bmm_params(self, hr: torch.Tensor, axis: int, prev: torch.Tensor):
         """hr (..., d), prev (..., 2) residuals of earlier axes (0 when absent)."""
-        inp = torch.cat([hr, _features(prev.float(), 2)[..., : 2 * 5]], -1)
+        inp = torch.cat([hr, _features(prev.to(hr.dtype), 2)[..., : 2 * 5]], -1)
         out = self.bmm_heads[axis](inp).double()
         lg, la, lb = out.split(self.K, -1)
         alpha = 1 + self.max_shape * torch.sigmoid(la)
@@ -217,15 +227,21 @@ class CARD(nn.Module):
                 prev[..., ax] = u[..., ax]
         return lt + lr + self.radix.log_jacobian()
 
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        """:meth:`log_prob` (the forward pass DistributedDataParallel wraps)."""
+        return self.log_prob(y)
+
     @torch.no_grad()
     def sample(self, n: int, gen: torch.Generator, batch: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
-        """n draws y (n, N, 3) and their exact log q (n,), autoregressively level by level."""
+        """n draws y (n, N, 3) and their exact log q (n,), autoregressively level by level, on the
+        model's device (``gen`` must be a generator of that device)."""
+        dev = self.z.device
         ys, lps = [], []
         for start in range(0, n, batch):
             m = min(batch, n - start)
-            tokens = torch.zeros(m, self.L, self.N, dtype=torch.long)
-            u = torch.full((m, self.N, 3), 0.5, dtype=torch.float64)
-            lp = torch.zeros(m, dtype=torch.float64)
+            tokens = torch.zeros(m, self.L, self.N, dtype=torch.long, device=dev)
+            u = torch.full((m, self.N, 3), 0.5, dtype=torch.float64, device=dev)
+            lp = torch.zeros(m, dtype=torch.float64, device=dev)
             for lvl in range(self.L):
                 for i in range(self.N):
                     h = self._hidden(tokens, u)
@@ -239,7 +255,7 @@ class CARD(nn.Module):
             for i in range(self.N):
                 h = self._hidden(tokens, u)
                 hr = h[:, self.N * (self.L + 1) + i]
-                prev = torch.zeros(m, 2, dtype=torch.float64)
+                prev = torch.zeros(m, 2, dtype=torch.float64, device=dev)
                 for ax in range(3):
                     if not bool(self.free[i, ax]):
                         u[:, i, ax] = 0.0

@@ -1,4 +1,8 @@
-"""Whole runs: one system (frames -> model -> estimate) and solvation (vacuum and OBC2, then the difference)."""
+"""Whole runs: one system (frames -> model -> estimate) and solvation (vacuum and OBC2, then the difference).
+
+Seeds: one user seed; the frames, the model's initialisation, the batches and the model samples are
+its named streams ("frames", "init", "batches", "samples"); the two environments of a solvation run
+use the streams ``stream_seed(seed, "vacuum")`` and ``stream_seed(seed, "obc2")``."""
 from __future__ import annotations
 
 import math
@@ -8,22 +12,23 @@ import numpy as np
 
 from icmlkit.lib.core.console import log
 from icmlkit.lib.core.io import write_json, write_npz
+from icmlkit.lib.core.runtime import stream_seed
 from icmlkit.lib.fe import card
 
 
 def run_system(system, folder: Path | None, *, n_frames: int = 2000, train_fraction: float = 0.5, seed: int = 0,
                steps: int = 1500, stage2_steps: int = 300, n_samples: int = 2000, estimator: str = "bar",
-               md: dict | None = None, arch: dict | None = None, tag: str = "") -> dict:
+               md: dict | None = None, arch: dict | None = None, tag: str = "", device="cpu") -> dict:
     """Sample (MD or exact/MALA), train CARD on the first part, estimate on the rest."""
     log.info("%s%s: sampling %d frames ...", system.name, f" ({tag})" if tag else "", n_frames)
     fr = system.sample(n_frames, seed=seed, **(md or {}))
     n_train = int(n_frames * train_fraction)
     bundle, info = card.train(system, fr["x"][:n_train], fr["u"][:n_train], steps=steps, stage2_steps=stage2_steps,
-                              seed=seed, **(arch or {}))
+                              seed=seed, device=device, **(arch or {}))
     log.info("%s: trained (val NLL %.3f, %.1f s); estimating ...", system.name, info["val_nll"] or float("nan"),
              info["seconds_train"])
-    res = card.estimate(bundle, system, fr["x"][n_train:], fr["u"][n_train:], n_samples=n_samples, seed=seed + 1,
-                        estimator=estimator)
+    res = card.estimate(bundle, system, fr["x"][n_train:], fr["u"][n_train:], n_samples=n_samples, seed=seed,
+                        estimator=estimator, device=device)
     if folder is not None:
         stem = f"{system.name}{'.' + tag if tag else ''}"
         write_npz(Path(folder) / f"{stem}.frames.npz", x=fr["x"], u=fr["u"], z=np.asarray(system.z))
@@ -60,16 +65,17 @@ def combine(per: dict, temperature: float) -> dict:
 
 def solvation(make_system, folder: Path | None, *, n_frames: int = 2000, interval: int = 50, steps: int = 1500,
               stage2_steps: int = 300, n_samples: int = 2000, estimator: str = "bar", seed: int = 0,
-              equil: int = 5000, arch: dict | None = None) -> dict:
+              equil: int = 5000, arch: dict | None = None, train_fraction: float = 0.5, device="cpu") -> dict:
     """CARD in vacuum and in OBC2 (one model each), then Delta G in kcal/mol."""
     per = {}
     temperature = None
-    for k, env in enumerate(("vacuum", "obc2")):
+    for env in ("vacuum", "obc2"):
         sysm = make_system(env)
         temperature = sysm.temperature
-        per[env] = run_system(sysm, folder, n_frames=n_frames, seed=seed + 1000 * k, steps=steps,
-                              stage2_steps=stage2_steps, n_samples=n_samples, estimator=estimator,
-                              md={"interval": interval, "equil": equil}, arch=arch, tag=env)
+        per[env] = run_system(sysm, folder, n_frames=n_frames, train_fraction=train_fraction,
+                              seed=stream_seed(seed, env), steps=steps, stage2_steps=stage2_steps,
+                              n_samples=n_samples, estimator=estimator, md={"interval": interval, "equil": equil},
+                              arch=arch, tag=env, device=device)
     out = combine(per, temperature)
     if folder is not None:
         write_json(Path(folder) / "summary.json", out)

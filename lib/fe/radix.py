@@ -9,7 +9,8 @@ Digit k of atom i, taken jointly over its 3 axes, is one token d_x r^2 + d_y r +
 
 exactly (the constant L log r - log a per free axis is the Jacobian of u -> y). Axes that the gauge
 fixes (see :mod:`icmlkit.lib.fe.gauge`) carry digit 0 and no residual density. Everything here is
-vectorised tensor code in float64 (the digit extraction needs the precision).
+vectorised tensor code in float64 (the digit extraction needs the precision); the map lives on
+the device of its tensors (:meth:`RadixMap.to`, called by the model's ``.to(device)``).
 """
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ class RadixMap:
         self.free = torch.as_tensor(free, dtype=torch.bool)
         self.r, self.L = int(r), int(L)
         self.n_atoms = self.lo.shape[0]
-        w = torch.tensor([r * r, r, 1], dtype=torch.long)
-        self._w = w
+        self._w = torch.tensor([r * r, r, 1], dtype=torch.long, device=self.lo.device)
+
+    def to(self, device) -> "RadixMap":
+        """This map with its tensors on ``device``."""
+        return RadixMap(self.lo.to(device), self.a, self.free.to(device), self.r, self.L)
+
+    def _scale(self, levels: int) -> torch.Tensor:
+        return torch.tensor([self.r ** -(k + 1) for k in range(levels)], dtype=torch.float64, device=self.lo.device)
 
     # ---------------------------------------------------------------- the map
     def t_of(self, y: torch.Tensor) -> torch.Tensor:
@@ -70,7 +77,7 @@ class RadixMap:
     def decode(self, tokens: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`encode`: (tokens (B,L,N), u (B,N,3)) -> y (B,N,3) float64."""
         d = self.digits_of(tokens).to(torch.float64)  # (B, L, N, 3)
-        scale = torch.tensor([self.r ** -(k + 1) for k in range(self.L)], dtype=torch.float64)
+        scale = self._scale(self.L)
         t = (d * scale.view(1, -1, 1, 1)).sum(1) + u.to(torch.float64) * (self.r ** -self.L)
         t = torch.where(self.free, t, torch.zeros_like(t))
         y = self.lo + self.a * t
@@ -79,9 +86,9 @@ class RadixMap:
     def partial_t(self, tokens: torch.Tensor, level: int) -> torch.Tensor:
         """Centre of the cell fixed by the first ``level`` digits, in t units (B,N,3); level 0 -> 0.5."""
         if level == 0:
-            return torch.full(tokens.shape[:1] + (self.n_atoms, 3), 0.5, dtype=torch.float64)
+            return torch.full(tokens.shape[:1] + (self.n_atoms, 3), 0.5, dtype=torch.float64, device=tokens.device)
         d = self.digits_of(tokens[:, :level]).to(torch.float64)
-        scale = torch.tensor([self.r ** -(k + 1) for k in range(level)], dtype=torch.float64)
+        scale = self._scale(level)
         return (d * scale.view(1, -1, 1, 1)).sum(1) + 0.5 * self.r ** -level
 
     def log_jacobian(self) -> float:
@@ -90,7 +97,7 @@ class RadixMap:
 
     def allowed_tokens(self) -> torch.Tensor:
         """(N, r^3) bool: tokens whose digits on fixed axes are 0."""
-        tok = torch.arange(self.r ** 3)
+        tok = torch.arange(self.r ** 3, device=self.lo.device)
         d = self.digits_of(tok)  # (r^3, 3)
         ok = (d.unsqueeze(0) == 0) | self.free.unsqueeze(1)  # (N, r^3, 3)
         return ok.all(-1)
@@ -136,9 +143,9 @@ def _gamma(shape: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         n = int(todo.sum())
         if n == 0:
             break
-        z = torch.randn(n, generator=gen, dtype=torch.float64)
+        z = torch.randn(n, generator=gen, dtype=torch.float64, device=shape.device)
         v = (1 + c[todo] * z) ** 3
-        lu = torch.log(torch.rand(n, generator=gen, dtype=torch.float64))
+        lu = torch.log(torch.rand(n, generator=gen, dtype=torch.float64, device=shape.device))
         ok = (v > 0) & (lu < 0.5 * z * z + d[todo] - d[todo] * v + d[todo] * torch.log(v.clamp_min(1e-300)))
         idx = todo.nonzero().squeeze(1)
         out[idx[ok]] = (d[todo] * v)[ok]

@@ -16,7 +16,9 @@ samples its Boltzmann density. Analytic potentials are given in kT directly (a J
 
 ``sample`` draws frames: exactly for the separable systems (Gaussian draws, or inverse CDF on a
 fine grid for the double well) and with vectorised MALA (Metropolis-adjusted Langevin, exact
-stationary density) over many chains otherwise.
+stationary density) over many chains otherwise. Energies and MALA run on ``system.device``; the
+random numbers come from the CPU stream ``generator(seed, "frames")`` and are moved there, so the
+draws do not depend on the device.
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ class System:
     temperature: float | None = None  # K (OpenMM systems); analytic energies are in kT already
     spec: dict = field(default_factory=dict)
     energy_evals: int = 0
+    device: str = "cpu"  # torch device of the energies (analytic) / the OpenMM platform's device
+    files: list = field(default_factory=list)  # the files this system was read from (for the manifest)
 
     @property
     def n_atoms(self) -> int:
@@ -80,11 +84,11 @@ class AnalyticSystem(System):
 
         s, k = self.spec, self.spec["kind"]
         if k == "harmonic-trap":
-            kk = torch.as_tensor(s["k"], dtype=x.dtype)
+            kk = torch.as_tensor(s["k"], dtype=x.dtype, device=x.device)
             return 0.5 * (kk * x * x).sum((-1, -2))
         if k == "double-well":
             q = x[..., 0] / s["x0"]
-            ky = torch.as_tensor(s["k"], dtype=x.dtype)
+            ky = torch.as_tensor(s["k"], dtype=x.dtype, device=x.device)
             return (s["barrier"] * (q * q - 1) ** 2 + s.get("tilt", 0.0) * q).sum(-1) + 0.5 * (ky * x[..., 1:] ** 2).sum((-1, -2))
         if k == "triatomic":
             r1v, r2v = x[..., 1, :] - x[..., 0, :], x[..., 2, :] - x[..., 0, :]
@@ -97,7 +101,7 @@ class AnalyticSystem(System):
         if k == "lj-trap":
             n = x.shape[-2]
             d = (x[..., :, None, :] - x[..., None, :, :]).norm(dim=-1)
-            iu = torch.triu_indices(n, n, 1)
+            iu = torch.triu_indices(n, n, 1, device=x.device)
             rr = (s["sigma"] / d[..., iu[0], iu[1]]) ** 6
             return 4 * s["epsilon"] * (rr * rr - rr).sum(-1) + 0.5 * s["k"] * (x * x).sum((-1, -2))
         raise InputError(f"unknown kind {k!r}")  # pragma: no cover - checked at load
@@ -107,7 +111,8 @@ class AnalyticSystem(System):
 
         self.energy_evals += int(x.shape[0])
         with torch.no_grad():
-            return self.energy_torch(torch.as_tensor(np.asarray(x), dtype=torch.float64)).numpy()
+            x = torch.as_tensor(np.asarray(x), dtype=torch.float64, device=self.device)
+            return self.energy_torch(x).cpu().numpy()
 
     def f_exact(self) -> float | None:
         return exact_free_energy(self.spec)
@@ -116,10 +121,10 @@ class AnalyticSystem(System):
     def sample(self, n_frames: int, seed: int = 0, method: str = "auto", chains: int = 200, thin: int = 20,
                burn_in: int = 2000) -> dict:
         """Boltzmann frames (exact draws or MALA). Returns {x, u, seconds_md, energy_evals, method}."""
-        import torch
+        from icmlkit.lib.core.runtime import generator
 
         t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(seed)
+        gen = generator(seed, "frames")
         kind = self.spec["kind"]
         if method == "auto":
             method = "exact" if kind in ("harmonic-trap", "double-well") else "mala"
@@ -162,7 +167,8 @@ class AnalyticSystem(System):
             x0 = torch.as_tensor((g - g.mean(0)) * 1.12 * s["sigma"], dtype=torch.float64)
         else:
             x0 = torch.zeros(self.n_atoms, 3, dtype=torch.float64)
-        return x0.expand(chains, -1, -1) + 0.01 * torch.randn(chains, self.n_atoms, 3, generator=gen, dtype=torch.float64)
+        x = x0.expand(chains, -1, -1) + 0.01 * torch.randn(chains, self.n_atoms, 3, generator=gen, dtype=torch.float64)
+        return x.to(self.device)
 
     def _mala(self, n: int, gen, chains: int, thin: int, burn_in: int):
         import torch
@@ -176,18 +182,19 @@ class AnalyticSystem(System):
             return u.detach(), g.detach()
 
         u, g = ug(x)
-        h = torch.full((chains, 1, 1), 1e-3, dtype=torch.float64)
+        dev = x.device
+        h = torch.full((chains, 1, 1), 1e-3, dtype=torch.float64, device=dev)
         n_keep = -(-n // chains)
         out, evals, step = [], 0, 0
         while len(out) < n_keep:
-            noise = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+            noise = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(dev)
             y = x - h * g + torch.sqrt(2 * h) * noise
             uy, gy = ug(y)
             evals += chains
             fwd = ((y - x + h * g) ** 2).sum((-1, -2)) / (4 * h[:, 0, 0])
             bwd = ((x - y + h * gy) ** 2).sum((-1, -2)) / (4 * h[:, 0, 0])
             logacc = -uy + u - bwd + fwd
-            acc = torch.log(torch.rand(chains, generator=gen, dtype=torch.float64)) < torch.nan_to_num(logacc, nan=-math.inf)
+            acc = torch.log(torch.rand(chains, generator=gen, dtype=torch.float64).to(dev)) < torch.nan_to_num(logacc, nan=-math.inf)
             x = torch.where(acc[:, None, None], y, x)
             u = torch.where(acc, uy, u)
             g = torch.where(acc[:, None, None], gy, g)
@@ -197,7 +204,7 @@ class AnalyticSystem(System):
             elif (step - burn_in) % thin == 0:
                 out.append(x.clone())
         x = torch.stack(out, 1).reshape(-1, self.n_atoms, 3)[:n]  # chain-major
-        return x.numpy(), evals
+        return x.cpu().numpy(), evals
 
 
 def _dw_cdf(s: dict):

@@ -18,11 +18,8 @@ from __future__ import annotations
 import contextlib
 
 from icmlkit.lib.core.errors import UsageError
-from icmlkit.lib.hf.hooks import LAYER_PATHS, SITE_PATHS, SITES, capture_outputs, replace_outputs  # noqa: F401
+from icmlkit.lib.hf.hooks import capture_outputs, replace_outputs
 from icmlkit.lib.hf.hooks import find_layers, parse_layers, site_modules  # noqa: F401 - steer's public names
-from icmlkit.lib.hf.hooks import get_module as _get  # noqa: F401
-from icmlkit.lib.hf.hooks import output_tensor as _main
-from icmlkit.lib.hf.hooks import with_output as _replace  # noqa: F401
 
 POOLS = ("mean", "last", "cls", "all")
 

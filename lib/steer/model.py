@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.hf.models import MINILM_HINT, LoadedModel, minilm_path  # noqa: F401 - re-exported
-from icmlkit.lib.hf.models import quiet_transformers as _quiet_transformers  # noqa: F401 - re-exported
+from icmlkit.lib.hf.models import LoadedModel, minilm_path  # noqa: F401 - minilm_path: steer's public name
 
 DEFAULT_MODEL = "minilm"
 DTYPES = ("float32", "float16", "bfloat16", "float64")

@@ -7,7 +7,11 @@ chain (detect.py); optional learned head and baselines (learn.py), optional LLM 
 labelled data from AgentDojo (agentdojo_data.py). The noisy-OR SCM, the edge confidences and the
 segmentation of injection candidates are RECONSTRUCTED (the paper text is not known).
 """
-from icmlkit.lib.trace.detect import FEATURES, analyse, verdict_record
-from icmlkit.lib.trace.readers import read_traces
+from icmlkit.lib.core.lazy import lazy_exports
 
-__all__ = ["FEATURES", "analyse", "read_traces", "verdict_record"]
+_LAZY = {  # submodules load on first use, so the CLI's config import stays light
+    **dict.fromkeys(["FEATURES", "analyse", "verdict_record"], "icmlkit.lib.trace.detect"),
+    "read_traces": "icmlkit.lib.trace.readers",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
+__all__ = sorted(_LAZY)
