@@ -46,11 +46,9 @@ Examples:
 )
 
 
-
 def _fit_config_options(exclude=()):
     beta = {"type": click.FloatRange(0, 1, max_open=True)}
-    return config_options(FitConfig, exclude=("lambda_dssim", "tau_q", "extent",
-                                                                              "eval_iters", *exclude),
+    return config_options(FitConfig, exclude=("lambda_dssim", "tau_q", "extent", "eval_iters", *exclude),
                           beta1=beta, beta2=beta)
 
 
