@@ -40,22 +40,23 @@ import numpy as np
 import torch
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.detect.benchmark import FULL, QUICK, evaluate, make_benchmark
+from icmlkit.lib.detect.benchmark import FULL, QUICK, make_benchmark
+from icmlkit.lib.detect.config import METHODS, DetectorConfig, ProbeConfig
 from icmlkit.lib.detect.demo import load_split
 from icmlkit.lib.detect.images import jpeg_roundtrip, resize_roundtrip, to_tensor, to_uint8
 from icmlkit.lib.detect.metrics import asymmetry_test
-from icmlkit.lib.detect.model import METHODS, Detector, DetectorConfig
+from icmlkit.lib.detect.pipeline import ImageSet, evaluate, probe, probe_detector, train
 
 RADET_STEPS, RADET_BATCH, RADET_LR = 300, 48, 1e-4
 CONDITIONS = ("clean", "jpeg75", "resize0.5")
 
 
-def perturb(x, condition):
+def perturb(images: ImageSet, condition) -> ImageSet:
     if condition == "clean":
-        return x
-    pix = to_uint8(x)
+        return images
+    pix = to_uint8(images.x)
     pix = jpeg_roundtrip(pix, 75) if condition == "jpeg75" else resize_roundtrip(pix, 0.5)
-    return to_tensor(pix)
+    return ImageSet(to_tensor(pix), images.paths)
 
 
 def strip(res: dict) -> dict:
@@ -68,7 +69,7 @@ def strip(res: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the demo's sizes (smoke run; targets not meaningful)")
-    ap.add_argument("--data", default=None, help="reuse a folder made by `detect-synthetic make-benchmark`")
+    ap.add_argument("--data", default=None, help="reuse a folder made by `detect-synthetic generate`")
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the targets and tables from bench/results/detect_synthetic.json (no new measurement)")
     args = ap.parse_args()
@@ -92,32 +93,34 @@ def main() -> None:
                                   sampling_steps=cfg["sampling_steps"], seed=0)
         else:
             info = json.loads((folder / "benchmark.json").read_text())
-        x, y, test_real, fakes = load_split(folder)
+        train_real, train_fake, test_real, fakes = load_split(folder)
     train_gen = info["train_generator"]
     unseen = [g for g in fakes if g != train_gen]
     print(json.dumps(info), file=sys.stderr)
 
-    encoder_owner = Detector(DetectorConfig(method="rigid"))
+    gauss = ProbeConfig()  # RIGID's lambda 0.05 on the encoder's normalised input, 4 antithetic draws
+    encoder_owner = probe_detector(gauss)
     enc = encoder_owner.encoder
     results: dict = {"benchmark": info, "methods": {}, "asymmetry": {}}
 
     # asymmetry under the fixed Gaussian probe (training-free)
-    d_real = 1 - encoder_owner.score(test_real)["cos"].numpy()
-    results["asymmetry"]["gaussian"] = {g: asymmetry_test(d_real, 1 - encoder_owner.score(v)["cos"].numpy())
+    results["asymmetry"]["gaussian"] = {g: probe(gauss, v, test_real, encoder=enc).summary["mann_whitney"]
                                         for g, v in fakes.items()}
 
     test_sets = {c: (perturb(test_real, c), {g: perturb(v, c) for g, v in fakes.items()}) for c in CONDITIONS}
-    all_clean = torch.cat([test_real, *fakes.values()])
+    all_clean = torch.cat([test_real.x, *(v.x for v in fakes.values())])
     for m in METHODS:
         steps = RADET_STEPS if not args.quick else 60
         bs = RADET_BATCH if not args.quick else 32
-        det = Detector(DetectorConfig(method=m, steps=steps, batch_size=bs, lr=RADET_LR), encoder=enc)
         print(f"training {m} on real vs {train_gen} ...", file=sys.stderr, flush=True)
-        fit = det.fit(x, y, seed=0)
-        row: dict = {"fit": fit}
+        fitted = train(DetectorConfig(method=m, steps=steps, batch_size=bs, lr=RADET_LR), train_real, train_fake,
+                       seed=0, encoder=enc)
+        det = fitted.detector
+        row: dict = {"fit": fitted.summary}
         for c in CONDITIONS:
             r_x, f_x = test_sets[c]
-            res = evaluate(det, r_x, f_x, seed=0)
+            ev = evaluate(det, r_x, f_x, seed=0)
+            res = {**ev.summary, "scores": ev.scores}
             row[c] = strip(res)
             row[c]["unseen_mean_auroc"] = float(np.mean([res["per_generator"][g]["auroc"] for g in unseen]))
             if m == "ra-det" and c == "clean":

@@ -665,10 +665,3 @@ def _error(message: str, code: int) -> int:
     first = " ".join(str(message).split("\n"))
     sys.stderr.write(f"Error: {first}\n")
     return code
-
-
-def checkpoint_file(output: str, resume: bool) -> Path:  # TRANSITIONAL: removed once the tools use Run.checkpointer
-    ckpt = Path(str(output) + ".ckpt.pt")
-    if resume and not ckpt.is_file():
-        raise click.BadParameter(f"{ckpt} does not exist (nothing to resume)", param_hint="--resume")
-    return ckpt

@@ -68,7 +68,7 @@ def test_rigid_noise_lives_in_the_normalised_input_at_the_encoder_size():
     x = torch.rand(3, 3, 24, 24)
     det = Detector(DetectorConfig(method="rigid", rigid_noise=0.05, rigid_draws=2), encoder=enc)
     d, _ = det.rigid_drift(x, seed=5)
-    n = gaussian_noise((3, 48, 48), 2, generator(5, "cpu"))
+    n = gaussian_noise((3, 48, 48), 2, generator(5, "rigid-noise"))
     assert n.shape == (2, 1, 3, 48, 48) and torch.allclose(n[0], -n[1])
     with torch.no_grad():
         z = enc.prepare(x)  # resized to 48 px, then (255x - 127) / 128
@@ -184,6 +184,10 @@ def _crops(n, seed):
     return pix
 
 
+TINY_TRAIN = ("--steps", 3, "--batch-size", 8, "--device", "cpu")  # the tiny fixture's ra-det training ...
+TINY_ONE = (*TINY_TRAIN, "--micro-batches", 2)  # ... in one process, summing as two torchrun processes do
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny labelled set: real photo crops vs 'generated' = the crops through a small random
@@ -208,7 +212,7 @@ def tiny(tmp_path_factory):
             write_pngs(root / split / "1_fake" / "convA", fk[: n // 2], "fake")
             write_pngs(root / split / "1_fake" / "convB", fk[n // 2:], "fake")
     model = root / "radet.pt"
-    r = run_tool(TOOL, "train", root / "train", "-o", model, "--steps", 3, "--batch-size", 8, "--json")
+    r = run_tool(TOOL, "train", root / "train", "-o", model, *TINY_ONE, "--json")
     assert r.returncode == 0, r.stderr
     return root, model, json.loads(r.stdout)
 
@@ -246,9 +250,10 @@ def test_train_score_eval_roundtrip(tiny, tmp_path):
 
 
 def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_path):
+    from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.detect.images import to_tensor
-    from icmlkit.lib.detect.model import Detector, DetectorConfig, load_checkpoint
+    from icmlkit.lib.detect.model import Detector, DetectorConfig
 
     root, _, _ = tiny
     assert not (root / "radet.pt.ckpt.pt").exists()  # the CLI removes its checkpoint once training ends
@@ -261,22 +266,73 @@ def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_
     class Interrupted(Exception):
         pass
 
-    def crash(state):
-        torch.save(state, tmp_path / "m.ckpt.pt")
-        raise Interrupted
+    class Crash(Checkpointer):
+        def save(self, *args, **kw):
+            super().save(*args, **kw)
+            raise Interrupted
 
+    ckpt = tmp_path / "m.ckpt.pt"
     with pytest.raises(Interrupted):
-        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=1, checkpoint=crash, checkpoint_every=3)
-    state = load_checkpoint(tmp_path / "m.ckpt.pt")
-    assert state["step"] == 3
+        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=1, checkpointer=Crash(ckpt, every=3))
+    assert torch.load(ckpt, weights_only=True)["step"] == 3
     resumed = Detector(cfg, encoder=full.encoder, seed=1)
-    resumed.fit(x, y, seed=1, resume=state)
+    resumed.fit(x, y, seed=1, checkpointer=Checkpointer(ckpt, every=3, resume=True))
     a, b = full.trainable_state(), resumed.trainable_state()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(UsageError, match="other settings"):
-        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=2, resume=state)
+        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=2, checkpointer=Checkpointer(ckpt, resume=True))
     r = run_tool(TOOL, "train", root / "train", "-o", tmp_path / "n.pt", "--resume")
     assert r.returncode == 2 and "nothing to resume" in r.stderr
+
+
+def test_cli_resume_writes_the_bytes_of_an_uninterrupted_run(tiny, tmp_path, monkeypatch, capsys):
+    """Interrupted right after its first checkpoint (a KeyboardInterrupt), the run leaves no model
+    but OUTPUT.ckpt.pt; --resume finishes it to the same model bytes as an uninterrupted run."""
+    from fuzzing import run_inprocess
+
+    from icmlkit.lib.core import checkpoint
+
+    root, _, _ = tiny
+    args = ["train", str(root / "train"), "--steps", "4", "--batch-size", "8", "--checkpoint-every", "2",
+            "--device", "cpu"]
+    full, part = tmp_path / "full.pt", tmp_path / "part.pt"
+    assert run_inprocess(TOOL, [*args, "-o", str(full)], capsys)[0] == 0
+    save = checkpoint.Checkpointer.save
+
+    def save_then_interrupt(self, *a, **kw):
+        save(self, *a, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_interrupt)
+    assert run_inprocess(TOOL, [*args, "-o", str(part)], capsys)[0] == 130
+    monkeypatch.undo()
+    ckpt = tmp_path / "part.pt.ckpt.pt"
+    assert not part.exists() and torch.load(ckpt, weights_only=True)["step"] == 2
+    code, _, err = run_inprocess(TOOL, [*args, "-o", str(part), "--resume", "--seed", "1"], capsys)
+    assert code == 2 and "other settings" in err  # another seed: refused, the checkpoint kept
+    assert run_inprocess(TOOL, [*args, "-o", str(part), "--resume"], capsys)[0] == 0
+    assert part.read_bytes() == full.read_bytes() and not ckpt.exists()
+
+
+def test_torchrun_two_processes_train_the_weights_of_one(tiny, tmp_path):
+    """`torchrun --nproc_per_node 2` (gloo) with the fixture's global batch gives the fixture's
+    one-process weights to 1e-6 (bit for bit: the fixture sums the probe's gradients over 2 pieces,
+    as 2 processes do); rank 0 alone writes the model, the manifest and the summary."""
+    root, model, _ = tiny
+    out = tmp_path / "ddp.pt"
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    p = subprocess.run([torchrun, "--nproc_per_node", "2", "--standalone", exe(TOOL), "train", str(root / "train"),
+                        "-o", str(out), *map(str, TINY_TRAIN), "--json"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **ONE_THREAD, "ICMLKIT_NO_PROGRESS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["steps"] == 3  # one summary object: rank 0's
+    a, b = torch.load(model, weights_only=True)["state"], torch.load(out, weights_only=True)["state"]
+    assert a.keys() == b.keys()
+    diff = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+    assert diff <= 1e-6, diff
+    man = json.loads((tmp_path / "ddp.pt.manifest.json").read_text())
+    assert man["distributed"] == {"world_size": 2, "backend": "gloo"} and man["status"] == "ok"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["ddp.pt", "ddp.pt.manifest.json"]
 
 
 def test_score_shards_concatenate_to_the_whole(tiny, tmp_path):
@@ -321,7 +377,7 @@ def test_baselines_train_and_same_seed_gives_same_bytes(tiny, tmp_path):
     assert e.returncode == 0, e.stderr
     assert json.loads(e.stdout)["method"] == "linear-probe"
     again = tmp_path / "again.pt"  # the fixture's training run once more: the same bytes
-    r = run_tool(TOOL, "train", root / "train", "-o", again, "--steps", 3, "--batch-size", 8)
+    r = run_tool(TOOL, "train", root / "train", "-o", again, *TINY_ONE)
     assert r.returncode == 0, r.stderr
     assert hashlib.sha256(again.read_bytes()).hexdigest() == hashlib.sha256(model.read_bytes()).hexdigest()
 

@@ -24,6 +24,7 @@ def configure(verbosity: int = 0, progress: bool | None = None) -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
         log.propagate = False
+    log.handlers[0].stream = sys.stderr  # this run's stderr (in-process runs replace it; the old one may be closed)
     log.setLevel(level)
     _state["progress"] = progress
 

@@ -134,6 +134,18 @@ class Dist:
         dist.all_reduce(t)
         return float(t.item()) / self.world
 
+    def all_gather(self, t) -> list:
+        """Every rank's copy of the tensor ``t`` (same shape on each), in rank order; ``[t]`` for
+        one process. The copies carry no gradient."""
+        if not self.active:
+            return [t]
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(parts, t.detach().contiguous())
+        return parts
+
     def barrier(self) -> None:
         if self.active:
             import torch.distributed as dist

@@ -1,6 +1,7 @@
 """RA-Det (detect-synthetic): robustness-asymmetry detection of generated images, with the RIGID and
 linear-probe baselines, the EfficientNet-Lite0 encoder, three small in-process generators and the
-offline benchmark (method sheet detect-synthetic.md).
+offline benchmark (method sheet detect-synthetic.md). :mod:`icmlkit.lib.detect.pipeline` has one
+function per subcommand (``train``, ``score``, ``evaluate``, ``probe``).
 
 Parts the paper text does not confirm are marked RECONSTRUCTED in each module's docstring.
 Submodules load on first use (``--help`` never imports torch).
@@ -8,7 +9,7 @@ Submodules load on first use (``--help`` never imports torch).
 from icmlkit.lib.core.lazy import lazy_exports
 
 _LAZY = {
-    "DEFAULT_BACKBONE": "icmlkit.lib.detect.backbone",
+    "DEFAULT_BACKBONE": "icmlkit.lib.detect.config",
     "EfficientNetLite": "icmlkit.lib.detect.backbone",
     "Encoder": "icmlkit.lib.detect.backbone",
     "load_backbone": "icmlkit.lib.detect.backbone",
@@ -19,15 +20,18 @@ _LAZY = {
     "gaussian_probe": "icmlkit.lib.detect.probe",
     "lpd_map": "icmlkit.lib.detect.probe",
     "multiscale_views": "icmlkit.lib.detect.probe",
-    "METHODS": "icmlkit.lib.detect.model",
+    "METHODS": "icmlkit.lib.detect.config",
     "Detector": "icmlkit.lib.detect.model",
-    "DetectorConfig": "icmlkit.lib.detect.model",
+    "DetectorConfig": "icmlkit.lib.detect.config",
+    "ProbeConfig": "icmlkit.lib.detect.config",
     "load_model": "icmlkit.lib.detect.model",
     "save_model": "icmlkit.lib.detect.model",
     "detection_metrics": "icmlkit.lib.detect.metrics",
     "asymmetry_test": "icmlkit.lib.detect.metrics",
     "make_benchmark": "icmlkit.lib.detect.benchmark",
-    "evaluate": "icmlkit.lib.detect.benchmark",
+    "evaluate": "icmlkit.lib.detect.pipeline",
+    "train": "icmlkit.lib.detect.pipeline",
+    "ImageSet": "icmlkit.lib.detect.pipeline",
     "list_images": "icmlkit.lib.detect.images",
     "load_images": "icmlkit.lib.detect.images",
 }

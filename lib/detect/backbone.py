@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from icmlkit.lib.core.errors import EnvironmentProblem, InputError, UsageError, require_module
+from icmlkit.lib.detect.config import DEFAULT_BACKBONE
 
-DEFAULT_BACKBONE = "efficientnet-lite0"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 

@@ -24,6 +24,7 @@ import numpy as np
 from icmlkit.lib.core.console import log
 from icmlkit.lib.core.errors import EnvironmentProblem, UsageError, require_module
 from icmlkit.lib.core.io import write_json
+from icmlkit.lib.core.runtime import numpy_rng
 from icmlkit.lib.detect.generators import GENERATORS, train_and_sample
 from icmlkit.lib.detect.images import to_tensor, to_uint8, write_pngs
 
@@ -60,11 +61,13 @@ def load_photo(name: str) -> np.ndarray:
     return np.ascontiguousarray(img[:, :, :3]).astype(np.uint8)
 
 
-def real_crops(photos, n: int, size: int = 32, seed: int = 0, min_side: int = 48) -> tuple[np.ndarray, list]:
-    """``n`` random crops spread evenly over ``photos``; returns (uint8 (n, size, size, 3), source names)."""
+def real_crops(photos, n: int, size: int = 32, seed: int = 0, min_side: int = 48,
+               stream: str = "crops") -> tuple[np.ndarray, list]:
+    """``n`` random crops spread evenly over ``photos`` (positions and sides from the named
+    ``stream`` of ``seed``); returns (uint8 (n, size, size, 3), source names)."""
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
+    rng = numpy_rng(seed, stream)
     out, src = [], []
     per = np.full(len(photos), n // len(photos))
     per[: n - per.sum()] += 1
@@ -96,17 +99,17 @@ def make_benchmark(out_dir, train_generator: str = "dcgan", generators=GENERATOR
     t0 = time.perf_counter()
     log.info("real crops: %d train from %d photos, %d test from %d other photos", n_train, len(TRAIN_PHOTOS),
              n_test, len(TEST_PHOTOS))
-    train_real, _ = real_crops(TRAIN_PHOTOS, n_train, size, seed)
-    test_real, _ = real_crops(TEST_PHOTOS, n_test, size, seed + 1)
+    train_real, _ = real_crops(TRAIN_PHOTOS, n_train, size, seed, stream="train-crops")
+    test_real, _ = real_crops(TEST_PHOTOS, n_test, size, seed, stream="test-crops")
     write_pngs(out / "train" / "0_real", train_real, "real")
     write_pngs(out / "test" / "0_real", test_real, "real")
     x_train = to_tensor(train_real)
     info: dict = {"size": size, "train_photos": list(TRAIN_PHOTOS), "test_photos": list(TEST_PHOTOS),
                   "n_train_real": n_train, "n_test_real": n_test, "train_generator": train_generator,
                   "generators": {}, "seed": seed}
-    for i, name in enumerate(generators):
+    for name in generators:  # each generator draws from its own named streams of the seed
         n = n_test + (n_train if name == train_generator else 0)
-        samples, t_train, t_sample = train_and_sample(name, x_train, n, steps[name], seed=seed + 10 + i,
+        samples, t_train, t_sample = train_and_sample(name, x_train, n, steps[name], seed=seed,
                                                       sampling_steps=sampling_steps)
         pix = to_uint8(samples)
         if name == train_generator:
@@ -119,23 +122,3 @@ def make_benchmark(out_dir, train_generator: str = "dcgan", generators=GENERATOR
     write_json(out / "benchmark.json", info)
     return info
 
-
-def evaluate(detector, real_x, fakes: dict, seed: int = 0) -> dict:
-    """Score reals and every generator's fakes; metrics pooled and per generator.
-
-    Returns {auroc, ap, acc_at_0_5, oracle_threshold_acc, n_real, n_fake, per_generator, scores}
-    (``scores``: the raw per-image outputs, real first, then each generator).
-    """
-    from icmlkit.lib.detect.metrics import detection_metrics
-
-    s_real = detector.score(real_x, seed=seed)
-    per, all_s, all_y, raw = {}, [s_real["score"].numpy()], [np.zeros(len(real_x), np.int64)], {"real": s_real}
-    for name, fx in fakes.items():
-        s_fake = detector.score(fx, seed=seed)
-        raw[name] = s_fake
-        y = np.r_[np.zeros(len(real_x), np.int64), np.ones(len(fx), np.int64)]
-        per[name] = detection_metrics(y, np.r_[s_real["score"].numpy(), s_fake["score"].numpy()])
-        all_s.append(s_fake["score"].numpy())
-        all_y.append(np.ones(len(fx), np.int64))
-    pooled = detection_metrics(np.concatenate(all_y), np.concatenate(all_s))
-    return {**pooled, "per_generator": per, "scores": raw}

@@ -8,48 +8,47 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from icmlkit.lib.core.console import log
 from icmlkit.lib.core.io import write_json
-from icmlkit.lib.detect.benchmark import QUICK, evaluate, make_benchmark
-from icmlkit.lib.detect.images import generator_groups, list_images, load_images, to_tensor
-from icmlkit.lib.detect.metrics import asymmetry_test
-from icmlkit.lib.detect.model import METHODS, Detector, DetectorConfig, save_model
+from icmlkit.lib.detect.benchmark import QUICK, make_benchmark
+from icmlkit.lib.detect.config import METHODS, DetectorConfig, ProbeConfig
+from icmlkit.lib.detect.images import generator_groups, list_images
+from icmlkit.lib.detect.model import save_model
+from icmlkit.lib.detect.pipeline import ImageSet, evaluate, probe, probe_detector, train
 
 DEMO_STEPS = 60
 
 
 def load_split(folder: Path, size: int = 32):
-    """(train x, train y, test reals, {generator: test fakes}) from a make-benchmark folder."""
-    def load(paths):
-        return to_tensor(load_images(list_images(paths), size).pixels)
+    """(train reals, train fakes, test reals, {generator: test fakes}) as :class:`ImageSet` from a
+    folder written by ``detect-synthetic generate``."""
+    def load(path):
+        return ImageSet.load(list_images([path]), size)
 
-    xr, xf = load([folder / "train" / "0_real"]), load([folder / "train" / "1_fake"])
-    x = torch.cat([xr, xf])
-    y = torch.cat([torch.zeros(len(xr)), torch.ones(len(xf))])
-    test_real = load([folder / "test" / "0_real"])
-    fakes = {k: to_tensor(load_images(v, size).pixels) for k, v in generator_groups(folder / "test" / "1_fake").items()}
-    return x, y, test_real, fakes
+    fakes = {k: ImageSet.load(v, size) for k, v in generator_groups(folder / "test" / "1_fake").items()}
+    return load(folder / "train" / "0_real"), load(folder / "train" / "1_fake"), load(folder / "test" / "0_real"), fakes
 
 
-def run_demo(folder: Path, seed: int = 0, device="cpu") -> dict:
+def run_demo(folder: Path, *, seed: int = 0, device="cpu") -> dict:
+    """The quick benchmark, RA-Det and both baselines trained on real vs DCGAN, evaluated on every
+    generator; writes the images, the three models and summary.json into ``folder``."""
     folder = Path(folder)
     data = folder / "benchmark"
     info = make_benchmark(data, n_train=QUICK["n_train"], n_test=QUICK["n_test"], steps=QUICK["steps"],
                           sampling_steps=QUICK["sampling_steps"], seed=seed)
-    x, y, test_real, fakes = load_split(data)
-    rigid = Detector(DetectorConfig(method="rigid"), device=device)
-    d_real = 1 - rigid.score(test_real, seed=seed)["cos"].numpy()
-    asym = {k: asymmetry_test(d_real, 1 - rigid.score(v, seed=seed)["cos"].numpy())["p_value"] for k, v in fakes.items()}
+    train_real, train_fake, test_real, fakes = load_split(data)
+    gauss = ProbeConfig()
+    encoder = probe_detector(gauss, device).encoder
+    asym = {k: probe(gauss, v, test_real, seed=seed, encoder=encoder).summary["mann_whitney"]["p_value"]
+            for k, v in fakes.items()}
     methods = {}
     for m in METHODS:
         log.info("demo: training %s on real vs %s ...", m, info["train_generator"])
-        det = Detector(DetectorConfig(method=m, steps=DEMO_STEPS, batch_size=32), encoder=rigid.encoder, device=device,
-                       seed=seed)
-        det.fit(x, y, seed=seed)
+        cfg = DetectorConfig(method=m, steps=DEMO_STEPS, batch_size=32)
+        det = train(cfg, train_real, train_fake, seed=seed, device=device, encoder=encoder).detector
         save_model(folder / f"{m}.pt", det)
-        res = evaluate(det, test_real, fakes, seed=seed)
+        res = evaluate(det, test_real, fakes, seed=seed).summary
         per = {k: round(v["auroc"], 4) for k, v in res["per_generator"].items()}
         unseen = [v for k, v in per.items() if k != info["train_generator"]]
         methods[m] = {"auroc": per, "unseen_mean_auroc": round(float(np.mean(unseen)), 4),

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from icmlkit.lib.core.console import log, progress
-
-GENERATORS = ("dcgan", "ddpm", "vae")
+from icmlkit.lib.core.runtime import generator, seeded
+from icmlkit.lib.detect.config import GENERATORS
 
 
 def _batches(x, batch, steps, g):
@@ -65,9 +65,9 @@ class DCGANDiscriminator(nn.Module):
 
 def train_dcgan(x, steps: int = 1500, batch: int = 64, seed: int = 0):
     """Non-saturating GAN loss, Adam(2e-4, β1 = 0.5). Returns the generator (eval mode)."""
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    G, D = DCGANGenerator(), DCGANDiscriminator()
+    with seeded(seed, "dcgan/init"):
+        G, D = DCGANGenerator(), DCGANDiscriminator()
+    g = generator(seed, "dcgan/train")
     oG = torch.optim.Adam(G.parameters(), 2e-4, betas=(0.5, 0.999))
     oD = torch.optim.Adam(D.parameters(), 2e-4, betas=(0.5, 0.999))
     data = x * 2 - 1
@@ -88,7 +88,7 @@ def train_dcgan(x, steps: int = 1500, batch: int = 64, seed: int = 0):
 
 @torch.no_grad()
 def sample_dcgan(G, n: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed, "dcgan/sample")
     return ((G(torch.randn(n, G.z, generator=g)) + 1) / 2).clamp(0, 1)
 
 
@@ -119,9 +119,9 @@ class VAE(nn.Module):
 
 def train_vae(x, steps: int = 1500, batch: int = 64, seed: int = 0, beta: float = 1.0):
     """ELBO with a Bernoulli-free Gaussian likelihood (summed squared error), Adam 1e-3."""
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    model = VAE()
+    with seeded(seed, "vae/init"):
+        model = VAE()
+    g = generator(seed, "vae/train")
     opt = torch.optim.Adam(model.parameters(), 1e-3)
     for xb in progress(_batches(x, batch, steps, g), total=steps, desc="train vae"):
         xb = _flip(xb, g)
@@ -137,7 +137,7 @@ def train_vae(x, steps: int = 1500, batch: int = 64, seed: int = 0, beta: float 
 
 @torch.no_grad()
 def sample_vae(model, n: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed, "vae/sample")
     return model.decode(torch.randn(n, model.z, generator=g)).clamp(0, 1)
 
 
@@ -212,9 +212,9 @@ class DDPM(nn.Module):
 
 def train_ddpm(x, steps: int = 800, batch: int = 32, seed: int = 0, base: int = 16, size: int = 16):
     """The DDPM ε-prediction loss (linear β schedule, T = 1000), Adam 2e-3 with cosine decay."""
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    model = DDPM(base, size=size)
+    with seeded(seed, "ddpm/init"):
+        model = DDPM(base, size=size)
+    g = generator(seed, "ddpm/train")
     opt = torch.optim.Adam(model.net.parameters(), 2e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, steps))
     if x.shape[-1] != size:
@@ -236,7 +236,7 @@ def train_ddpm(x, steps: int = 800, batch: int = 32, seed: int = 0, base: int = 
 @torch.no_grad()
 def sample_ddpm(model, n: int, seed: int = 0, sampling_steps: int = 50, batch: int = 250, out_size: int = 32):
     """Deterministic DDIM sampling (η = 0) with ``sampling_steps`` steps."""
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed, "ddpm/sample")
     ts = torch.linspace(model.T - 1, 0, sampling_steps).round().long()
     outs = []
     for i in range(0, n, batch):
@@ -259,22 +259,23 @@ def sample_ddpm(model, n: int, seed: int = 0, sampling_steps: int = 50, batch: i
 
 
 def train_and_sample(name: str, x, n: int, steps: int, seed: int = 0, sampling_steps: int = 50):
-    """Train generator ``name`` on crops x (N, 3, 32, 32) in [0, 1] and draw ``n`` samples.
-    Returns (samples, seconds_train, seconds_sample)."""
+    """Train generator ``name`` on crops x (N, 3, 32, 32) in [0, 1] and draw ``n`` samples; every
+    random draw comes from the named streams ``<name>/init``, ``<name>/train`` and ``<name>/sample``
+    of ``seed``. Returns (samples, seconds_train, seconds_sample)."""
     t0 = time.perf_counter()
     log.info("training %s for %d steps on %d crops ...", name, steps, len(x))
     if name == "dcgan":
         model = train_dcgan(x, steps, seed=seed)
         t1 = time.perf_counter()
-        out = sample_dcgan(model, n, seed + 1)
+        out = sample_dcgan(model, n, seed)
     elif name == "vae":
         model = train_vae(x, steps, seed=seed)
         t1 = time.perf_counter()
-        out = sample_vae(model, n, seed + 1)
+        out = sample_vae(model, n, seed)
     elif name == "ddpm":
         model = train_ddpm(x, steps, seed=seed)
         t1 = time.perf_counter()
-        out = sample_ddpm(model, n, seed + 1, sampling_steps)
+        out = sample_ddpm(model, n, seed, sampling_steps)
     else:
         raise ValueError(f"unknown generator {name!r}; expected one of {GENERATORS}")
     return out, t1 - t0, time.perf_counter() - t1

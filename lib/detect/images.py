@@ -41,7 +41,11 @@ def list_images(items, recursive: bool = True) -> list[str]:
             walker = p.rglob("*") if recursive else p.glob("*")
             out.extend(sorted(str(q) for q in walker if q.is_file() and is_image_name(q)))
         elif p.is_file() and str(p).lower().endswith(LIST_EXTS):
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                lines = p.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError:
+                raise InputError("not a list of image paths (a UTF-8 text file, one path a line)", str(p)) from None
+            for i, line in enumerate(lines, 1):
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue

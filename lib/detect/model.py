@@ -21,10 +21,8 @@ branch's noise input, and the small sizes (see :class:`DetectorConfig`).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -33,58 +31,15 @@ from torch import nn
 from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.io import read_torch, torch_bytes, write_bytes
-from icmlkit.lib.detect.backbone import DEFAULT_BACKBONE, Encoder, load_backbone
-from icmlkit.lib.detect.probe import (EPS_EVAL, EPS_TRAIN, ProbeUNet, apply_perturbation, discrepancy_loss, drift,
-                                      gaussian_noise, gaussian_probe, lpd_map, multiscale_views)
+from icmlkit.lib.core.runtime import Dist, generator, seeded
+from icmlkit.lib.detect.backbone import Encoder, load_backbone
+from icmlkit.lib.detect.config import METHODS, DetectorConfig
+from icmlkit.lib.detect.probe import (ProbeUNet, apply_perturbation, discrepancy_loss, drift, gaussian_noise,
+                                      gaussian_probe, lpd_map, multiscale_views)
 
-METHODS = ("ra-det", "rigid", "linear-probe")
+__all__ = ["BRANCHES", "FORMAT", "METHODS", "Detector", "DetectorConfig", "load_model", "save_model"]
 FORMAT = "icmlkit-detect-synthetic/1"
 BRANCHES = ("foundation", "cnn", "l2", "diff")
-
-
-@dataclass
-class DetectorConfig:
-    """Everything needed to rebuild a detector (stored in the model file).
-
-    Sizes chosen for a 2-core CPU: images are 32 × 32 (``image_size``), upsampled to 64 px for
-    the encoder (``input_size``); the probe UNet has 16 base channels and 3 levels.
-    """
-
-    method: str = "ra-det"
-    backbone: str = DEFAULT_BACKBONE
-    backbone_weights: str | None = None
-    image_size: int = 32
-    input_size: int = 64
-    eps: float = EPS_EVAL
-    eps_train: tuple = EPS_TRAIN
-    margin: float = 1.0
-    lambda_bce: float = 1.0
-    lambda_emb: float = 1.0
-    probe_base: int = 16
-    sigma: float = 1.0
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 1e-4  # the method sheet's AdamW learning rate (weight decay 0.01)
-    weight_decay: float = 0.01
-    rigid_noise: float = 0.05
-    rigid_draws: int = 4
-    rigid_space: str = "normalised"
-    linear_c: float = 1.0
-    chunk: int = 128
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "DetectorConfig":
-        data = json.loads(text)
-        known = {f.name for f in dataclasses.fields(cls)}
-        data = {k: v for k, v in data.items() if k in known}
-        if "eps_train" in data:
-            data["eps_train"] = tuple(data["eps_train"])
-        if data.get("method") == "rigid" and "rigid_space" not in data:
-            data["rigid_space"] = "pixel"  # model files written before rigid_space existed
-        return cls(**data)
 
 
 def _mlp(din: int, hidden: int) -> nn.Module:
@@ -147,6 +102,27 @@ class FourBranchHead(nn.Module):
         return torch.sigmoid(z).max(dim=1).values
 
 
+def _halves_in_order(pieces: list) -> torch.Tensor:
+    """[reals of every piece; fakes of every piece] from pieces that are each [reals; fakes]."""
+    if len(pieces) == 1:
+        return pieces[0]
+    k = len(pieces[0]) // 2
+    return torch.cat([p[:k] for p in pieces] + [p[k:] for p in pieces])
+
+
+def _gather_halves(t: torch.Tensor, dist: Dist) -> torch.Tensor:
+    """The global batch [all reals; all fakes] from every rank's part ``t`` = [its reals; its fakes]
+    (``t`` itself for one process). The rank's own part stays in the graph with its gradient scaled
+    by the world size: every rank computes the same global loss, so DDP's average over the ranks of
+    these gradients is the one-process gradient of the probe."""
+    if not dist.active:
+        return t
+    parts = dist.all_gather(t)
+    parts[dist.rank] = t.detach() + dist.world * (t - t.detach())
+    k = len(t) // 2
+    return torch.cat([p[:k] for p in parts] + [p[k:] for p in parts])
+
+
 class Detector(nn.Module):
     """A detector: the frozen encoder (not saved) and the method's trainable parts.
 
@@ -156,10 +132,7 @@ class Detector(nn.Module):
 
     def __init__(self, config: DetectorConfig, encoder: Encoder | None = None, device="cpu", seed: int = 0):
         super().__init__()
-        if config.method not in METHODS:
-            raise UsageError(f"--method must be one of {', '.join(METHODS)}, not {config.method!r}")
-        if config.rigid_space not in ("normalised", "pixel"):
-            raise UsageError(f"rigid_space must be normalised or pixel, not {config.rigid_space!r}")
+        config.check()
         self.config = config
         self.device_ = torch.device(device)
         self.encoder = encoder if encoder is not None else load_backbone(
@@ -167,8 +140,7 @@ class Detector(nn.Module):
         self.encoder.to(self.device_)
         dim = self.encoder.dim
         if config.method == "ra-det":
-            with torch.random.fork_rng(devices=[]):  # the initial weights depend on the seed only
-                torch.manual_seed(seed)
+            with seeded(seed, "init"):  # the initial weights depend on the seed only
                 self.probe = ProbeUNet(dim, base=config.probe_base)
                 self.head = FourBranchHead(dim)
         elif config.method == "rigid":
@@ -177,7 +149,7 @@ class Detector(nn.Module):
         else:
             self.register_buffer("feat_mean", torch.zeros(dim))
             self.register_buffer("feat_std", torch.ones(dim))
-            self.linear = nn.Linear(dim, 1)
+            self.linear = nn.Linear(dim, 1)  # overwritten by fit: its random init never counts
         self.to(self.device_)
         self.train_summary: dict = {}
 
@@ -200,10 +172,8 @@ class Detector(nn.Module):
 
         ``rigid_space="normalised"`` (RIGID's): λ·n is added to the resized, normalised tensor the
         encoder consumes (no clamping); ``"pixel"``: to x in [0, 1] at the image size, clamped."""
-        from icmlkit.lib.core.runtime import generator
-
         c = self.config
-        gen = generator(seed, device=self.device_)
+        gen = generator(seed, "rigid-noise", device=self.device_)
         with torch.no_grad():
             if c.rigid_space == "pixel":
                 f = self.encoder(x)
@@ -219,41 +189,50 @@ class Detector(nn.Module):
         return 1.0 - cos.mean(0), l2.mean(0)
 
     # ---------------------------------------------------------------- RA-Det forward
-    def _radet_forward(self, x, eps, f_clean=None, f_views=None):
-        views = multiscale_views(x, self.config.sigma)
-        if f_clean is None:
-            with torch.no_grad():
-                f_clean = self.encoder(x)
-                f_views = [self.encoder(v) for v in views]
-        delta = self.probe(x, views, f_clean, eps)
-        x_adv = apply_perturbation(x, delta)
-        f_adv = self.encoder(x_adv)  # gradients flow through the frozen encoder to the probe
+    def _perturb(self, x, views, f_clean, eps, probe=None):
+        """Steps 2-3 per image: δ = g(x, views, f(x)) with ‖δ‖∞ ≤ ε, and f(x + δ) (gradients flow
+        through the frozen encoder to the probe). ``probe``: the probe module to call (its DDP
+        wrapper under torchrun)."""
+        delta = (probe or self.probe)(x, views, f_clean, eps)
+        return delta, self.encoder(apply_perturbation(x, delta))
+
+    def _head_logits(self, x, f_clean, f_views, delta, f_adv, eps, head=None):
+        """Step 5: the drift features and the four branch logits (B, 4), with cos and L2."""
         cos, l2, diff = drift(f_clean, f_adv)
         eps_t = torch.as_tensor(eps, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
-        z = self.head(f_clean, f_views, f_adv, delta / eps_t, lpd_map(x) * 4.0, l2, diff)
-        return z, cos, l2, delta
+        z = (head or self.head)(f_clean, f_views, f_adv, delta / eps_t, lpd_map(x) * 4.0, l2, diff)
+        return z, cos, l2
+
+    def _radet_forward(self, x, eps):
+        views = multiscale_views(x, self.config.sigma)
+        with torch.no_grad():
+            f_clean = self.encoder(x)
+            f_views = [self.encoder(v) for v in views]
+        delta, f_adv = self._perturb(x, views, f_clean, eps)
+        z, cos, l2 = self._head_logits(x, f_clean, f_views, delta, f_adv, eps)
+        return z, cos, l2
 
     # ---------------------------------------------------------------- training
-    def fit(self, x: torch.Tensor, y: torch.Tensor, seed: int = 0, resume: dict | None = None, checkpoint=None,
-            checkpoint_every: int = 0) -> dict:
+    def fit(self, x: torch.Tensor, y: torch.Tensor, seed: int = 0, checkpointer=None, dist: Dist | None = None) -> dict:
         """Train on images x (N, 3, S, S) in [0, 1] and labels y (1 = generated). Returns a summary.
 
-        ra-det only: ``checkpoint(state)`` is called every ``checkpoint_every`` steps with a dict that
-        :func:`load_checkpoint` reads back (weights only); ``resume`` continues from it to the same
-        weights as an uninterrupted run (same config, seed and data, else a UsageError)."""
+        ra-det only: ``checkpointer`` (a :class:`~icmlkit.lib.core.checkpoint.Checkpointer`) saves
+        the probe, the head, the optimiser and the batch stream every N steps, and resumes from its
+        file to the same weights as an uninterrupted run (same config, seed and data, else a
+        UsageError); ``dist`` (a :class:`~icmlkit.lib.core.runtime.Dist`) trains data-parallel
+        under torchrun (see :meth:`_fit_radet`)."""
         y = y.long()
         n_real, n_fake = int((y == 0).sum()), int((y == 1).sum())
         if n_real == 0 or n_fake == 0:
             raise InputError(f"training needs real and generated images (got {n_real} real, {n_fake} generated)")
         t0 = time.perf_counter()
-        torch.manual_seed(seed)
         m = self.config.method
         if m == "rigid":
             summary = self._fit_rigid(x, y, seed)
         elif m == "linear-probe":
             summary = self._fit_linear(x, y)
         else:
-            summary = self._fit_radet(x, y, seed, resume, checkpoint, checkpoint_every)
+            summary = self._fit_radet(x, y, seed, checkpointer, dist or Dist())
         summary.update(method=m, n_real=n_real, n_fake=n_fake, seconds=round(time.perf_counter() - t0, 3))
         self.train_summary = summary
         return summary
@@ -287,45 +266,66 @@ class Detector(nn.Module):
             self.linear.bias.copy_(torch.tensor(clf.intercept_, dtype=torch.float32))
         return {"train_acc": float(clf.score(z, y.cpu().numpy()))}
 
-    def _fit_radet(self, x, y, seed, resume=None, checkpoint=None, checkpoint_every=0):
-        import hashlib
+    def _fit_radet(self, x, y, seed, checkpointer, dist: Dist):
+        """RA-Det training (steps 2-6): class-balanced batches, ε ~ U[4/255, 32/255] per batch,
+        loss BCE(fused) + BCE(branches) + L_emb, AdamW.
 
-        from icmlkit.lib.core.runtime import generator
+        Data-parallel under torchrun: every rank draws the same global batch and ε from the shared
+        ``batches`` stream, runs the probe and the encoder on its ``dist.split`` part of the reals
+        and of the fakes, and gathers δ and f(x + δ) into the global batch, on which the head and
+        the loss run as in one process (the head's BatchNorm needs the global batch statistics and
+        L_emb the global class means; torch's SyncBatchNorm has no CPU version). The probe and the
+        head are wrapped in DDP; the gathered copy of a rank's own part carries its gradient scaled
+        by the world size, so DDP's average is the one-process gradient. The probe's gradients are
+        tiny (~1e-8, AdamW's ε regime, where an update is ~1e4 times its gradient), so even the
+        rounding of a different summation order grows to ~1e-5 in two steps: ``micro_batches``
+        pieces in one process sum exactly as that many processes do (bit for bit)."""
+        from icmlkit.lib.core.checkpoint import fingerprint, restore
 
         c = self.config
         dev = self.device_
         x = x.to(dev)
         y = y.to(dev)
+        half = max(1, c.batch_size // 2)
+        pieces = dist.world * c.micro_batches
+        if half % pieces:
+            raise UsageError(f"--batch-size {c.batch_size}: its halves ({half} real, {half} generated) must split "
+                             f"evenly into {dist.world} process(es) x {c.micro_batches} micro-batch(es)")
+        part = dist.split(half)
+        step_ = half // pieces
+        micro = [slice(part.start + k * step_, part.start + (k + 1) * step_) for k in range(c.micro_batches)]
+        fp = fingerprint({"config": c.to_json(), "seed": seed}, x, y)
+        state = checkpointer.load(fp) if checkpointer is not None else None  # a bad checkpoint fails fast
         log.info("ra-det: caching the clean and multi-scale embeddings of %d images ...", len(x))
         f_clean = self.embed(x)
         f_views = self._cached_views(x)
         real_idx = torch.nonzero(y == 0).flatten()
         fake_idx = torch.nonzero(y == 1).flatten()
-        half = max(1, c.batch_size // 2)
-        g = generator(seed, device="cpu")
+        g = generator(seed, "batches")
         params = list(self.probe.parameters()) + list(self.head.parameters())
         opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
-        key = {"config": self.config.to_json(), "seed": seed,
-               "data": hashlib.sha256(x.cpu().numpy().tobytes() + y.cpu().numpy().tobytes()).hexdigest()}
+        trainable = nn.ModuleDict({"probe": self.probe, "head": self.head})
         hist, start = [], 0
-        if resume is not None:
-            if resume.get("key") != key:
-                raise UsageError("the checkpoint was written by a run with other settings, seed or images; rerun "
-                                 "without --resume")
-            self.load_state_dict(resume["state"], strict=False)
-            opt.load_state_dict(resume["opt"])
-            g.set_state(resume["gen"])
-            hist, start = [list(h) for h in resume["hist"]], int(resume["step"])
+        if state is not None:
+            start, extra = restore(state, model=trainable, optimizer=opt, rng={"batches": g})
+            hist = [list(h) for h in extra["hist"]]
+        probe, head = dist.wrap(self.probe, dev), dist.wrap(self.head, dev)
         self.probe.train()
         self.head.train()
         for step in progress(range(start, c.steps), total=c.steps - start, desc="train ra-det"):
-            # class-balanced batch: half reals, half fakes (the discrepancy loss uses both batch means)
+            # class-balanced global batch: half reals, half fakes (L_emb uses both class means)
             ri = real_idx[torch.randint(len(real_idx), (half,), generator=g)]
             fi = fake_idx[torch.randint(len(fake_idx), (half,), generator=g)]
-            idx = torch.cat([ri, fi])
-            yb = y[idx]
             eps = float(c.eps_train[0] + (c.eps_train[1] - c.eps_train[0]) * torch.rand((), generator=g))
-            z, cos, l2, _ = self._radet_forward(x[idx], eps, f_clean[idx], [v[idx] for v in f_views])
+            idx = torch.cat([ri, fi])
+            outs = []
+            for sl in micro:  # this rank's part of the reals and of the fakes, piece by piece
+                mine = torch.cat([ri[sl], fi[sl]])
+                xm = x[mine]
+                outs.append(self._perturb(xm, multiscale_views(xm, c.sigma), f_clean[mine], eps, probe))
+            delta, f_adv = (_gather_halves(_halves_in_order([o[j] for o in outs]), dist) for j in (0, 1))
+            yb = y[idx]
+            z, cos, _ = self._head_logits(x[idx], f_clean[idx], [v[idx] for v in f_views], delta, f_adv, eps, head)
             yf = yb.float()
             bce = F.binary_cross_entropy_with_logits(self.head.fuse_train(z), yf)
             aux = F.binary_cross_entropy_with_logits(z, yf[:, None].expand_as(z))
@@ -337,9 +337,9 @@ class Detector(nn.Module):
             hist.append([bce.item(), aux.item(), emb.item(), cos[yb == 0].mean().item(), cos[yb == 1].mean().item()])
             if step % 50 == 0 or step == c.steps - 1:
                 log.debug("step %d bce %.4f aux %.4f emb %.4f s_r %.4f s_f %.4f", step, *hist[-1])
-            if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < c.steps:
-                checkpoint({"format": FORMAT + "/checkpoint", "key": key, "step": step + 1, "state": self.trainable_state(),
-                            "opt": opt.state_dict(), "gen": g.get_state(), "hist": hist})
+            if checkpointer is not None and checkpointer.due(step + 1, c.steps):
+                checkpointer.save(step + 1, fp, model=trainable, optimizer=opt, rng={"batches": g},
+                                  extra={"hist": hist})
         self.probe.eval()
         self.head.eval()
         last = torch.tensor(hist[-min(20, len(hist)):]).mean(0).tolist()
@@ -373,7 +373,7 @@ class Detector(nn.Module):
             xb = x[i:i + c.chunk].to(self.device_)
             with torch.no_grad():
                 if m == "ra-det":
-                    z, cos, l2, _ = self._radet_forward(xb, c.eps)
+                    z, cos, l2 = self._radet_forward(xb, c.eps)
                     p = torch.sigmoid(z)
                     part = {"score": p.max(dim=1).values, "cos": cos, "l2": l2,
                             **{f"p_{b}": p[:, k] for k, b in enumerate(BRANCHES)}}
@@ -404,21 +404,28 @@ def save_model(path, detector: Detector) -> None:
     write_bytes(path, detector.to_bytes())
 
 
-def load_checkpoint(path) -> dict:
-    """Read a training checkpoint written through ``Detector.fit(checkpoint=...)`` (weights only)."""
-    return read_torch(path, "detect-synthetic checkpoint", FORMAT + "/checkpoint")
-
-
 def load_model(path, device="cpu", encoder: Encoder | None = None) -> Detector:
-    """Read a model file written by :func:`save_model` (``torch.load(weights_only=True)``)."""
+    """Read a model file written by :func:`save_model` (``torch.load(weights_only=True)``); an
+    :class:`InputError` naming the file for anything else."""
+    from icmlkit.lib.core.io import parse_json
+
     blob = read_torch(path, "detect-synthetic model file", FORMAT)
-    config = DetectorConfig.from_json(blob["config"])
+    where = str(path)
+    config = DetectorConfig.from_json(blob.get("config"), where)
+    state = blob.get("state")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise InputError("model file without its weights (a 'state' of tensors expected)", where)
     det = Detector(config, encoder=encoder, device=device)
-    missing, unexpected = det.load_state_dict(blob["state"], strict=False)
+    try:
+        missing, unexpected = det.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a tensor of the wrong shape
+        raise InputError(f"model file does not fit method {config.method} ({str(exc).splitlines()[-1].strip()})",
+                         where) from None
     missing = [k for k in missing if not k.startswith("encoder.")]
     if missing or unexpected:
         raise InputError(f"model file does not fit method {config.method} (missing {missing[:3]}, unexpected "
-                         f"{unexpected[:3]})", str(path))
-    det.train_summary = json.loads(blob.get("train_summary", "{}"))
+                         f"{unexpected[:3]})", where)
+    summary = blob.get("train_summary", "{}")
+    det.train_summary = parse_json(summary, where, dict, "training summary") if isinstance(summary, str) else {}
     det.eval()
     return det

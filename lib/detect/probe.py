@@ -22,9 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-EPS_EVAL = 16 / 255
-EPS_TRAIN = (4 / 255, 32 / 255)
-
 
 def gaussian_kernel(sigma: float, device=None) -> torch.Tensor:
     radius = max(1, int(round(2.5 * sigma)))
