@@ -175,6 +175,7 @@ def output_option(help_text: str, suffixes: tuple[str, ...] | None = None, stdou
             raise click.BadParameter(f"{value}: expected a {' or '.join(suffixes)} file", ctx, param)
         return value
 
+    check.suffixes = suffixes  # type: ignore[attr-defined] - read by the registry tests
     dash = " '-' writes to stdout." if stdout else ""
     if suffixes:
         dash = f" ({', '.join(suffixes)})" + dash

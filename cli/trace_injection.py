@@ -121,8 +121,8 @@ def explain(run, trace, trace_id, cfg, output, png, sinks_file):
     """Explain one trajectory: the attack chain as text, or the typed graph (dot, graphml, json).
 
     \b
-    JSON keys (with --json and -o FILE): id, attack, effect, p_blocked, chain_length, nodes,
-    edges, output, png.
+    JSON keys: id, attack, effect, p_blocked, chain_length, nodes, edges, output, png (with
+    --json and -o FILE).
     Examples:
       trace-injection explain run.json
       trace-injection explain traces.jsonl --id banking/user_task_0/injection_task_1/P --format dot -o g.dot

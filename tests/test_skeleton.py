@@ -145,7 +145,10 @@ def _dummy_args(cmd) -> list[str]:
     for p in cmd.params:
         if not p.required:
             continue
-        if isinstance(p.type, click.Choice):
+        suffixes = getattr(p.callback, "suffixes", None)
+        if suffixes:
+            value = "x" + suffixes[0]
+        elif isinstance(p.type, click.Choice):
             value = p.type.choices[0]
         elif isinstance(p.type, (click.IntRange, click.FloatRange)):
             value = p.type.min if p.type.min is not None else 1
