@@ -353,7 +353,7 @@ def test_jsonl_parser_and_errors(tmp_path):
     H = read_instance(p)
     assert H.node_ids.tolist() == ["a", "b"] and H.weight.tolist() == [1.0, 3.0]
     cases = {
-        '{"nodes": [1], "colour": 1}\n{"nodes": [1, 2]\n': (2, "bad JSON"),
+        '{"nodes": [1], "colour": 1}\n{"nodes": [1, 2]\n': (2, "not valid JSON"),
         '{"nodes": [1], "colour": 1}\n{"nodes": [], "colour": 1}\n': (2, "empty"),
         '{"nodes": [1, 2]}\n': (1, "colour"),
         '{"nodes": [1], "colour": 1, "weight": "heavy"}\n': (1, "not a number"),

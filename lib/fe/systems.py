@@ -22,7 +22,6 @@ draws do not depend on the device.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -286,15 +285,9 @@ def analytic_from_spec(spec: dict, where: str = "<spec>") -> AnalyticSystem:
 
 
 def load_analytic(path) -> AnalyticSystem:
-    from icmlkit.lib.core.io import display_name, read_bytes
+    from icmlkit.lib.core.io import display_name, load_json
 
-    try:
-        spec = json.loads(read_bytes(path).decode("utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such file", display_name(path)) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"not valid JSON ({exc})", display_name(path)) from None
-    return analytic_from_spec(spec, display_name(path))
+    return analytic_from_spec(load_json(path, expect=dict), display_name(path))
 
 
 def builtin(name: str) -> AnalyticSystem:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.core.io import atomic_write, display_name, is_stdio, open_text, suffix
+from icmlkit.lib.core.io import atomic_write, display_name, is_stdio, open_text, parse_json, suffix
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
 
 UNCOLOURED = -1  # vertex not listed in a colouring file
@@ -174,21 +174,13 @@ def _from_objects(items, name: str) -> Hypergraph:
 def _parse_jsonl(text: str, name: str) -> Hypergraph:
     def items():
         for no, s in zip(*_content_lines(text)):
-            try:
-                yield no, json.loads(s)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"bad JSON ({exc.msg})", name, no) from None
+            yield no, parse_json(s, name, line=no)
 
     return _from_objects(items(), name)
 
 
 def _parse_json(text: str, name: str) -> Hypergraph:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"bad JSON ({exc.msg})", name, exc.lineno) from None
-    if not isinstance(data, list):
-        raise InputError("expected a JSON array of edge objects", name)
+    data = parse_json(text, name, list)
     # A JSON array has no line per edge; report the edge's position (1-based) as the "line".
     return _from_objects(enumerate(data, 1), name)
 

@@ -8,11 +8,11 @@ runs with ``HF_HUB_OFFLINE=1`` and ``local_files_only=True``.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.io import parse_json
 from icmlkit.lib.hf.models import LoadedModel, minilm_path  # noqa: F401 - minilm_path: steer's public name
 
 DEFAULT_MODEL = "minilm"
@@ -66,21 +66,13 @@ def read_texts(path, column: str | None = None) -> list[str]:
         raise InputError(f"expected a string or an object, got {type(obj).__name__}", name, where)
 
     if ext == ".json":
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", name, exc.lineno) from None
-        if not isinstance(data, list):
-            raise InputError("expected a JSON list of strings", name)
+        data = parse_json(raw, name, list)
         texts = [pick(o, None) for o in data]
     elif ext == ".jsonl":
         for i, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                texts.append(pick(json.loads(line), i))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON: {exc.msg}", name, i) from None
+            texts.append(pick(parse_json(line, name, line=i), i))
     elif ext in (".csv", ".tsv"):
         import csv
         import io
