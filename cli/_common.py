@@ -1,19 +1,23 @@
 """What every icmlkit executable shares, in one place.
 
 - :class:`ToolGroup` / :class:`ToolCommand`: a tool is a click group whose subcommands all get the
-  shared options (``--seed --device --config -q/-v --debug --overwrite --no-manifest --json
-  --no-progress``) and an ``ICMLKIT_<TOOL>_<OPTION>`` environment variable for each own option.
+  shared options (``--config -q/-v --debug --overwrite --no-manifest --json --no-progress``, plus
+  ``--seed`` unless ``seed=False`` and ``--device`` only with ``device=True``) and an
+  ``ICMLKIT_<TOOL>_<OPTION>`` environment variable for each own option.
+- Declared once: :func:`config_options` (a config dataclass's fields as options), :func:`output_option`
+  (one suffix check), :func:`checkpoint_options`, :func:`shard_option`, :func:`add_demo`.
 - Precedence: flag > environment (``ICMLKIT_SEED``, ``ICMLKIT_DEVICE``, ``ICMLKIT_<TOOL>_<OPTION>``)
   > ``--config`` file (TOML or JSON) > default. This is click's own order (command line, envvar,
   ``default_map``, default); the config file fills ``default_map``.
-- :class:`Run`: what a subcommand's function receives first: the seed, the device, output
-  registration (``--overwrite`` checks, removal of this run's outputs when it fails), and the
-  manifest, written last.
+- :class:`Run`: what a subcommand's function receives first: the seed, the device, the torchrun
+  rank, output registration (``--overwrite`` checks, removal of this run's outputs when it fails),
+  checkpoints, and the manifest, written last (on rank 0 only).
 - :func:`make_main`: maps errors to exit codes (0 ok, 1 runtime/data error, 2 usage, 3 a check the
   user asked for failed, 4 environment problem, 130 interrupted) and prints one-line messages; the
   traceback only with ``--debug`` or ``ICMLKIT_DEBUG=1``.
 
-This module imports only click and the standard library, so ``--help`` stays fast.
+This module imports only click, the standard library and lib/core's light modules, so ``--help``
+stays fast.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from click.core import ParameterSource
 
 from icmlkit.lib.core import console
 from icmlkit.lib.core.errors import CheckFailed, IcmlkitError, UsageError
-from icmlkit.lib.core.io import atomic_dir, check_writable, dumps_json, is_stdio
+from icmlkit.lib.core.io import atomic_dir, check_writable, dumps_json, is_stdio, suffix
 from icmlkit.lib.core.manifest import Manifest, manifest_path_for
 
 # 2 (usage), 3 (check failed) and 4 (environment) come from the error classes in lib/core/errors.py.
@@ -119,9 +123,9 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 SHARED = ("seed", "device", "config", "quiet", "verbose", "debug", "overwrite", "no_manifest",
           "json_out", "no_progress")
-# Shared options a command may leave out (csvkit's override_flags): ``--device`` only where the
-# command runs torch on a device and honours it; ``--seed`` only where something is random.
-OPTIONAL_SHARED = ("seed", "device")
+# A command leaves out shared options (csvkit's override_flags) through ToolCommand: ``--device`` is
+# offered only where the command runs torch on a device and honours it (``device=True``), ``--seed``
+# only where something is random (``seed=False`` drops it).
 
 
 def _shared_params(omit: tuple[str, ...] = ()) -> list[click.Parameter]:
@@ -147,12 +151,6 @@ def _shared_params(omit: tuple[str, ...] = ()) -> list[click.Parameter]:
     return [p for p in params if p.name not in omit]
 
 
-def _suffix_of(value: str) -> str:
-    from icmlkit.lib.core.io import suffix
-
-    return suffix(value)
-
-
 def output_option(help_text: str, suffixes: tuple[str, ...] | None = None, stdout: bool = True,
                   required: bool = False, directory: bool = False, flags: tuple[str, ...] = ("-o", "--output"),
                   name: str | None = None, default: str | None = None) -> Callable:
@@ -171,7 +169,7 @@ def output_option(help_text: str, suffixes: tuple[str, ...] | None = None, stdou
                 what = "a folder" if directory else "a file"
                 raise click.BadParameter(f"'-' (stdout) is not possible here: name {what}", ctx, param)
             return value
-        if suffixes and _suffix_of(value) not in suffixes:
+        if suffixes and suffix(value) not in suffixes:
             raise click.BadParameter(f"{value}: expected a {' or '.join(suffixes)} file", ctx, param)
         return value
 
