@@ -37,3 +37,26 @@ def tiny_instance(tmp_path) -> Path:
     p = tmp_path / "tiny.txt"
     p.write_text("10,20 1\n20,30 1\n30,10 1\n10,40 2\n40,50 3\n")
     return p
+
+
+class Interrupted(Exception):
+    """Raised by :class:`InterruptingCheckpointer` right after it wrote a checkpoint."""
+
+
+def _interrupting_checkpointer():
+    from icmlkit.lib.core.checkpoint import Checkpointer
+
+    class InterruptingCheckpointer(Checkpointer):
+        """A checkpointer that stops the run (raises :class:`Interrupted`) after its first save."""
+
+        def save(self, *args, **kwargs):
+            super().save(*args, **kwargs)
+            raise Interrupted
+
+    return InterruptingCheckpointer
+
+
+@pytest.fixture
+def interrupting_checkpointer():
+    """The class of a Checkpointer that interrupts training right after writing its first checkpoint."""
+    return _interrupting_checkpointer()

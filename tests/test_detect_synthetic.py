@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import exe, run_tool as _run_tool
+from conftest import Interrupted, exe, run_tool as _run_tool
 
 TOOL = "detect-synthetic"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # on a loaded 2-core machine one torch thread is many times faster
@@ -249,7 +249,7 @@ def test_train_score_eval_roundtrip(tiny, tmp_path):
     assert 0 <= e["auroc"] <= 1 and e["oracle_threshold_acc"] >= e["acc_at_0_5"] - 1e-12
 
 
-def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_path):
+def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_path, interrupting_checkpointer):
     from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.detect.images import to_tensor
@@ -263,17 +263,10 @@ def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_
     full = Detector(cfg, seed=1)
     full.fit(x, y, seed=1)
 
-    class Interrupted(Exception):
-        pass
-
-    class Crash(Checkpointer):
-        def save(self, *args, **kw):
-            super().save(*args, **kw)
-            raise Interrupted
-
     ckpt = tmp_path / "m.ckpt.pt"
     with pytest.raises(Interrupted):
-        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=1, checkpointer=Crash(ckpt, every=3))
+        Detector(cfg, encoder=full.encoder, seed=1).fit(x, y, seed=1,
+                                                        checkpointer=interrupting_checkpointer(ckpt, every=3))
     assert torch.load(ckpt, weights_only=True)["step"] == 3
     resumed = Detector(cfg, encoder=full.encoder, seed=1)
     resumed.fit(x, y, seed=1, checkpointer=Checkpointer(ckpt, every=3, resume=True))

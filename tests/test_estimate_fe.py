@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BIN, REPO, exe, run_tool
+from conftest import BIN, REPO, Interrupted, exe, run_tool
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.fe import card, gauge
 from icmlkit.lib.fe.estimate import bar_estimate
@@ -199,7 +199,7 @@ def test_tiny_model_on_a_harmonic_trap_gives_a_finite_estimate():
     assert res["energy_evals"] == 300 and res["n_model_samples"] == 300
 
 
-def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path):
+def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path, interrupting_checkpointer):
     from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.core.io import read_torch, torch_bytes
 
@@ -208,17 +208,9 @@ def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path):
     kw = dict(steps=30, stage2_steps=10, batch=32, d=16, heads=2, enc_layers=1, dec_layers=1, K=4, seed=3)
     full, _ = card.train(s, fr["x"], fr["u"], **kw)
 
-    class Interrupted(Exception):
-        pass
-
-    class Crashing(Checkpointer):  # written to disk, then the run "dies"
-        def save(self, *args, **kwargs):
-            super().save(*args, **kwargs)
-            raise Interrupted
-
     path = tmp_path / "m.pt.ckpt.pt"
     with pytest.raises(Interrupted):
-        card.train(s, fr["x"], fr["u"], checkpointer=Crashing(path, every=25), **kw)
+        card.train(s, fr["x"], fr["u"], checkpointer=interrupting_checkpointer(path, every=25), **kw)
     assert read_torch(path, "checkpoint")["step"] == 25
     resumed, info = card.train(s, fr["x"], fr["u"], checkpointer=Checkpointer(path, every=25, resume=True), **kw)
     assert info["steps_done"] == 40
@@ -231,10 +223,9 @@ def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path):
         card.load(path)  # a checkpoint is not a model file
 
 
-def test_cli_resume_gives_the_same_model_file(tmp_path):
+def test_cli_resume_gives_the_same_model_file(tmp_path, interrupting_checkpointer):
     """An interrupted `train` (checkpoint at step 20, written by the library as the CLI would) resumed
     with --resume writes the same bytes as the uninterrupted command."""
-    from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.fe import api
 
     fr = tmp_path / "trap.npz"
@@ -244,18 +235,11 @@ def test_cli_resume_gives_the_same_model_file(tmp_path):
     r = run_tool("estimate-fe", "train", "trap4", fr, "-o", tmp_path / "a.pt", *opts)
     assert r.returncode == 0, r.stderr
 
-    class Interrupted(Exception):
-        pass
-
-    class Crashing(Checkpointer):
-        def save(self, *args, **kwargs):
-            super().save(*args, **kwargs)
-            raise Interrupted
-
     cfg = api.TrainConfig(steps=25, stage2_steps=5, width=16, layers=1, batch=16)
     sysm = api.open_system("trap4")
     with pytest.raises(Interrupted):
-        api.train(cfg, sysm, api.load_frames(fr, sysm), seed=0, checkpointer=Crashing(f"{tmp_path / 'b.pt'}.ckpt.pt", 20))
+        api.train(cfg, sysm, api.load_frames(fr, sysm), seed=0,
+                  checkpointer=interrupting_checkpointer(f"{tmp_path / 'b.pt'}.ckpt.pt", 20))
     r = run_tool("estimate-fe", "train", "trap4", fr, "-o", tmp_path / "b.pt", *opts, "--resume")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
