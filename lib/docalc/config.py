@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from icmlkit.lib.core.config import option as _opt
+
 CAP_HELP = ("Stop the breadth-first search after this many members (the output says capped: true; the class "
             "is then incomplete).")
-
-
-def _opt(default, help: str, **meta):
-    """A config field with its --help text (and click constraints) for ``config_options``."""
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass

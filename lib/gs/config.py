@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from icmlkit.lib.core.config import option as _opt
 from icmlkit.lib.core.errors import UsageError
-
-
-def _opt(default, help: str, **meta):
-    """A config field with its command-line help (see ``icmlkit.cli._common.config_options``)."""
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass

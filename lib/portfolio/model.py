@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from icmlkit.lib.core.config import option as _opt
 from icmlkit.lib.core.console import log, progress
 
 PERIODS = 252
@@ -98,13 +99,6 @@ def _predictor_class():
             return self.out_bias + self.out_scale * self.net(z).squeeze(-1)
 
     return Predictor
-
-
-def _opt(default, help: str, **meta):
-    """A config field with its --help text (and click constraints) for ``config_options``."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **meta})
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass
