@@ -119,7 +119,8 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
     \b
     JSON keys: n, m, k, r, lp_value, value, ratio_to_lp, ilp_value (null unless --ilp), ilp_gap,
     algorithm, trials, seconds_lp, seconds_rounding, seconds_total; with --algorithm best also
-    `values` (each algorithm's value) and `winner`.
+    `values` (each rounding's value BEFORE local search) and `winner`; with --local-search also
+    `value_before_local_search` (`value` is after it).
     Examples:
       solve-maxecc solve inst.txt -a scaled -t 1000 --local-search -o col.csv --json
       solve-maxecc solve inst.txt --ilp --time-limit 30 --json | jq '.value, .ilp_value'

@@ -393,8 +393,12 @@ def test_colouring_round_trip_and_errors(tmp_path):
     write_colouring(p, H, sigma)
     assert p.read_text().splitlines()[:3] == ["vertex,colour", "10,red", "20,blue"]
     assert read_colouring(p, H).tolist() == sigma.tolist()
-    p.write_text("vertex,colour\n10,red\n20,green\n")
-    assert read_colouring(p, H).tolist() == [1, -2, -1, -1]
+    p.write_text("vertex,colour\n10,red\n20,\n")
+    assert read_colouring(p, H).tolist() == [1, -1, -1, -1]
+    p.write_text("vertex,colour\n10,red\n20,green\n")  # a colour the instance lacks: a typo, refused
+    with pytest.raises(InputError, match="'green' is not a colour of the instance") as exc:
+        read_colouring(p, H)
+    assert exc.value.line == 3
     p.write_text("vertex,colour\n10,red\n99,red\n")
     with pytest.raises(InputError, match="not in the instance") as exc:
         read_colouring(p, H)
@@ -410,6 +414,33 @@ def test_lp_save_load(tmp_path):
     assert np.array_equal(back.x, lp.x) and back.value == lp.value and back.optimal
     with pytest.raises(InputError, match="pairs"):
         load_lp(p, rainbow_cycle(7, 5, 3))
+    keep = dict(np.load(p))
+
+    def tampered(**changes):
+        np.savez(p, **{**keep, **changes})
+        return p
+
+    pairs_of_0 = np.flatnonzero(keep["pair_v"] == 0)
+    x = keep["x"].copy()
+    x[pairs_of_0] = 1.0  # vertex 0 takes every one of its colours at once
+    with pytest.raises(InputError, match=r"infeasible LP: sum_c x"):
+        load_lp(tampered(x=x), H)
+    with pytest.raises(InputError, match="infeasible LP: z of edge"):
+        load_lp(tampered(x=np.zeros_like(keep["x"])), H)
+    with pytest.raises(InputError, match="is not w.z"):
+        load_lp(tampered(value=np.float64(keep["value"] + 1.0)), H)
+
+
+def test_local_search_summary_keeps_both_values():
+    """-a best --local-search: `values` are the roundings' own values, `value` the searched one,
+    and `value_before_local_search` says which of them it started from."""
+    H = rainbow_cycle(9, 5, 2)
+    res = solve(H, algorithm="majority", local_search=True).summary
+    assert res["value_before_local_search"] == majority(H).value
+    assert res["value"] > res["value_before_local_search"]  # the rainbow cycle is improvable
+    best = solve(H, algorithm="best", trials=20, seed=0, local_search=True).summary
+    assert best["value_before_local_search"] == best["values"][best["winner"]]
+    assert "value_before_local_search" not in solve(H, algorithm="best", trials=20).summary
 
 
 # ------------------------------------------------------------------------------ real data

@@ -9,7 +9,6 @@ from icmlkit.lib.core.lazy import lazy_exports
 _LAZY = {  # name -> module: submodules load on first use, so `lp` never imports torch
     "ALGORITHMS": "icmlkit.lib.maxecc.solve",
     "DEFAULT_METHOD": "icmlkit.lib.maxecc.lp",
-    "FOREIGN": "icmlkit.lib.maxecc.formats",
     "Hypergraph": "icmlkit.lib.maxecc.hypergraph",
     "ILPResult": "icmlkit.lib.maxecc.ilp",
     "LPSolution": "icmlkit.lib.maxecc.lp",
@@ -52,7 +51,7 @@ __getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
-    "ALGORITHMS", "DEFAULT_METHOD", "FOREIGN", "METHODS", "SUMMARY_KEYS", "UNCOLOURED",
+    "ALGORITHMS", "DEFAULT_METHOD", "METHODS", "SUMMARY_KEYS", "UNCOLOURED",
     "Hypergraph", "ILPResult", "LPSolution", "Rounds", "SolveResult",
     "brute_force", "build_model", "colour_pairs", "edge_bounds", "evaluate", "factors",
     "incident_pairs", "load_lp", "local_search", "lp_argmax", "majority", "odd_cycle", "paired",

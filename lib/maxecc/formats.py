@@ -34,7 +34,6 @@ from icmlkit.lib.core.io import atomic_write, display_name, is_stdio, open_text,
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
 
 UNCOLOURED = -1  # vertex not listed in a colouring file
-FOREIGN = -2  # a colour label the instance has no edges of
 
 
 # ---------------------------------------------------------------------------------- instances
@@ -261,9 +260,9 @@ def write_instance(path: str | os.PathLike, H: Hypergraph) -> None:
 def read_colouring(path: str | os.PathLike, H: Hypergraph) -> np.ndarray:
     """Read a ``vertex,colour`` CSV (original ids and labels) into sigma, int64 [n].
 
-    Vertices not listed get -1 (uncoloured); a colour label the instance has no edges of maps
-    to -2 (a valid colour that satisfies nothing); an empty colour field means -1. Unknown vertex
-    ids and repeated vertices raise InputError with the line number.
+    Vertices not listed get -1 (uncoloured); an empty colour field means -1. Unknown vertex ids,
+    repeated vertices and colour labels the instance has no edges of (a typo would otherwise
+    score as a colour that satisfies nothing) raise InputError with the line number.
     """
     name = display_name(path)
     vindex = {str(v): i for i, v in enumerate(H.node_ids.tolist())}
@@ -291,13 +290,16 @@ def read_colouring(path: str | os.PathLike, H: Hypergraph) -> np.ndarray:
                 raise InputError(f"vertex {row[0]!r} is listed twice", name, no)
             seen[v] = True
             c = row[1].strip()
-            sigma[v] = UNCOLOURED if c == "" else cindex.get(c, FOREIGN)
+            if c and c not in cindex:
+                known = ", ".join(list(cindex)[:8]) + (", ..." if len(cindex) > 8 else "")
+                raise InputError(f"colour {c!r} is not a colour of the instance (its colours: {known})", name, no)
+            sigma[v] = cindex[c] if c else UNCOLOURED
     return sigma
 
 
 def write_colouring(path: str | os.PathLike, H: Hypergraph, sigma: np.ndarray) -> None:
     """Write sigma as CSV ``vertex,colour`` (original ids and labels), one row per vertex in
-    vertex order; negative entries (uncoloured / foreign) are written with an empty colour."""
+    vertex order; negative entries (uncoloured) are written with an empty colour."""
     sigma = np.asarray(sigma)
     if sigma.shape != (H.n,):
         raise UsageError(f"a colouring needs {H.n} entries, got shape {sigma.shape}")

@@ -311,8 +311,28 @@ def save_lp(path, sol: LPSolution) -> None:
     )
 
 
+FEAS_TOL = 1e-6  # slack allowed in a loaded LP's rows and objective (solver tolerances)
+
+
+def _check_feasible(H: Hypergraph, pairs: Pairs, x: np.ndarray, z: np.ndarray, value: float, name: str) -> None:
+    """Refuse a loaded LP that is not a feasible point of the relaxation or whose stored value is
+    not w.z: rounding an infeasible x would report factors the algorithms never proved."""
+    load = np.bincount(pairs.pair_v, weights=x, minlength=H.n)
+    if load.max(initial=0.0) > 1 + FEAS_TOL:
+        v = int(np.argmax(load))
+        raise InputError(f"infeasible LP: sum_c x[{H.node_ids[v]}, c] = {load[v]:.6g} > 1", name)
+    slack = z[H.edge_of] - x[pairs.of_entry]
+    if slack.size and slack.max() > FEAS_TOL:
+        e = int(H.edge_of[np.argmax(slack)])
+        raise InputError(f"infeasible LP: z of edge {e} exceeds x of one of its vertices by {slack.max():.3g}", name)
+    wz = float(H.weight @ z)
+    if abs(wz - value) > FEAS_TOL * max(1.0, abs(wz)):
+        raise InputError(f"the stored value {value:.10g} is not w.z = {wz:.10g}", name)
+
+
 def load_lp(path, H: Hypergraph) -> LPSolution:
-    """Load an LP solution saved by :func:`save_lp`, checking it belongs to ``H``."""
+    """Load an LP solution saved by :func:`save_lp`, checking it belongs to ``H``, is feasible
+    (capacity and incidence rows to :data:`FEAS_TOL`) and that its value is w.z."""
     d = load_npz(path, required=("pair_v", "pair_c", "x", "z", "value", "status", "optimal"))
     name = display_name(path)
     pairs = incident_pairs(H)
@@ -323,6 +343,7 @@ def load_lp(path, H: Hypergraph) -> LPSolution:
     x, z = d["x"].astype(np.float64), d["z"].astype(np.float64)
     if x.shape != pairs.pair_v.shape or not (np.all((x >= 0) & (x <= 1)) and np.all((z >= 0) & (z <= 1))):
         raise InputError("x and z must lie in [0, 1], one x per pair", name)
+    _check_feasible(H, pairs, x, z, float(d["value"]), name)
     return LPSolution(
         pair_v=pairs.pair_v, pair_c=pairs.pair_c, x=x, z=z, value=float(d["value"]),
         status=str(d["status"]), optimal=bool(d["optimal"]),

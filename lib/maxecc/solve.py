@@ -24,7 +24,8 @@ SUMMARY_KEYS = (
 @dataclass
 class SolveResult:
     """``sigma`` (int64 [n]), the ``summary`` dict (keys :data:`SUMMARY_KEYS`, plus ``values``
-    and ``winner`` for algorithm 'best'), the LP solution used (None for majority without LP) and
+    (each rounding's value before local search) and ``winner`` for algorithm 'best', and
+    ``value_before_local_search`` with local search), the LP solution used (None for majority without LP) and
     the ILP result when one was run."""
 
     sigma: np.ndarray
@@ -87,6 +88,7 @@ def solve(
     rounds = {name: _run_one(name, H, lp, trials, seed, derandomize, device) for name in names}
     winner = max(names, key=lambda a: (rounds[a].value, -names.index(a)))
     sigma, value = rounds[winner].sigma, rounds[winner].value
+    before_search = value
     if local_search:
         sigma, _ = R.local_search(H, sigma, device=device)
         value, _ = R.evaluate(H, sigma)
@@ -107,7 +109,10 @@ def solve(
         "seconds_rounding": seconds_rounding,
         "seconds_total": time.perf_counter() - t0,
     }
+    if local_search:
+        summary["value_before_local_search"] = float(before_search)
     if algorithm == "best":
+        # each rounding's own value, before any local search (which runs on the winner only)
         summary["winner"] = winner
         summary["values"] = {a: rounds[a].value for a in names}
     return SolveResult(sigma=np.asarray(sigma, dtype=np.int64), summary=summary, lp=lp, ilp=ilp_res, rounds=rounds)
