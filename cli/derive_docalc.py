@@ -132,48 +132,28 @@ def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
 @click.argument("query2")
 @click.option("--exhaustive", is_flag=True, help="Also decide by the breadth-first search (the reference) "
               "and report whether the two routes agree.")
-def check(run, graph, query1, query2, exhaustive):
-    """Are QUERY1 and QUERY2 equal under the do-calculus? Exit 0 if yes, 3 if not.
+@click.option("--require-equivalent", is_flag=True, help="Exit 3 (after the answer) when the queries are not equivalent.")
+def check(run, graph, query1, query2, exhaustive, require_equivalent):
+    """Are QUERY1 and QUERY2 equal under the do-calculus? The answer is `equivalent` (exit 0 either way).
 
     Four d-separation tests on mutilated graphs, one per step of the canonical path R2 up, R3 up,
     R3 down, R2 down (Theorem 6 / Corollary 1; the step sets are reconstructed). When all hold the
-    non-empty steps are the witness path.
+    non-empty steps are the witness path. `--require-equivalent` makes "not equivalent" exit 3.
 
     \b
     JSON keys: equivalent (true/false), tests (each: rule, Z, from, to, empty, holds), witness
     (the rule path when equivalent, else []), query1, query2; with --exhaustive also
     exhaustive_equivalent and agree.
     Examples:
-      derive-docalc check fd.dag 'P(y|do(x))' 'P(y|do(x), do(z))' --json
-      derive-docalc check g.dag 'P(y|do(x))' 'P(y|x)' || echo 'not the same quantity'
+      derive-docalc check fd.dag 'P(y|do(x))' 'P(y|do(x), do(z))' --json | jq .equivalent
+      derive-docalc check g.dag 'P(y|do(x))' 'P(y|x)' --require-equivalent || echo 'not the same quantity'
     """
     from icmlkit.lib.causal.parse import parse_query
-    from icmlkit.lib.docalc.derivation import RuleOracle, canonical_test, equivalence_class
+    from icmlkit.lib.docalc.api import check_equivalence
 
     G, q1 = _load(run, graph, query1)
-    q2 = parse_query(query2, G)
-    summary = {"query1": q1.text(G.nodes), "query2": q2.text(G.nodes)}
-    if q1.Y != q2.Y:
-        summary.update({"equivalent": False, "tests": [], "witness": [],
-                        "reason": "different outcome sets: the do-calculus never changes the outcome"})
-        eq = False
-    else:
-        o = RuleOracle(G, q1.Y)
-        e1 = (o.mask_of(q1.X), o.mask_of(q1.W))
-        e2 = (o.mask_of(q2.X), o.mask_of(q2.W))
-        eq, tests = canonical_test(o, e1, e2)
-        summary.update({"equivalent": bool(eq), "tests": tests,
-                        "witness": [{k: t[k] for k in ("rule", "Z", "from", "to")} for t in tests
-                                    if eq and not t["empty"]]})
-    if exhaustive:
-        if q1.Y != q2.Y:
-            ex = False
-        else:
-            cls = equivalence_class(G, q1)
-            ex = e2 in set(cls.members)
-        summary["exhaustive_equivalent"] = bool(ex)
-        summary["agree"] = bool(ex) == bool(eq)
-    if not eq:
+    summary = check_equivalence(G, q1, parse_query(query2, G), exhaustive=exhaustive)
+    if require_equivalent and not summary["equivalent"]:
         run.fail_check(f"{summary['query1']} and {summary['query2']} are not equivalent under the do-calculus")
     return summary
 

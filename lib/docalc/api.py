@@ -25,7 +25,7 @@ from icmlkit.lib.causal.parse import Query
 from icmlkit.lib.core.errors import CheckFailed, InputError, UsageError
 from icmlkit.lib.docalc.config import EstimateConfig
 from icmlkit.lib.docalc import expr as E
-from icmlkit.lib.docalc.derivation import EquivalenceClass, equivalence_class
+from icmlkit.lib.docalc.derivation import EquivalenceClass, RuleOracle, canonical_test, equivalence_class
 from icmlkit.lib.docalc.estimate import (DiscreteTables, GaussianMoments, bootstrap_tables, counts_table,
                                          evaluate_table, fingerprint, gaussian_effect, rank)
 from icmlkit.lib.docalc.identify import NotIdentifiable, identify
@@ -69,6 +69,37 @@ class ClassEstimands:
 def _free_target(q: Query, e: E.Expr, G: ADMG) -> list[str]:
     vs = set(q.Y | q.X | q.W) | set(E.free(e))
     return [v for v in G.nodes if v in vs]
+
+
+def check_equivalence(G: ADMG, q1: Query, q2: Query, exhaustive: bool = False) -> dict:
+    """Decide whether ``q1`` and ``q2`` are equal under the do-calculus (a summary dict).
+
+    1. different outcome sets are never equivalent (the calculus never changes Y);
+    2. otherwise the four d-separation tests of the canonical path R2 up, R3 up, R3 down, R2 down
+       (Theorem 6 / Corollary 1; the step sets are reconstructed); the non-empty steps of a passing
+       path are the witness;
+    3. with ``exhaustive``, also by membership in the breadth-first class (the reference), and
+       whether the two routes agree.
+    A non-equivalent pair is an answer (``equivalent: false``), not an error.
+    """
+    summary = {"query1": q1.text(G.nodes), "query2": q2.text(G.nodes)}
+    if q1.Y != q2.Y:
+        summary.update({"equivalent": False, "tests": [], "witness": [],
+                        "reason": "different outcome sets: the do-calculus never changes the outcome"})
+    else:
+        o = RuleOracle(G, q1.Y)
+        eq, tests = canonical_test(o, (o.mask_of(q1.X), o.mask_of(q1.W)), (o.mask_of(q2.X), o.mask_of(q2.W)))
+        summary.update({"equivalent": bool(eq), "tests": tests,
+                        "witness": [{k: t[k] for k in ("rule", "Z", "from", "to")} for t in tests
+                                    if eq and not t["empty"]]})
+    if exhaustive:
+        ex = False
+        if q1.Y == q2.Y:
+            o = RuleOracle(G, q1.Y)
+            ex = (o.mask_of(q2.X), o.mask_of(q2.W)) in set(equivalence_class(G, q1).members)
+        summary["exhaustive_equivalent"] = bool(ex)
+        summary["agree"] = bool(ex) == summary["equivalent"]
+    return summary
 
 
 def class_estimands(G: ADMG, q: Query, cap: int = 200_000, rules=(1, 2, 3), projections: bool = False,

@@ -66,7 +66,8 @@ def run_demo(folder: Path, *, seed: int = 0) -> dict:
     plain = next(r for r in ranked if r["plain_id"])
     napkin_members = next(r["n_members"] for r in rows if r["graph"] == "napkin")
     headline = (f"napkin: {napkin_members} equivalent queries, estimand error {err:.1e}; "
-                f"front-door+back-door (true effect 1): best {best['estimate']:.3f}±{best['se']:.3f} "
+                f"front-door+back-door (true effect 1), with the --projections EXTENSION (not in the paper): "
+                f"best {best['estimate']:.3f}±{best['se']:.3f} "
                 f"vs plain ID {plain['estimate']:.3f}±{plain['se']:.3f}")
     summary = {"headline": headline, "graphs": rows, "napkin_max_error": err,
                "ranking": [{k: r[k] for k in ("rank", "estimand", "estimate", "se", "plain_id")} for r in ranked]}

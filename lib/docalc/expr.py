@@ -185,24 +185,72 @@ def canonical(e: Expr) -> Expr:
 # --------------------------------------------------------------------------- rendering
 
 
+def _names(e: Expr) -> set:
+    if isinstance(e, Prob):
+        return set(e.vars) | set(e.cond)
+    if isinstance(e, Prod):
+        return set().union(*map(_names, e.factors)) if e.factors else set()
+    if isinstance(e, Sum):
+        return set(e.over) | _names(e.body)
+    if isinstance(e, Frac):
+        return _names(e.num) | _names(e.den)
+    return set()
+
+
+def rename_bound(e: Expr) -> Expr:
+    """The same expression with every summed variable that shadows a free one (or one summed by an
+    enclosing sum) renamed with primes: ``sum_M P(M|X) sum_X P(X) P(Y|M,X)`` becomes
+    ``sum_M P(M|X) sum_{X'} P(X') P(Y|M,X')``. Values are unchanged (bound names are dummies); the
+    renderers apply it so a printed estimand never reuses a free variable as a bound one."""
+    used = _names(e)
+
+    def go(e, sub, scope):
+        if isinstance(e, Prob):
+            return Prob(tuple(sub.get(v, v) for v in e.vars), tuple(sub.get(v, v) for v in e.cond))
+        if isinstance(e, Prod):
+            return Prod(tuple(go(f, sub, scope) for f in e.factors))
+        if isinstance(e, Frac):
+            return Frac(go(e.num, sub, scope), go(e.den, sub, scope))
+        if isinstance(e, Sum):
+            sub, scope, over = dict(sub), set(scope), []
+            for v in e.over:
+                new = v
+                if v in scope:
+                    while new in used:
+                        new += "'"
+                    used.add(new)
+                sub[v] = new
+                scope.add(new)
+                over.append(new)
+            return Sum(tuple(over), go(e.body, sub, scope))
+        return e
+
+    return go(e, {}, set(free(e)))
+
+
 def text(e: Expr) -> str:
-    """Plain-text rendering, e.g. ``sum_{Z} P(Z) P(Y | X, Z)``; deterministic."""
+    """Plain-text rendering, e.g. ``sum_{Z} P(Z) P(Y | X, Z)``; deterministic; bound variables
+    that shadow free ones are primed (:func:`rename_bound`)."""
+    return _text(rename_bound(e))
+
+
+def _text(e: Expr) -> str:
     if isinstance(e, One):
         return "1"
     if isinstance(e, Prob):
         s = ", ".join(e.vars)
         return f"P({s} | {', '.join(e.cond)})" if e.cond else f"P({s})"
     if isinstance(e, Prod):
-        return " ".join(f"[{text(f)}]" if isinstance(f, Frac) else text(f) for f in e.factors)
+        return " ".join(f"[{_text(f)}]" if isinstance(f, Frac) else _text(f) for f in e.factors)
     if isinstance(e, Sum):
-        b = text(e.body)
+        b = _text(e.body)
         if isinstance(e.body, Prod):
             b = f"({b})"
         elif isinstance(e.body, Frac):
             b = f"[{b}]"
         return f"sum_{{{', '.join(e.over)}}} {b}"
     if isinstance(e, Frac):
-        return f"[{text(e.num)}] / [{text(e.den)}]"
+        return f"[{_text(e.num)}] / [{_text(e.den)}]"
     raise TypeError(e)
 
 
@@ -216,21 +264,26 @@ def _lx(v: str) -> str:
 
 
 def latex(e: Expr) -> str:
-    """LaTeX rendering: ``\\sum_{Z} P(Z) P(Y \\mid X, Z)``, fractions with ``\\frac``."""
+    """LaTeX rendering: ``\\sum_{Z} P(Z) P(Y \\mid X, Z)``, fractions with ``\\frac``; bound
+    variables that shadow free ones are primed (:func:`rename_bound`)."""
+    return _latex(rename_bound(e))
+
+
+def _latex(e: Expr) -> str:
     if isinstance(e, One):
         return "1"
     if isinstance(e, Prob):
         s = ", ".join(map(_lx, e.vars))
         return f"P({s} \\mid {', '.join(map(_lx, e.cond))})" if e.cond else f"P({s})"
     if isinstance(e, Prod):
-        return " ".join(latex(f) for f in e.factors)
+        return " ".join(_latex(f) for f in e.factors)
     if isinstance(e, Sum):
-        b = latex(e.body)
+        b = _latex(e.body)
         if isinstance(e.body, (Prod, Sum)):
             b = f"\\left({b}\\right)"
         return f"\\sum_{{{', '.join(map(_lx, e.over))}}} {b}"
     if isinstance(e, Frac):
-        return f"\\frac{{{latex(e.num)}}}{{{latex(e.den)}}}"
+        return f"\\frac{{{_latex(e.num)}}}{{{_latex(e.den)}}}"
     raise TypeError(e)
 
 
