@@ -9,11 +9,13 @@ One run (about 6-10 minutes on 2 CPU cores) does:
 2. MiniLM-L6 (the real all-MiniLM-L6-v2 weights), horses -> motorcycles, strengths swept, on the
    concept questions and COCO captions of ../shared/data/concepts (subsampled, counts in the
    results): switch rate, re-trained probe accuracy, disturbance of held-out neutral captions and of
-   unrelated-concept texts (toxicity, helpfulness), in three settings:
+   unrelated-concept texts (helpfulness questions), in three settings:
      A  the residual stream (block output) of layer 2 of 6 alone ("a middle layer");
      B  the attention output of all six layers (the official LLM setting);
-     C  as B, with neutral statistics from captions *and* other questions/dialogue (toxicity and
-        helpfulness texts not used for scoring), closer to the paper's instruction-style neutral set.
+     C  as B, with neutral statistics from captions *and* toxicity questions, closer to the paper's
+        instruction-style neutral set.
+   The unrelated test texts (helpfulness questions) come from a pool that no fitting set uses in any
+   setting, and every pool is de-duplicated, so no test text is a fitting text.
    LEACE (beta = 1, no clipping) erases the pair at one layer; a re-trained probe should be at chance.
 3. Speed on this CPU: fitting from 5000 x 384 neutral activations, and apply throughput.
 
@@ -47,8 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 SEED = 0
 MAX_LENGTH = 64
-SIZES = {"neutral_fit": 2500, "neutral_test": 250, "unrelated_test_each": 100, "test_fraction": 0.2,
-         "mixed_neutral_each": 625}
+SIZES = {"neutral_fit": 2500, "neutral_test": 250, "unrelated_test": 200, "test_fraction": 0.2,
+         "mixed_neutral_questions": 1000}
 GRIDS = {
     "A": {"CASteer": [0.5, 1, 1.5, 2, 3], "LEACE-Switch": [1, 2, 3, 4, 6], "MidSteer": [2, 4, 6, 8, 12],
           "LEACE": [1]},
@@ -62,7 +64,7 @@ SETTINGS = {
     "B": {"site": "attn", "layers": "all", "leace_layers": [3], "probe_layer": 3, "neutral": "captions",
           "what": "attention output of all 6 layers (LEACE: layer 3 alone)"},
     "C": {"site": "attn", "layers": "all", "leace_layers": None, "probe_layer": 3, "neutral": "mixed",
-          "what": "attention output of all 6 layers, neutral = captions + other questions/dialogue"},
+          "what": "attention output of all 6 layers, neutral = captions + toxicity questions"},
 }
 
 
@@ -99,6 +101,18 @@ def exactness(real_acts: dict | None) -> dict:
             f.update(torch.tensor(xx, dtype=torch.float64), torch.tensor(yy))
             ref = f.eraser(torch.tensor(xx, dtype=torch.float64)).numpy()
             row["rel_max_diff"] = float(np.abs(ours - ref).max() / np.abs(ref).max())
+            if real_acts is not None and name.startswith("MiniLM"):
+                # --stats neutral (caption statistics, as the demo and the settings use): not Belrose's eraser
+                neu = real_acts["leace_neutral"].apply(xx.astype(np.float64))
+                x64 = xx.astype(np.float64)
+                out["leace_neutral_stats_vs_concept_erasure"] = {
+                    "data": name, "rel_max_diff": float(np.abs(neu - ref).max() / np.abs(ref).max()),
+                    "rel_mean_row_diff": float(np.linalg.norm(neu - ref, axis=1).mean()
+                                               / np.linalg.norm(ref - x64, axis=1).mean()),
+                    "mean_shift_neutral_stats": float(np.linalg.norm(neu - x64, axis=1).mean()),
+                    "mean_shift_concept_stats": float(np.linalg.norm(ref - x64, axis=1).mean()),
+                    "shift_ratio": float(np.linalg.norm(neu - x64, axis=1).mean()
+                                         / np.linalg.norm(ref - x64, axis=1).mean())}
         out["leace_vs_concept_erasure"].append(row)
     if real_acts is not None:
         ms_real = real_acts["midsteer"]
@@ -133,7 +147,13 @@ def speed() -> dict:
 
 
 def splits(data: dict) -> dict:
+    """Train/test splits. Every pool is de-duplicated first (the horse questions repeat 25 texts), so a
+    test text is never also a fitting text. The unrelated test texts are the helpfulness questions only,
+    a pool that no fitting set draws from in any setting (issue 32: setting C's neutral set used to mix
+    in toxicity and helpfulness texts from the pools of its unrelated test set); setting C's
+    question-style neutral texts are toxicity questions."""
     rng = np.random.default_rng(SEED)
+    data = {k: list(dict.fromkeys(v)) for k, v in data.items()}
 
     def cut(texts, frac):
         idx = rng.permutation(len(texts))
@@ -144,14 +164,19 @@ def splits(data: dict) -> dict:
     m_tr, m_te = cut(data["motorcycles"], SIZES["test_fraction"])
     neu = [data["neutral"][i] for i in rng.permutation(len(data["neutral"]))]
     n_fit, n_te = neu[:SIZES["neutral_fit"]], neu[SIZES["neutral_fit"]:SIZES["neutral_fit"] + SIZES["neutral_test"]]
-    k = SIZES["unrelated_test_each"]
     tox = [data["toxicity"][i] for i in rng.permutation(len(data["toxicity"]))]
     hlp = [data["helpfulness"][i] for i in rng.permutation(len(data["helpfulness"]))]
-    unrel = tox[:k] + hlp[:k]
-    mk = SIZES["mixed_neutral_each"]
-    mixed = n_fit[:SIZES["neutral_fit"] - 2 * mk] + tox[k:k + mk] + hlp[k:k + mk]
-    return {"source_train": h_tr, "source_test": h_te, "target_train": m_tr, "target_test": m_te,
-            "neutral_fit": n_fit, "neutral_mixed": mixed, "neutral_test": n_te, "unrelated": unrel}
+    unrel = hlp[:SIZES["unrelated_test"]]
+    mk = SIZES["mixed_neutral_questions"]
+    mixed = n_fit[:SIZES["neutral_fit"] - mk] + tox[:mk]
+    out = {"source_train": h_tr, "source_test": h_te, "target_train": m_tr, "target_test": m_te,
+           "neutral_fit": n_fit, "neutral_mixed": mixed, "neutral_test": n_te, "unrelated": unrel}
+    fitting = set(h_tr) | set(m_tr) | set(n_fit) | set(mixed)
+    for key in ("source_test", "target_test", "neutral_test", "unrelated"):
+        shared = len(set(out[key]) & fitting)
+        if shared:
+            raise AssertionError(f"{shared} {key} texts are also fitting texts")
+    return out
 
 
 def minilm(configs: list[str]) -> tuple[dict, dict | None]:
@@ -181,7 +206,8 @@ def minilm(configs: list[str]) -> tuple[dict, dict | None]:
             xs, xt = src_emb["layer_2"], tgt_emb["layer_2"]
             real = {"where": "block 2 (pooled train questions)", "x": np.r_[xs, xt],
                     "y": np.r_[np.ones(len(xs), int), np.zeros(len(xt), int)],
-                    "midsteer": next(s for lab, s in steerings if lab == "MidSteer").steps[0]}
+                    "midsteer": next(s for lab, s in steerings if lab == "MidSteer").steps[0],
+                    "leace_neutral": next(s for lab, s in steerings if lab == "LEACE").steps[0]}
         enc = Encoder(loaded, layers=cfg["layers"], site=cfg["site"], pool="mean", max_length=MAX_LENGTH)
         rows = evaluate_grid(enc, steerings, GRIDS[name], source_train=sp["source_train"],
                              target_train=sp["target_train"], source_test=sp["source_test"],
@@ -257,7 +283,10 @@ def markdown(res: dict) -> str:
     mini = res["results"]["minilm"]
     if "settings" in mini:
         lines += ["", "## MiniLM-L6, horses -> motorcycles", "",
-                  "Texts: " + ", ".join(f"{k} {v}" for k, v in mini["counts"].items()) + ".", "",
+                  "Texts: " + ", ".join(f"{k} {v}" for k, v in mini["counts"].items()) + " (pools de-duplicated; "
+                  "no test text is a fitting text). Unrelated test texts: helpfulness questions, a pool no fitting "
+                  "set draws from in any setting (setting C's question-style neutral texts are toxicity "
+                  "questions).", "",
                   "Disturbance at switch rate 0.9 (interpolated along each method's strength grid; "
                   "mean 1 - cos of final sentence embeddings):", "",
                   "| setting | method | neutral captions | unrelated texts |", "|---|---|---|---|"]
@@ -310,6 +339,13 @@ def main() -> None:
         syn["leace_switch_rel_error"] > 0.05 and syn["midsteer_rel_error"] < 1e-8,
         f"synthetic Gaussians, ||s|| = {syn['s_norm']:.2f}, ||t|| = {syn['t_norm']:.2f}: LEACE-Switch relative "
         f"miss {syn['leace_switch_rel_error']:.3f}, MidSteer {syn['midsteer_rel_error']:.1e}")
+    ln = exact.get("leace_neutral_stats_vs_concept_erasure")
+    if ln:
+        targets["leace_stats_neutral_differs_from_eraser"] = target(
+            ln["rel_mean_row_diff"], "informational (no threshold)", True,
+            f"{ln['data']}: LEACE with --stats neutral (caption mu0, Sigma) vs concept-erasure's eraser (= --stats "
+            f"concept): mean row difference {ln['rel_mean_row_diff']:.2f} of the eraser's mean shift, max entry "
+            f"{ln['rel_max_diff']:.2f} of max |ref|; it moves the rows {ln['shift_ratio']:.2f}x as far")
     if "settings" in mini:
         for name, s in mini["settings"].items():
             for key in ("neutral", "unrelated"):

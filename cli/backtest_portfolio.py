@@ -111,8 +111,15 @@ def train(run, prices, output, is_returns, max_gap, cfg):
     validation score (Sharpe for dfl, MSE for pfl) is kept.
 
     \b
+    Train/test consistency: training solves the layer on a soft mask (without the --min-weight
+    floor unless --train-floor); the test holds the hard top-k with the floor. train_test_gap
+    reports the difference on the validation dates (dfl).
+
+    \b
     JSON keys: loss, k, topk, score, epochs, train_dates, val_dates, train_loss, val_sharpe, val_mse,
-    best_epoch, infeasible_steps, seconds, seconds_per_epoch, output.
+    best_epoch, infeasible_steps, train_floor, train_cost_bps, val_sharpe_net (with
+    --train-cost-bps), train_test_gap (dfl: eps, dates, soft_sharpe, hard_sharpe, gap, mask_distance,
+    soft_names, hard_at_floor_share, on), seconds, seconds_per_epoch, output.
     Example:  backtest-portfolio train skfolio:sp500 --train-end 2012-12-31 --val-end 2015-12-31 -o dfl.pt
     """
     from icmlkit.lib.portfolio.api import train as train_model
@@ -185,20 +192,25 @@ def backtest(run, prices, model_path, output, is_returns, max_gap, cfg):
 def report(run, results, output):
     """Compare back-test runs side by side: table (gross and net) and PNG equity curves / drawdowns.
 
-    RESULTS are run folders written by `backtest` (or their returns.csv files).
+    RESULTS are run folders written by `backtest` (or their returns.csv files); anything else is
+    refused at once (its first line must be the header date,gross,net). With several runs, every
+    pair gets a paired test of the net Sharpe difference on the days both share (paired stationary
+    bootstrap, mean block 21 days, 2000 draws: 90 % CI and two-sided p-value) -- overlapping per-run
+    CIs are not a test of a difference.
 
     \b
     JSON keys: strategies (list of each run's summary), best (strategy with the highest net Sharpe),
-    outdir.
+    paired (per pair: a, b, diff = Sharpe(a) - Sharpe(b), ci, p_value, days, n_boot, mean_block,
+    ci_level, start, end), outdir.
     Example:  backtest-portfolio report runs/* -o runs/compare --json | jq .best
     """
     from icmlkit.lib.portfolio.report import read_run, write_run_report
 
     rows = [read_run(run.input(p)) for p in results]
     with run.run_dir(output) as folder:
-        summaries = write_run_report(folder, rows, compare=True)
+        summaries, paired = write_run_report(folder, rows, compare=True)
     best = max(summaries, key=lambda s: s["sharpe"])
-    return {"strategies": summaries, "best": best["strategy"], "outdir": output}
+    return {"strategies": summaries, "best": best["strategy"], "paired": paired, "outdir": output}
 
 
 @cli.command()

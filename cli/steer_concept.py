@@ -45,6 +45,7 @@ Examples:
   steer-concept embed neutral.txt --pool all --layers all -o neutral.npz
   steer-concept embed horses.json --layers all -o horses.npz
   steer-concept embed motorcycles.json --layers all -o motorcycles.npz
+  steer-concept merge part1.npz part2.npz -o joined.npz   # the outputs of embed --shard 1/2, 2/2
   steer-concept fit --neutral neutral.npz --source horses.npz --target motorcycles.npz \\
       --method midsteer -o h2m.safetensors --json
   steer-concept apply h2m.safetensors horses.npz --strength 1 -o steered.npz
@@ -112,7 +113,8 @@ def embed(run, args, output, layers, site, pool, batch_size, max_length, dtype, 
 
     The file holds layer_<L> (one row per text, or per token with --pool all, then text_index),
     pooled (masked mean of the last hidden state, L2-normalised for sentence-transformers folders
-    such as MiniLM), texts and meta (model, site, pool, layers).
+    such as MiniLM), texts and meta (model, site, pool, layers; with --shard K/N also shard,
+    text_range, texts_total, which `merge` uses to join the shards).
 
     \b
     JSON keys: model, texts, rows, layers, site, pool, dim, seconds, output.
@@ -130,13 +132,18 @@ def embed(run, args, output, layers, site, pool, batch_size, max_length, dtype, 
     run.output(output)
     resolve_model_path(model)  # a wrong MODEL fails before the texts are read
     texts = _texts(run, texts_path, column)
-    texts = [texts[i] for i in shard_slice(len(texts), shard)]
+    total = len(texts)
+    part = shard_slice(total, shard)
+    texts = [texts[i] for i in part]
     t0 = time.perf_counter()
     loaded = load_model(model, device=run.device, dtype=dtype)
     enc = Encoder(loaded, layers=layers, site=site, pool=pool, batch_size=batch_size, max_length=max_length,
                   device=run.device)
     res = enc.embed(texts)
-    save_activations(output, res, texts, enc.config())
+    meta = enc.config()
+    if shard[1] > 1:  # what `merge` needs to join the shards
+        meta.update(shard=list(shard), text_range=[part.start, part.stop], texts_total=total)
+    save_activations(output, res, texts, meta)
     run.wrote(output)
     first = res[f"layer_{enc.layers[0]}"]
     return {"model": loaded.name, "texts": len(texts), "rows": int(first.shape[0]), "layers": enc.layers,
@@ -145,8 +152,32 @@ def embed(run, args, output, layers, site, pool, batch_size, max_length, dtype, 
 
 
 @cli.command(seed=False)
+@click.argument("shards", nargs=-1, required=True, metavar="SHARD...")
+@output_option("Write the joined activations.", suffixes=(".npz",), stdout=False, required=True)
+def merge(run, shards, output):
+    """Join the .npz shards of `embed --shard K/N` into the file `embed` writes without --shard.
+
+    The shards (any order) must come from one embed run (same model, site, pool, layers, ...) and
+    cover 1..N exactly once; rows are joined in shard order and text_index (--pool all) is offset.
+
+    \b
+    JSON keys: shards, texts, rows (rows per array), inputs (in shard order), output.
+    Example:
+      for k in 1 2 3 4; do steer-concept embed caps.txt --pool all --shard $k/4 -o n$k.npz; done
+      steer-concept merge n1.npz n2.npz n3.npz n4.npz -o neutral.npz --json
+    """
+    from icmlkit.lib.steer.io import ActivationFile, merge_shards, save_activations
+
+    run.output(output)
+    res = merge_shards([ActivationFile.load(run.input(p)) for p in shards])
+    save_activations(output, res.arrays, None, res.meta)
+    run.wrote(output)
+    return {**res.summary, "output": output}
+
+
+@cli.command(seed=False)
 @click.option("--neutral", "neutral_path", default=None,
-              help="Neutral activations (.npz): mu0 and Sigma. Not needed for casteer.")
+              help="Neutral activations (.npz): mu0 and Sigma. Not needed for casteer or --stats concept.")
 @click.option("--source", "sources", multiple=True, required=True,
               help="Source-concept activations (.npz); repeat for several concepts (applied in order).")
 @click.option("--target", "targets", multiple=True,
@@ -170,8 +201,15 @@ def fit(run, neutral_path, sources, targets, method, clip, concepts, cfg, output
     left = Sigma^1/2 v, right = W u / ||u||^2, plus the means and a JSON config.
 
     \b
-    JSON keys: method, steps, layers, dim, beta, clip, s_norm, t_norm, effective_rank, n_neutral,
-    shrinkage, seconds, output (norms and ranks of the first step).
+    --stats concept takes mu0 and Sigma from each concept's pooled source + target rows instead
+    (no --neutral): the labelled data of LEACE (Belrose et al. 2023), with which --method leace is
+    exactly concept-erasure's eraser. The paper's "steering is a special case of LEACE" is about
+    the affine form x - W+ P W (x - mu0) fitted on neutral statistics (the official code's leace
+    steer), which is that eraser only with --stats concept [reconstructed reading].
+
+    \b
+    JSON keys: method, steps, layers, dim, beta, clip, s_norm, t_norm, effective_rank, n_neutral
+    (rows behind mu0 and Sigma), shrinkage, stats, seconds, output (norms and ranks of the first step).
     Examples:
       steer-concept fit --neutral n.npz --source h.npz --target m.npz -m leace-switch -o ls.safetensors
       steer-concept fit --neutral n.npz --source tox.npz --target help.npz --source h.npz --target m.npz \\
@@ -236,6 +274,11 @@ def run_cmd(run, args, output, cfg, dtype, column):
 
     Each hook clones the site's output to float64, applies the layer's steps in order and casts
     back to the model's dtype. MODEL defaults to the model named in the steering file.
+
+    \b
+    --compare: disturbance = mean 1 - cos(steered, unsteered) sentence embeddings, in float64 with
+    each cosine clipped at 1, so it is >= 0 (float32 rounding can push the cosine of two nearly
+    equal embeddings above 1).
 
     \b
     JSON keys: model, texts, layers, site, strength, disturbance (null without --compare),

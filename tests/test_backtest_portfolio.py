@@ -480,3 +480,179 @@ FUZZ = [
 @pytest.mark.parametrize("case", FUZZ, ids=str)
 def test_malformed_inputs(case, tmp_path, capsys):
     check_malformed(TOOL, case, tmp_path, capsys)
+
+
+# --------------------------------------------------------------------------- issue 32: bugs found by using the tool
+
+
+def test_out_of_sample_check_is_strict():
+    """A model validated to D and a back-test whose first rebalance is D (trading at its close, earning
+    from the next day on) is out of sample: the help's own example must not be flagged."""
+    from types import SimpleNamespace
+
+    from icmlkit.lib.portfolio.api import BacktestRun
+
+    res = SimpleNamespace(rebalance_dates=np.array(["2015-12-31", "2016-01-29"], dtype="datetime64[D]"))
+    assert BacktestRun(res, 0.0, 0, "2015-12-31").model_data_overlap is False
+    assert BacktestRun(res, 0.0, 0, "2016-01-04").model_data_overlap is True
+    assert BacktestRun(res, 0.0, 0, "2015-12-30").model_data_overlap is False
+
+
+def test_weekly_rebalancing_is_the_last_trading_day_of_each_week():
+    import pandas as pd
+
+    dates = pd.bdate_range("2021-01-04", "2021-03-31").values.astype("datetime64[D]")
+    dates = dates[dates != np.datetime64("2021-02-12")]  # a Friday holiday: that week ends on Thursday
+    idx = rebalance_indices(dates, 0, len(dates) - 1, "weekly")
+    days = pd.DatetimeIndex(dates[idx])
+    assert len(idx) == 12
+    assert all(d.dayofweek == 4 for d in days if d != pd.Timestamp("2021-02-11")), list(days.day_name())
+    assert pd.Timestamp("2021-02-11") in days
+    # each chosen day is the last trading day of its Monday-to-Sunday week
+    for i in idx:
+        nxt = pd.Timestamp(dates[i + 1])
+        assert nxt.isocalendar()[1] != pd.Timestamp(dates[i]).isocalendar()[1]
+
+
+def test_train_start_on_a_trading_day_is_included():
+    from icmlkit.lib.portfolio.api import TrainConfig, training_dates
+
+    mk = _market(n=6, blocks=30)
+    d = str(mk.dates[300])
+    cfg = TrainConfig(k=2, window=60, train_start=d, train_end=str(mk.dates[500]))
+    tr, _ = training_dates(cfg, mk)
+    assert str(mk.dates[tr[0]]) == d
+    # a date that is not a trading day starts at the next trading day
+    import pandas as pd
+
+    bd = pd.bdate_range("2000-01-03", periods=mk.T).values.astype("datetime64[D]")
+    mk2 = Market(bd, mk.tickers, mk.returns, "synthetic")
+    sat = bd[300] + np.timedelta64(1, "D")
+    while pd.Timestamp(sat).dayofweek != 5:
+        sat += np.timedelta64(1, "D")
+    cfg2 = TrainConfig(k=2, window=60, train_start=str(sat), train_end=str(bd[500]))
+    tr2, _ = training_dates(cfg2, mk2)
+    assert mk2.dates[tr2[0]] > sat and mk2.dates[tr2[0] - 1] < sat
+
+
+def test_backtest_dash_output_creates_nothing_in_the_working_folder(tmp_path, capsys, monkeypatch):
+    p = _write_prices(tmp_path / "p.csv", n=4, days=300)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for argv in (["-o", "-"], ["--output", "-"], ["--output=-"]):
+        code, _, err = call(capsys, "backtest", p, "-s", "equal-weight", *argv)
+        assert code == 2 and "'-' (stdout) is not possible here" in err, err
+    assert list(work.iterdir()) == []
+
+
+def test_report_refuses_a_non_results_file_at_once(tmp_path, capsys):
+    import time
+
+    wide = tmp_path / "wide.txt"
+    wide.write_text(",".join(str(i) for i in range(200_000)) + "\n" + ",".join("1" for _ in range(200_000)) + "\n")
+    t0 = time.perf_counter()
+    code, _, err = call(capsys, "report", wide, "-o", tmp_path / "cmp")
+    assert time.perf_counter() - t0 < 1.5
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "wide.txt" in err and "date,gross,net" in err, err
+    (tmp_path / "noline.csv").write_bytes(b"x" * 300_000)
+    t0 = time.perf_counter()
+    code, _, err = call(capsys, "report", tmp_path / "noline.csv", "-o", tmp_path / "cmp")
+    assert time.perf_counter() - t0 < 1.5 and code == 1 and "noline.csv" in err, err
+    assert not (tmp_path / "cmp").exists()
+
+
+# --------------------------------------------------------------------------- issue 32: statistics and consistency
+
+
+def test_paired_sharpe_test():
+    from icmlkit.lib.portfolio.metrics import paired_sharpe_test, paired_table
+
+    rng = np.random.default_rng(0)
+    c = rng.normal(0.0004, 0.01, 1500)
+    a, b = c + rng.normal(0, 0.002, 1500), c + rng.normal(0, 0.002, 1500)
+    same = paired_sharpe_test(a, a)
+    assert same["diff"] == 0 and same["p_value"] == 1.0
+    far = paired_sharpe_test(a + 0.001, b)
+    assert far["diff"] > 0.5 and far["p_value"] < 0.01 and far["ci"][0] > 0
+    near = paired_sharpe_test(a, b)
+    assert near["ci"][0] < near["diff"] < near["ci"][1]
+    # pairs on the shared dates only
+    d = np.arange(np.datetime64("2020-01-01"), np.datetime64("2020-01-01") + 1500)
+    rows = paired_table([("a", d, a), ("b", d[100:], b[100:]), ("c", d, c)])
+    assert [(r["a"], r["b"]) for r in rows] == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert rows[0]["days"] == 1400 and rows[0]["start"] == str(d[100])
+
+
+def test_report_has_the_paired_test(tmp_path, capsys):
+    p = _write_prices(tmp_path / "p.csv", n=4, days=400)
+    for s in ("equal-weight", "historical-topk"):
+        assert call(capsys, "backtest", p, "-s", s, "--k", "2", "--window", "60", "-o", tmp_path / s)[0] == 0
+    code, out, err = call(capsys, "report", tmp_path / "equal-weight", tmp_path / "historical-topk",
+                          "-o", tmp_path / "cmp", "--json")
+    assert code == 0, err
+    pr = json.loads(out)["paired"]
+    assert len(pr) == 1 and pr[0]["a"] == "equal-weight" and 0 < pr[0]["p_value"] <= 1
+    sh = {s["strategy"]: s["sharpe"] for s in json.loads(out)["strategies"]}
+    assert pr[0]["diff"] == pytest.approx(sh["equal-weight"] - sh["historical-topk"])
+    assert "Paired test of net Sharpe differences" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+def test_parametrised_cvxpy_problem_matches_the_layer():
+    from icmlkit.lib.portfolio.layer import CvxpyTangency
+
+    mu, S, _ = _interior_problem(6, seed=7)
+    F = E.factor(S[None])
+    m = torch.tensor([[1, 0, 1, 1, 0, 1]], dtype=D)
+    w, _ = SharpeLayer(6, min_weight=0.05)(mu[None], F, m)
+    prob = CvxpyTangency(6, min_weight=0.05)
+    for _ in range(2):  # re-solved with new parameter values, compiled once
+        wc, inf = prob.solve(mu.numpy(), F[0].numpy(), m[0].numpy())
+        assert not inf
+        np.testing.assert_allclose(wc, w[0].numpy(), atol=1e-6)
+
+
+def test_net_of_costs_is_the_backtest_cost_model():
+    from icmlkit.lib.portfolio.model import drifted, net_of_costs
+
+    R = np.array([[0.0, 0.0], [0.10, -0.10], [0.0, 0.0], [0.05, 0.0]])
+    W = np.array([[0.5, 0.5], [1.0, 0.0]])
+    _, net, traded = simulate(R, np.array([0, 2]), 3, W, cost_bps=10)
+    fwd0 = torch.tensor(R[None, 1:3])                      # first holding period: days 1, 2
+    start = drifted(torch.tensor(W[:1]), fwd0)
+    tr = (torch.tensor(W[1:]) - start).abs().sum(-1)
+    assert float(tr) == pytest.approx(traded[1])
+    port = (torch.tensor(R[None, 3:4]) * torch.tensor(W[1:])[:, None, :]).sum(-1)
+    assert float(net_of_costs(port, tr, 10)[0, 0]) == pytest.approx(net[2])
+
+
+def test_train_floor_and_near_hard_mask_close_the_train_test_gap(tiny_model):
+    from icmlkit.lib.portfolio.model import Pipeline, train_test_gap
+
+    mk, model, cfg = tiny_model
+    s = build_samples(mk.returns, np.arange(300, 500, 10), 60, "ledoit-wolf", 21)
+    import dataclasses
+
+    loose = train_test_gap(model, Pipeline(cfg, mk.n), s, 0.5)
+    tight_cfg = dataclasses.replace(cfg, train_floor=True)
+    pipe = Pipeline(tight_cfg, mk.n)
+    assert pipe.train_layer is pipe.test_layer
+    tight = train_test_gap(model, pipe, s, 1e-4)
+    assert loose["mask_distance"] > 0.05 and tight["mask_distance"] < 1e-3
+    assert abs(tight["gap"]) < 1e-3 * max(1.0, abs(tight["hard_sharpe"]))
+    assert tight["soft_names"] == pytest.approx(cfg.k)
+
+
+def test_train_with_the_cost_penalty(tmp_path, capsys):
+    p = _write_prices(tmp_path / "p.csv", n=6, days=560)
+    args = ["train", p, "--k", "3", "--window", "60", "--train-end", "2015-12-31", "--val-end", "2016-05-31",
+            "--epochs", "2", "--stride", "10", "--batch", "8", "--no-progress", "--json"]
+    code, out, err = call(capsys, *args, "--train-cost-bps", "50", "--train-floor", "-o", tmp_path / "c.pt")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["train_cost_bps"] == 50 and s["train_floor"] is True and s["val_sharpe_net"] is not None
+    assert s["val_sharpe_net"] < s["val_sharpe"]
+    g = s["train_test_gap"]
+    assert g["on"] == "validation" and {"soft_sharpe", "hard_sharpe", "gap", "mask_distance"} <= set(g)
+    code, out, err = call(capsys, *args, "-o", tmp_path / "b.pt")
+    assert code == 0 and json.loads(out)["val_sharpe_net"] is None and json.loads(out)["train_dates"] > s["train_dates"]

@@ -430,7 +430,7 @@ def test_demo_writes_a_complete_run_folder(tmp_path):
     r = run_tool(TOOL, "demo", "--outdir", out, "--json", "--no-progress")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    assert "MidSteer" in s["headline"]
+    assert "MidSteer" in s["headline"] and "neutral / unrelated" in s["headline"]
     for name in ("midsteer.safetensors", "leace.safetensors", "table.csv", "pareto.png", "summary.json",
                  "manifest.json"):
         assert (out / name).is_file(), name
@@ -545,6 +545,7 @@ def _steer_fuzz_cases():
                  _valid_inputs, "target"),
         FuzzCase("fit", ["fit", "--config", "{bad}", "--neutral", "{n}", "--source", "{s}", *fit_out], ".toml", cfg,
                  _valid_inputs, "config"),
+        FuzzCase("merge", ["merge", "{bad}", "-o", "{out}/m.npz"], ".npz", npz, _valid_inputs, "shard"),
         FuzzCase("apply", ["apply", "{bad}", "{s}", "-o", "{out}/a.npz"], ".safetensors", st, _valid_inputs, "steer"),
         FuzzCase("apply", ["apply", "{st}", "{bad}", "-o", "{out}/a.npz"], ".npz", npz, _valid_inputs, "arrays"),
         FuzzCase("run", ["run", "{model}", "{bad}", "{txt}", "-o", "{out}/r.npz"], ".safetensors", st, _valid_inputs,
@@ -579,3 +580,106 @@ def test_malformed_inputs(case, tmp_path, capsys, tiny_model):
     setup = case.setup
     case = dataclasses.replace(case, setup=lambda base: {**(setup(base) if setup else {}), "model": tiny_model})
     check_malformed(TOOL, case, tmp_path, capsys)
+
+
+# ------------------------------------------------------------------------------- issue 32: bugs found by using the tool
+
+
+@pytest.mark.parametrize("method", ["midsteer", "leace-switch", "leace", "casteer"])
+def test_fit_refuses_the_same_file_as_source_and_target(method, tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "n.npz", x=rng.standard_normal((200, 4)))
+    np.savez(tmp_path / "s.npz", x=rng.standard_normal((30, 4)) + 1.0)
+    x = np.load(tmp_path / "s.npz")["x"]
+    np.savez(tmp_path / "near.npz", x=x + 1e-9)   # a mean difference far below the tolerance
+    for tgt in ("s.npz", "near.npz"):
+        code, out, err = call(capsys, "fit", "--neutral", tmp_path / "n.npz", "--source", tmp_path / "s.npz",
+                              "--target", tmp_path / tgt, "-m", method, "-o", tmp_path / "f.safetensors")
+        assert code == 1, (tgt, out, err)
+        assert len(err.strip().splitlines()) == 1 and "1e-06" in err and "nothing to steer" in err, err
+        assert not (tmp_path / "f.safetensors").exists()
+
+
+def test_run_compare_disturbance_is_never_negative(tiny_model, tmp_path, capsys, monkeypatch):
+    """At strength 0 the steered and unsteered embeddings are equal; their float32 cosine can round
+    above 1, which used to give a (slightly) negative mean 1 - cos."""
+    import icmlkit.lib.steer.pipeline as P
+    from icmlkit.lib.steer.model import load_model
+
+    loaded = load_model(tiny_model)
+    steering, _ = _tiny_steering(loaded, layers=(0, 1))
+    texts = [f"text number {i} about {w}" for i, w in enumerate(("horses", "cats", "roads", "rivers") * 8)]
+    res = P.run_steered(P.RunConfig(strength=0.0, compare=True), loaded, steering, texts)
+    assert 0.0 <= res.summary["disturbance"] < 1e-12
+    # rounding above cos = 1 (identical float32 rows whose product sums round up) is clamped at 0
+    a = np.full((3, 384), 0.1, dtype=np.float32) * np.float32(1.0000001)
+    assert 0.0 <= P.disturbance(a, a.copy()) < 1e-12
+    assert P.disturbance(a, -a) == pytest.approx(2.0)
+
+
+def test_merge_joins_embed_shards_into_the_unsharded_file(tiny_model, tmp_path, capsys):
+    words = ["a horse", "a cat on a mat", "the motorcycle roars", "rain on the river", "a dog", "blue sky",
+             "what do horses eat?"]
+    (tmp_path / "t.txt").write_text("\n".join(words) + "\n")
+    for pool in ("mean", "all"):
+        common = ["embed", tiny_model, tmp_path / "t.txt", "--layers", "0,1", "--pool", pool, "--no-progress",
+                  "--no-manifest"]
+        assert call(capsys, *common, "-o", tmp_path / f"full-{pool}.npz")[0] == 0
+        for k in (1, 2, 3):
+            assert call(capsys, *common, "--shard", f"{k}/3", "-o", tmp_path / f"s{k}-{pool}.npz")[0] == 0
+        shards = [tmp_path / f"s{k}-{pool}.npz" for k in (3, 1, 2)]   # any order: the meta says which is which
+        code, out, err = call(capsys, "merge", *shards, "-o", tmp_path / f"m-{pool}.npz", "--json", "--no-manifest")
+        assert code == 0, err
+        s = json.loads(out)
+        assert s["shards"] == 3 and s["texts"] == len(words)
+        full, merged = np.load(tmp_path / f"full-{pool}.npz"), np.load(tmp_path / f"m-{pool}.npz")
+        assert sorted(full.files) == sorted(merged.files)
+        for key in full.files:
+            if key == "meta":
+                assert json.loads(str(full[key])) == json.loads(str(merged[key]))
+            elif full[key].dtype.kind == "f":
+                np.testing.assert_allclose(merged[key], full[key], rtol=1e-5, atol=1e-6)
+            else:
+                assert np.array_equal(merged[key], full[key]), key
+    # a missing shard, a duplicate one, or files from different runs are errors naming the file
+    code, _, err = call(capsys, "merge", tmp_path / "s1-mean.npz", tmp_path / "s2-mean.npz", "-o", tmp_path / "x.npz")
+    assert code == 1 and "shard 3/3 is missing" in err, err
+    code, _, err = call(capsys, "merge", tmp_path / "s1-mean.npz", tmp_path / "s1-mean.npz", tmp_path / "s3-mean.npz",
+                        "-o", tmp_path / "x.npz")
+    assert code == 1 and "s1-mean.npz" in err and "twice" in err, err
+    code, _, err = call(capsys, "merge", tmp_path / "s1-mean.npz", tmp_path / "s2-all.npz", tmp_path / "s3-mean.npz",
+                        "-o", tmp_path / "x.npz")
+    assert code == 1 and "s2-all.npz" in err and "pool" in err, err
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_fit_stats_concept_is_the_leace_eraser(classification, tmp_path, capsys):
+    """--stats concept: mu0 and Sigma of the pooled source + target rows, i.e. LEACE's own statistics
+    (equal to concept-erasure's eraser); --stats neutral with other statistics is a different map."""
+    x, y = classification
+    np.savez(tmp_path / "s.npz", x=x[y == 1])
+    np.savez(tmp_path / "t.npz", x=x[y == 0])
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "n.npz", x=rng.standard_normal((3000, x.shape[1])) * x.std(0) + x.mean(0))
+    code, out, err = call(capsys, "fit", "--stats", "concept", "--source", tmp_path / "s.npz", "--target",
+                          tmp_path / "t.npz", "-m", "leace", "-o", tmp_path / "c.safetensors", "--json")
+    assert code == 0, err
+    assert json.loads(out)["stats"] == "concept" and json.loads(out)["n_neutral"] == len(x)
+    ours = Steering.load(tmp_path / "c.safetensors").apply(x, None)
+    np.testing.assert_allclose(ours, leace_of(x, y).apply(x), rtol=0, atol=1e-9 * np.abs(x).max())
+    ce = pytest.importorskip("concept_erasure")
+    f = ce.LeaceFitter(x.shape[1], 1, dtype=torch.float64, shrinkage=False, constrain_cov_trace=False)
+    f.update(torch.tensor(x), torch.tensor(y))
+    ref = f.eraser(torch.tensor(x)).numpy()
+    assert np.abs(ours - ref).max() / np.abs(ref).max() < 1e-6
+    code, _, err = call(capsys, "fit", "--neutral", tmp_path / "n.npz", "--source", tmp_path / "s.npz", "--target",
+                        tmp_path / "t.npz", "-m", "leace", "-o", tmp_path / "n.safetensors")
+    assert code == 0, err
+    other = Steering.load(tmp_path / "n.safetensors").apply(x, None)
+    assert np.abs(other - ref).max() / np.abs(ref).max() > 0.01
+    code, _, err = call(capsys, "fit", "--stats", "concept", "--neutral", tmp_path / "n.npz", "--source",
+                        tmp_path / "s.npz", "--target", tmp_path / "t.npz", "-o", tmp_path / "x.safetensors")
+    assert code == 2 and "--neutral" in err
+    code, _, err = call(capsys, "fit", "--stats", "concept", "--source", tmp_path / "s.npz",
+                        "-o", tmp_path / "x.safetensors")
+    assert code == 2 and "--stats concept" in err

@@ -71,6 +71,7 @@ class TrainResult:
     val_dates: int
     history: list
     seconds: float
+    gap: dict | None = None   # model.train_test_gap on the validation (else training) dates; dfl only
 
     def save(self, path) -> None:
         from icmlkit.lib.portfolio.model import save_model
@@ -85,6 +86,8 @@ class TrainResult:
                 "train_dates": self.train_dates, "val_dates": self.val_dates, "train_loss": best["train_loss"],
                 "val_sharpe": best.get("val_sharpe"), "val_mse": best.get("val_mse"), "best_epoch": best["epoch"],
                 "infeasible_steps": int(sum(h["train_infeasible"] for h in self.history)),
+                "train_floor": cfg.train_floor, "train_cost_bps": cfg.train_cost_bps,
+                "val_sharpe_net": best.get("val_sharpe_net"), "train_test_gap": self.gap,
                 "seconds": round(self.seconds, 3), "seconds_per_epoch": round(self.seconds / cfg.epochs, 3)}
 
 
@@ -101,8 +104,10 @@ def training_dates(cfg: TrainConfig, market):
 
     need = max(cfg.window, FEATURE_LOOKBACK)
     first = need - 1
-    if cfg.train_start is not None:
-        first = max(first, market.index_of(cfg.train_start) + 1)
+    if getattr(cfg, "train_cost_bps", 0) > 0 and cfg.loss == "dfl":
+        first += cfg.horizon  # the loss's trade starts from the portfolio one holding period earlier
+    if cfg.train_start is not None:  # the first trading day >= train_start (train_start itself if it trades)
+        first = max(first, int(np.searchsorted(market.dates, np.datetime64(str(cfg.train_start), "D"), "left")))
     t_end = market.index_of(cfg.train_end)
     last_train = t_end - cfg.horizon
     if last_train < first:
@@ -150,14 +155,24 @@ def train(cfg: TrainConfig, market, seed: int = 0, source: str | None = None) ->
     with _deterministic():
         S_tr = build_samples(market.returns, tr, cfg.window, cfg.cov, cfg.horizon)
         S_va = build_samples(market.returns, va, cfg.window, cfg.cov, cfg.horizon) if va is not None else None
-        model, history = fit(mcfg, S_tr, S_va, seed=seed)
+        prev = None
+        if cfg.train_cost_bps > 0 and cfg.loss == "dfl":
+            prev = build_samples(market.returns, tr - cfg.horizon, cfg.window, cfg.cov, cfg.horizon)
+        model, history = fit(mcfg, S_tr, S_va, seed=seed, prev=prev)
     seconds = time.perf_counter() - t0
+    gap = None
+    if cfg.loss == "dfl":  # the training program against the test program, on the validation (else training) dates
+        from icmlkit.lib.portfolio.model import Pipeline, train_test_gap
+
+        ref = S_va if S_va is not None else S_tr.subset(slice(0, 256))
+        gap = train_test_gap(model, Pipeline(mcfg, market.n), ref, cfg.eps_end)
+        gap["on"] = "validation" if S_va is not None else "training"
     meta = {"tickers": list(market.tickers), "source": str(source if source is not None else market.source),
             "train_start": str(market.dates[tr[0]]), "train_end": str(market.dates[market.index_of(cfg.train_end)]),
             "val_end": str(market.dates[market.index_of(cfg.val_end)]) if cfg.val_end else None,
-            "history": history, "reconstructed": RECONSTRUCTED}
+            "history": history, "train_test_gap": gap, "reconstructed": RECONSTRUCTED}
     return TrainResult(TrainedModel(model, mcfg, meta), int(len(tr)), int(len(va)) if va is not None else 0,
-                       history, seconds)
+                       history, seconds, gap)
 
 
 # --------------------------------------------------------------------------- weights
@@ -221,8 +236,8 @@ class BacktestConfig:
     k: int = _opt(5, "Cardinality: the number of names held.", min=1)
     start: str | None = _opt(None, "First rebalancing date (default: the first with enough history).")
     end: str | None = _opt(None, "Last date of the back-test (default: the end of the data).")
-    rebalance: str = _opt("monthly", "monthly (last trading day of each month), weekly, daily, or every N trading "
-                          "days.")
+    rebalance: str = _opt("monthly", "monthly (last trading day of each month), weekly (last trading day of "
+                          "each Monday-Sunday week), daily, or every N trading days.")
     cost_bps: float = _opt(10.0, "Transaction cost in basis points of the traded value.", min=0)
     window: int = _opt(252, "Trailing days for the covariance (and the historical mean).", min=2)
     cov: str = _opt("ledoit-wolf", "Covariance estimate on the trailing window.", choices=("ledoit-wolf", "sample"))
@@ -245,10 +260,13 @@ class BacktestRun:
 
     @property
     def model_data_overlap(self) -> bool | None:
-        """True when the model saw data after the first rebalance (not out of sample)."""
+        """True when the model saw data after the first rebalance (not out of sample).
+
+        The first rebalance at date D trades at the close of D and earns the returns of the days
+        after D, so a model whose data end on D itself is out of sample (``<``, not ``<=``)."""
         if self.model_seen is None:
             return None
-        return str(self.result.rebalance_dates[0]) <= self.model_seen
+        return str(self.result.rebalance_dates[0]) < self.model_seen
 
     @property
     def summary(self) -> dict:

@@ -62,7 +62,8 @@ class BacktestResult:
 
 def rebalance_indices(dates, first: int, last: int, every: str | int = "monthly"):
     """Indices in [first, last) at which to rebalance: the last trading day of each month
-    (``monthly``), of each week (``weekly``), or every N trading days (an int)."""
+    (``monthly``), of each Monday-to-Sunday week (``weekly``: Friday, or the last trading day
+    before it), or every N trading days (an int)."""
     import numpy as np
 
     idx = np.arange(first, last)
@@ -71,7 +72,12 @@ def rebalance_indices(dates, first: int, last: int, every: str | int = "monthly"
     unit = {"monthly": "M", "weekly": "W", "daily": "D"}.get(str(every))
     if unit is None:
         raise UsageError(f"--rebalance must be monthly, weekly, daily or a number of days, not {every!r}")
-    per = dates.astype(f"datetime64[{unit}]")
+    if unit == "W":
+        # numpy's datetime64[W] weeks start on Thursday (1970-01-01); count Monday-to-Sunday weeks instead
+        days = dates.astype("datetime64[D]").astype(np.int64)
+        per = (days + 3) // 7
+    else:
+        per = dates.astype(f"datetime64[{unit}]")
     ends = np.flatnonzero(per[:-1] != per[1:])  # last day of each period (the final period is open)
     return ends[(ends >= first) & (ends < last)]
 

@@ -127,6 +127,13 @@ class Config:
     min_weight: float = _opt(0.01, "Floor on each selected name at test time, so exactly k names are held (0 lets "
                              "long-only zero some out).", min=0, max=1)
     pooled: bool = _opt(False, "dfl: Sharpe of the batch's pooled returns instead of the mean per date.")
+    train_floor: bool = _opt(False, "dfl: train with the test-time floor --min-weight in the layer too, so training "
+                             "and test solve the same program (reconstructed option; anneal --eps-end low, e.g. "
+                             "0.005, for a near-hard mask).")
+    train_cost_bps: float = _opt(0.0, "dfl: charge this many basis points of the traded value in the loss, with the "
+                                 "back-test's cost model (the portfolio of the previous holding period, drifted, is "
+                                 "the starting point; validation scores net Sharpe too). 0: cost-blind "
+                                 "(reconstructed option).", min=0)
     features: list = _opt(["ret_21d", "ret_63d", "ret_126d", "ret_252d", "vol_21d", "vol_63d"],
                           "Names of the per-asset features (the trailing-return and volatility defaults).")
 
@@ -158,9 +165,10 @@ class Pipeline:
         if cfg.k > n:
             raise ValueError(f"k = {cfg.k} exceeds the {n} assets")
         self.cfg, self.n = cfg, n
-        self.train_layer = SharpeLayer(n, min_weight=0.0)
-        self.test_layer = SharpeLayer(n, min_weight=cfg.min_weight) if cfg.min_weight > 0 else self.train_layer
-        self.dense_layer = self.train_layer
+        free = SharpeLayer(n, min_weight=0.0)
+        self.test_layer = SharpeLayer(n, min_weight=cfg.min_weight) if cfg.min_weight > 0 else free
+        self.train_layer = self.test_layer if getattr(cfg, "train_floor", False) else free
+        self.dense_layer = free
 
     def select_scores(self, mu_hat, s: Samples):
         if self.cfg.score == "tangency":
@@ -199,8 +207,31 @@ def realised_sharpe(w, fwd, rf_daily: float = 0.0, pooled: bool = False):
     return port.mean(-1) / port.std(-1).clamp_min(1e-8) * math.sqrt(PERIODS)
 
 
-def evaluate(model, pipe: Pipeline, s: Samples) -> dict:
-    """Hard-pipeline realised Sharpe (mean over dates) and prediction MSE on samples with fwd."""
+def drifted(w, fwd):
+    """Weights w (B, n) held (buy and hold) over the returns fwd (B, H, n), at the end of the period."""
+    import torch
+
+    G = torch.prod(1 + fwd, dim=1)
+    v = w * G
+    return v / v.sum(-1, keepdim=True).clamp_min(1e-300)
+
+
+def net_of_costs(port, traded, cost_bps: float):
+    """The back-test's cost model on daily portfolio returns port (B, H): the first day of each
+    holding period loses cost_bps/1e4 of the traded value, net_1 = (1 + g_1)(1 - c·traded) - 1."""
+    import torch
+
+    c = cost_bps / 1e4
+    first = (1 + port[:, :1]) * (1 - c * traded[:, None]) - 1
+    return torch.cat([first, port[:, 1:]], dim=1)
+
+
+def evaluate(model, pipe: Pipeline, s: Samples, cost_bps: float = 0.0) -> dict:
+    """Hard-pipeline realised Sharpe (mean over dates) and prediction MSE on samples with fwd.
+
+    With ``cost_bps`` > 0 the dates are taken as consecutive holding periods (validation dates are
+    ``horizon`` days apart): each date's trade starts from the previous date's portfolio drifted
+    (the first date's from cash), and the Sharpe is net of the back-test's costs."""
     import torch
 
     with torch.no_grad():
@@ -208,12 +239,52 @@ def evaluate(model, pipe: Pipeline, s: Samples) -> dict:
         w, m, inf = pipe.hard(mu, s)
         sh = realised_sharpe(w, s.fwd, pipe.cfg.rf_daily)
         mse = ((mu - s.target) ** 2).mean()
-    return {"sharpe": float(sh.mean()), "mse": float(mse), "infeasible": int(inf.sum())}
+        out = {"sharpe": float(sh.mean()), "mse": float(mse), "infeasible": int(inf.sum())}
+        if cost_bps > 0:
+            start = torch.cat([torch.zeros_like(w[:1]), drifted(w[:-1], s.fwd[:-1])])
+            traded = (w - start).abs().sum(-1)
+            port = net_of_costs((s.fwd * w[:, None, :]).sum(-1), traded, cost_bps) - pipe.cfg.rf_daily
+            out["sharpe_net"] = float((port.mean(-1) / port.std(-1).clamp_min(1e-8) * math.sqrt(PERIODS)).mean())
+            out["turnover"] = float(traded[1:].mean()) if len(traded) > 1 else float(traded.mean())
+    return out
 
 
-def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, epoch_callback=None):
+def train_test_gap(model, pipe: Pipeline, s: Samples, eps: float) -> dict:
+    """How far the training program is from the test program on samples ``s``: the mean realised
+    Sharpe of the soft path at temperature ``eps`` (what training optimises; with the floor only
+    under ``train_floor``) against the hard path (hard top-k + floor: what the back-test holds),
+    the soft mask's mean distance to the hard one (Σ|m - hard| / 2k: 0 = hard, 1 = disjoint), the
+    number of names carrying >= 0.1 % in training, and the share of test holdings sitting at the floor."""
+    import torch
+
+    from icmlkit.lib.portfolio.topk import hard_topk
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        mu = model(s.X)
+        ws, ms, _ = pipe.soft(mu, s, eps, generator=gen)
+        wh, mh, _ = pipe.hard(mu, s)
+        soft = realised_sharpe(ws, s.fwd, pipe.cfg.rf_daily).mean()
+        hard = realised_sharpe(wh, s.fwd, pipe.cfg.rf_daily).mean()
+        hk = hard_topk(pipe.select_scores(mu, s), pipe.cfg.k)
+        held = wh > 1e-9
+        floor = pipe.cfg.min_weight
+        at_floor = ((wh - floor).abs() < 1e-6) & held if floor > 0 else torch.zeros_like(held)
+    return {"eps": float(eps), "dates": int(s.X.shape[0]), "soft_sharpe": float(soft), "hard_sharpe": float(hard),
+            "gap": float(soft - hard), "mask_distance": float(((ms - hk).abs().sum(-1) / (2 * pipe.cfg.k)).mean()),
+            "soft_names": float((ws > 1e-3).sum(-1).double().mean()),
+            "hard_at_floor_share": float(at_floor.sum() / held.sum().clamp_min(1))}
+
+
+def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, epoch_callback=None,
+        prev: Samples | None = None):
     """Train the predictor with the DFL or PFL loss; keeps the epoch with the best validation
-    score (Sharpe for DFL, MSE for PFL; the last epoch without validation data).
+    score (Sharpe for DFL, net Sharpe with ``train_cost_bps``, MSE for PFL; the last epoch without
+    validation data).
+
+    ``prev`` (needed by ``train_cost_bps`` > 0): the samples of the dates ``horizon`` days before
+    each training date, with their forward returns up to the training date; the loss's trade starts
+    from that date's portfolio (soft path, no gradient through it) drifted to the training date.
 
     Returns (model, history) where history is a list of per-epoch dicts.
     """
@@ -235,6 +306,9 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
     noise = generator(seed, "topk-noise")   # the perturbed top-k's samples
     D = train.X.shape[0]
     history, best, best_state = [], -math.inf, None
+    cost = float(getattr(cfg, "train_cost_bps", 0.0)) if cfg.loss == "dfl" else 0.0
+    if cost > 0 and (prev is None or prev.X.shape[0] != D):
+        raise ValueError("train_cost_bps > 0 needs prev: the samples horizon days before each training date")
     for epoch in progress(range(cfg.epochs), total=cfg.epochs, desc=f"train {cfg.loss}"):
         eps = cfg.eps_start * (cfg.eps_end / cfg.eps_start) ** (epoch / max(cfg.epochs - 1, 1))
         perm = torch.randperm(D, generator=batches)
@@ -248,16 +322,29 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
             else:
                 w, _, inf = pipe.soft(mu, sb, eps, generator=noise)
                 infeas += int(inf.sum())
-                loss = -realised_sharpe(w, sb.fwd, cfg.rf_daily, cfg.pooled).mean()
+                if cost > 0:
+                    pb = prev.subset(sel)
+                    with torch.no_grad():
+                        w_prev, _, _ = pipe.soft(model(pb.X), pb, eps, generator=noise)
+                        start = drifted(w_prev, pb.fwd)
+                    traded = (w - start).abs().sum(-1)
+                    port = net_of_costs((sb.fwd * w[:, None, :]).sum(-1), traded, cost) - cfg.rf_daily
+                    if cfg.pooled:
+                        port = port.reshape(-1)
+                    loss = -(port.mean(-1) / port.std(-1).clamp_min(1e-8) * math.sqrt(PERIODS)).mean()
+                else:
+                    loss = -realised_sharpe(w, sb.fwd, cfg.rf_daily, cfg.pooled).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
         row = {"epoch": epoch + 1, "eps": eps, "train_loss": sum(losses) / len(losses), "train_infeasible": infeas}
         if val is not None:
-            ev = evaluate(model, pipe, val)
+            ev = evaluate(model, pipe, val, cost_bps=cost)
             row.update(val_sharpe=ev["sharpe"], val_mse=ev["mse"])
-            score = ev["sharpe"] if cfg.loss == "dfl" else -ev["mse"]
+            if cost > 0:
+                row.update(val_sharpe_net=ev["sharpe_net"], val_turnover=ev["turnover"])
+            score = (ev["sharpe_net"] if cost > 0 else ev["sharpe"]) if cfg.loss == "dfl" else -ev["mse"]
         else:
             score = epoch
         if score > best:

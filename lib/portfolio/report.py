@@ -27,6 +27,7 @@ def read_run(path):
     summ = folder / "summary.json"
     if not rets.is_file():
         raise InputError("no returns.csv here (expected a run folder written by `backtest-portfolio backtest`)", str(path))
+    _check_header(rets)
     try:
         df = pd.read_csv(rets)
     except Exception as exc:  # noqa: BLE001 - pandas' parser errors, binary or empty files
@@ -51,6 +52,31 @@ def read_run(path):
     summary = load_json(summ, expect=dict, what="run summary") if summ.is_file() else {}
     name = summary.get("strategy", folder.name)
     return name, summary, dates.values.astype("datetime64[D]"), values["gross"], values["net"]
+
+
+HEADER = ("date", "gross", "net")
+HEADER_BYTES = 4096
+
+
+def _check_header(rets: Path) -> None:
+    """Refuse at once a file whose first line is not the ``date,gross,net`` header of `backtest`'s
+    returns.csv (reads at most :data:`HEADER_BYTES`: a text file with one 200,000-field line, or a
+    binary file, is rejected without being parsed)."""
+    try:
+        with open(rets, "rb") as fh:
+            head = fh.read(HEADER_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror})", str(rets)) from None
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    if first.startswith(b"\xef\xbb\xbf"):
+        first = first[3:]
+    try:
+        cols = tuple(c.strip().strip('"') for c in first.decode("utf-8").split(","))
+    except UnicodeDecodeError:
+        cols = None
+    if cols is None or cols[:3] != HEADER or len(cols) > 8 or (b"\n" not in head and len(head) == HEADER_BYTES):
+        raise InputError("not a run folder or a returns.csv of `backtest-portfolio backtest` (its first line must be "
+                         "the header date,gross,net)", str(rets), 1)
 
 
 def _fmt(v):
@@ -94,8 +120,10 @@ def plot_runs(path, rows) -> bool:
     return True
 
 
-def write_run_report(folder, rows, compare: bool = False):
-    """report.md (+ report.csv, summary.json and equity.png when comparing) in ``folder``."""
+def write_run_report(folder, rows, compare: bool = False, seed: int = 0):
+    """report.md (+ report.csv, summary.json and equity.png when comparing) in ``folder``; returns
+    (summaries, paired): with ``compare`` and several runs, ``paired`` holds the paired bootstrap test
+    of the net Sharpe difference of every pair (:func:`~icmlkit.lib.portfolio.metrics.paired_table`)."""
     from icmlkit.lib.portfolio.metrics import summarize
 
     folder = Path(folder)
@@ -111,6 +139,19 @@ def write_run_report(folder, rows, compare: bool = False):
         "\nNet figures are after costs; sharpe_ci is the 90 % stationary-bootstrap interval (mean block 21 days).\n")
     if plotted:
         text += "\n![equity curves and drawdowns](equity.png)\n"
+    paired = []
+    if compare and len(rows) > 1:
+        from icmlkit.lib.portfolio.metrics import paired_table
+
+        paired = paired_table([(s["strategy"], dates, net) for s, (_, _, dates, _, net) in zip(summaries, rows)],
+                              seed=seed)
+        text += ("\n## Paired test of net Sharpe differences\n\n"
+                 "Sharpe(a) − Sharpe(b) on the days both runs share; 90 % CI and two-sided p-value from the paired "
+                 "stationary bootstrap (same resampled days for both, mean block 21 days, 2000 draws). Overlapping "
+                 "per-run CIs are not a test of a difference; this is.\n\n"
+                 "| a | b | Sharpe(a) − Sharpe(b) | 90% CI | p-value | days |\n|---|---|---|---|---|---|\n")
+        text += "".join(f"| {r['a']} | {r['b']} | {r['diff']:.3f} | {_fmt(r['ci'])} | {r['p_value']:.3f} | "
+                        f"{r['days']} |\n" for r in paired)
     write_text(folder / "report.md", text)
     if compare:
         lines = [",".join(COLUMNS)]
@@ -122,5 +163,5 @@ def write_run_report(folder, rows, compare: bool = False):
                                                                                   f"{v:.6g}" if isinstance(v, float) else str(v)))
             lines.append(",".join(vals))
         write_text(folder / "report.csv", "\n".join(lines) + "\n")
-        write_json(folder / "summary.json", {"strategies": summaries})
-    return summaries
+        write_json(folder / "summary.json", {"strategies": summaries, "paired": paired})
+    return summaries, paired

@@ -48,7 +48,8 @@ def run_demo(folder: Path, *, seed: int = 0, device="cpu") -> dict:
     def fmt(v):
         return "n/a" if v is None else f"{v:.1e}"
 
-    headline = ("neutral disturbance at switch 0.9: " + ", ".join(f"{k} {fmt(v['neutral'])}" for k, v in matched.items())
+    headline = ("disturbance at switch 0.9 (neutral / unrelated): "
+                + ", ".join(f"{k} {fmt(v['neutral'])} / {fmt(v['unrelated'])}" for k, v in matched.items())
                 + f"; LEACE probe acc {leace['probe_acc_after_erasure']:.2f}")
     summary = {"headline": headline, "matched_disturbance_at_switch_0.9": matched,
                "leace_probe_acc_after_erasure": leace["probe_acc_after_erasure"], "fit": info,

@@ -78,6 +78,11 @@ class FitConfig:
         "help": "Intermediate clipping of negative scores [on, as in the official code; off for leace]."})
     renormalize: bool = field(default=False, metadata={
         "help": "Rescale each steered activation to its original norm."})
+    stats: str = field(default="neutral", metadata={
+        "help": "Where mu0 and Sigma come from: neutral (the --neutral rows: the MidSteer framework, the official "
+                "code) or concept (each concept's pooled --source and --target rows: the labelled data of LEACE, "
+                "Belrose et al.; with it --method leace equals concept-erasure's eraser).",
+        "choices": ("neutral", "concept")})
     shrinkage: str = field(default="none", metadata={
         "help": "Covariance shrinkage toward a scaled identity: none, auto (Ledoit-Wolf) or a number in [0, 1]."})
     eig_threshold: float = field(default=DEFAULT_EIG_THRESHOLD, metadata={
@@ -144,8 +149,15 @@ def fit(cfg: FitConfig, sources: list, targets: list, neutral=None) -> FitResult
                          "targets), or none to erase")
     if cfg.concepts and len(cfg.concepts) != len(sources):
         raise UsageError("--concept: give one --concept per --source")
-    if neutral is None and not (cfg.method == "casteer" or (cfg.identity_cov and cfg.zero_mean)):
-        raise UsageError(f"--neutral: --method {cfg.method} needs neutral statistics")
+    concept_stats = cfg.stats == "concept"
+    if concept_stats:
+        if not targets:
+            raise UsageError("--stats concept: needs a --target per --source (the statistics are those of the "
+                             "pooled source and target rows)")
+        if neutral is not None:
+            raise UsageError("--neutral: not used with --stats concept (mu0 and Sigma come from the concept rows)")
+    elif neutral is None and not (cfg.method == "casteer" or (cfg.identity_cov and cfg.zero_mean)):
+        raise UsageError(f"--neutral: --method {cfg.method} needs neutral statistics (or --stats concept)")
     shrink = cfg.shrink()
     files = list(sources) + list(targets) + ([neutral] if neutral is not None else [])
     per_file = [layer_keys(f.arrays) for f in files]
@@ -183,8 +195,16 @@ def fit(cfg: FitConfig, sources: list, targets: list, neutral=None) -> FitResult
         steps = []
         for c, src in enumerate(sources):
             xs = rows(src, field_, stats.dim if stats else None)
-            mu_t = concept_mean(rows(targets[c], field_, xs.shape[1])) if targets else None
-            steps.append(fit_step(concept_mean(xs), mu_t, stats, method=cfg.method, beta=cfg.beta, clip=cfg.clip,
+            xt = rows(targets[c], field_, xs.shape[1]) if targets else None
+            mu_t = concept_mean(xt) if targets else None
+            st_c = stats
+            if concept_stats:  # LEACE's own statistics: the labelled (source + target) rows
+                import numpy as np
+
+                st_c = neutral_stats(np.concatenate([xs, xt]), shrinkage=shrink,
+                                     name=f"{src.name} + {targets[c].name} ({field_ or cfg.key or 'array'})")
+                n_neutral = st_c.n
+            steps.append(fit_step(concept_mean(xs), mu_t, st_c, method=cfg.method, beta=cfg.beta, clip=cfg.clip,
                                   renormalize=cfg.renormalize, identity_cov=cfg.identity_cov,
                                   zero_mean=cfg.zero_mean, eig_threshold=cfg.eig_threshold, layer=L,
                                   concept=names[c]))
@@ -192,7 +212,7 @@ def fit(cfg: FitConfig, sources: list, targets: list, neutral=None) -> FitResult
     steps = [by_layer[li][c] for c in range(len(sources)) for li in range(len(layer_list))]
     meta = dict(sources[0].meta)
     meta.update({"method": cfg.method, "sources": [f.name for f in sources], "targets": [f.name for f in targets],
-                 "neutral": neutral.name if neutral is not None else None})
+                 "neutral": neutral.name if neutral is not None else None, "stats": cfg.stats})
     if neutral is not None and neutral.meta.get("pool"):
         meta["neutral_pool"] = neutral.meta["pool"]
     steering = Steering(steps, meta)
@@ -200,7 +220,7 @@ def fit(cfg: FitConfig, sources: list, targets: list, neutral=None) -> FitResult
     summary = {"method": cfg.method, "steps": len(steps), "layers": steering.layers, "dim": first.dim,
                "beta": first.beta, "clip": first.clip, "s_norm": first.info["s_norm"], "t_norm": first.info["t_norm"],
                "effective_rank": first.info["effective_rank"], "n_neutral": n_neutral,
-               "shrinkage": first.info["shrinkage"], "seconds": round(time.perf_counter() - t0, 4)}
+               "shrinkage": first.info["shrinkage"], "stats": cfg.stats, "seconds": round(time.perf_counter() - t0, 4)}
     return FitResult(steering, summary)
 
 
@@ -230,11 +250,23 @@ class RunResult:
     summary: dict
 
 
+def disturbance(steered, unsteered) -> float:
+    """Mean 1 - cos(steered, unsteered) over rows, in float64 with each cosine clipped to [-1, 1]
+    (the score of ``run --compare`` and of ``evaluate``).
+
+    Why the clip: 1 - cos is >= 0 mathematically, but the cosine of two (nearly) equal float32
+    embeddings can round to slightly above 1 (by ~1e-8 when computed in float32, ~1e-16 in float64),
+    which gave a slightly negative disturbance at strength 0 or for texts the steer barely moves.
+    Clamping each row at 0 removes only that rounding."""
+    from icmlkit.lib.steer.evaluate import _one_minus_cos
+
+    return _one_minus_cos(steered, unsteered)
+
+
 def run_steered(cfg: RunConfig, loaded, steering: Steering, texts: list[str], *, device="cpu") -> RunResult:
     """Embed ``texts`` with ``steering`` hooked into ``loaded`` at the fitted site and layers
     (forward hooks: each clones the site's output to float64, applies the layer's steps in order and
     casts back to the model's dtype); with ``compare`` also unsteered, for the disturbance."""
-    import numpy as np
 
     if steering.layers == [None]:
         raise UsageError("STEER: the steering file was fitted on plain arrays (no layers); use `apply`")
@@ -245,12 +277,10 @@ def run_steered(cfg: RunConfig, loaded, steering: Steering, texts: list[str], *,
     read = Encoder(loaded, layers=cfg.layers, **kw).layers if cfg.layers else []
     enc = Encoder(loaded, layers=sorted(set(read) | set(steering.layers)), **kw)
     res = enc.embed(texts, steering=steering, strength=cfg.strength)
-    disturbance = None
+    dist = None
     if cfg.compare:
         base = enc.embed(texts)
-        a, b = res["pooled"], base["pooled"]
-        cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
-        disturbance = float(np.mean(1 - cos))
+        dist = disturbance(res["pooled"], base["pooled"])
     summary = {"model": loaded.name, "texts": len(texts), "layers": enc.layers, "site": enc.site,
-               "strength": cfg.strength, "disturbance": disturbance, "seconds": round(time.perf_counter() - t0, 3)}
+               "strength": cfg.strength, "disturbance": dist, "seconds": round(time.perf_counter() - t0, 3)}
     return RunResult(res, {**enc.config(), "strength": cfg.strength}, summary)

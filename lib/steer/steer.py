@@ -36,6 +36,9 @@ from icmlkit.lib.steer.stats import DEFAULT_EIG_THRESHOLD, Stats, Whitening, con
 METHODS = ("leace", "leace-switch", "midsteer", "casteer")
 DEFAULT_BETA = {"leace": 1.0, "leace-switch": 2.0, "midsteer": 1.0, "casteer": 2.0}
 FORMAT = "icmlkit-steer-concept/1"
+# a source/target pair whose whitened means differ by at most this fraction of the larger norm
+# (||s - t|| <= 1e-6 max(||s||, ||t||)) is refused: the steer would be a no-op (the same file twice)
+MIN_MEAN_DIFFERENCE = 1e-6
 
 
 def default_clip(method: str) -> bool:
@@ -150,6 +153,12 @@ def fit_step(mu_s, mu_t=None, neutral: Stats | None = None, *, method: str = "mi
     s = wh.W @ (mu_s - mu0)
     t = wh.W @ (mu_t - mu0) if mu_t is not None else torch.zeros_like(s)
     v = s - t
+    if mu_t is not None:
+        scale = max(float(s.norm()), float(t.norm()))
+        if not float(v.norm()) > MIN_MEAN_DIFFERENCE * scale:
+            raise InputError(f"the source and target means coincide: whitened ||s - t|| = {float(v.norm()):.3g} <= "
+                             f"{MIN_MEAN_DIFFERENCE:g} x max(||s||, ||t||) = {MIN_MEAN_DIFFERENCE * scale:.3g} "
+                             f"(concept {concept!r}): nothing to steer (the same file twice?)", "source/target")
     u = s if method == "midsteer" else v
     uu = float(u @ u)
     if not uu > 1e-30:
