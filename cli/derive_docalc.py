@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, output_option
-from icmlkit.lib.docalc.config import CAP_HELP, EstimateConfig, GenerateConfig
+from icmlkit.lib.docalc.config import CAP_HELP, EstimateConfig, FalsifyConfig, GenerateConfig
 
 TOOL = "derive-docalc"
 RECONSTRUCTED = (
@@ -22,8 +22,10 @@ For a causal graph G (an ADMG: -> and <-> edges) and a query P(y | do(x), w), fi
 expression equal to it under the three rules of the do-calculus (the connected component of
 the query in the derivation graph, by exact breadth-first search over set-valued rule
 applications), decide equivalence of two expressions with four d-separation tests, derive
-the estimands of the identifiable equivalents with ID/IDC, and rank them by bootstrap
-variance on data (discrete plug-in or linear-Gaussian).
+the estimands of the identifiable equivalents with ID/IDC, rank them by bootstrap
+variance on data (discrete plug-in or linear-Gaussian; contrasts with CIs), compare them
+with ID simplified by d-separation and the optimal adjustment set, test the graph by the
+equality of its estimands (falsify), and list the experiments that identify a query.
 
 {RECONSTRUCTED}
 
@@ -40,6 +42,9 @@ Examples:
   derive-docalc check 'dag {{ Z -> X -> Y }}' 'P(y | do(x))' 'P(y | x, z)' && echo equal
   derive-docalc identify frontdoor.json 'P(y | do(x))' --format latex --json
   derive-docalc estimate fdbd.dag 'P(y | do(x))' data.csv --bootstrap 200 -o ranked.csv --json
+  derive-docalc estimate mgraph.dag 'P(y=1 | do(x))' data.csv --contrast 1,0 --json | jq .best
+  derive-docalc falsify 'dag {{ Z -> X -> Y }}' data.csv 'P(y | do(x))' --fail-under 0.05
+  derive-docalc experiments iv.dag 'P(y | do(x))' --json | jq .experiments
   derive-docalc generate napkin.dag 'P(y=1 | do(x=1))' --n 5000 -o napkin.csv --json | jq .truth""",
 )
 
@@ -70,6 +75,10 @@ def _rules(no_r1: bool):
 cap_option = click.option("--cap", type=click.IntRange(min=1), default=200_000, show_default=True, help=CAP_HELP)
 no_r1_option = click.option("--no-r1", is_flag=True,
                             help="Use rules 2 and 3 only (R1 follows from them; the class is the same).")
+prune_option = click.option("--prune/--no-prune", default=True, show_default=True,
+                            help="Remove the variables with no path to the outcome before the search (exact: "
+                            "each listed member then stands for 3^k expressions over the k pruned variables, "
+                            "which may be free, under do() or observed).")
 
 
 @cli.command(seed=False)
@@ -77,6 +86,7 @@ no_r1_option = click.option("--no-r1", is_flag=True,
 @click.argument("query")
 @cap_option
 @no_r1_option
+@prune_option
 @click.option("--format", "fmt", type=click.Choice(["json", "dot"]), default="json", show_default=True,
               help="-o format: the class as JSON (members with their rule paths) or the derivation "
               "graph as Graphviz DOT (members as nodes, valid rule applications as labelled edges).")
@@ -86,7 +96,7 @@ no_r1_option = click.option("--no-r1", is_flag=True,
               "step sets; paths are the canonical witnesses, DOT shows only their edges).")
 @output_option("Write the class (JSON) or the derivation graph (DOT, with --format dot).",
                suffixes=(".json", ".dot", ".gv"))
-def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
+def equivalents(run, graph, query, cap, no_r1, prune, method, fmt, output):
     """List every expression equivalent to QUERY, with the rule path from QUERY to each.
 
     Exact breadth-first search on the derivation graph D_Y(G): vertices P(y | do(x'), w') for the
@@ -95,7 +105,9 @@ def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
 
     \b
     JSON keys: n_members, members (each: expression, do, given, observational, distance, path
-    = list of {rule, Z, from, to}), capped, seconds, query, method, d_separation_tests.
+    = list of {rule, Z, from, to}), pruned (variables with no path to the outcome, removed),
+    n_expressions (= n_members x 3^|pruned|: the class over all variables), capped, seconds,
+    query (over the kept variables), method, d_separation_tests.
     Examples:
       derive-docalc equivalents napkin.dag 'P(y|do(x))' --json | jq '.members[].expression'
       derive-docalc equivalents g.dag 'P(y|do(x))' --format dot -o - | dot -Tpng > d.png
@@ -109,15 +121,16 @@ def equivalents(run, graph, query, cap, no_r1, method, fmt, output):
     run.output(output)
     G, q = _load(run, graph, query)
     if method == "canonical":
-        cls = equivalence_class_canonical(G, q, cap=cap, edges=(fmt == "dot"))
+        cls = equivalence_class_canonical(G, q, cap=cap, edges=(fmt == "dot"), pruning=prune)
     else:
-        cls = equivalence_class(G, q, rules=_rules(no_r1), cap=cap, edges=(fmt == "dot"))
+        cls = equivalence_class(G, q, rules=_rules(no_r1), cap=cap, edges=(fmt == "dot"), pruning=prune)
     if cls.capped:
         from icmlkit.lib.core.console import log
 
         log.warning("the search stopped at --cap %d members: the class listed is incomplete", cap)
     summary = {"query": q.text(G.nodes), "n_members": len(cls.members), "members": cls.to_json(),
-               "capped": cls.capped, "seconds": round(cls.seconds, 4), "method": method,
+               "pruned": cls.pruned, "n_expressions": cls.n_expressions, "capped": cls.capped,
+               "seconds": round(cls.seconds, 4), "method": method,
                "d_separation_tests": cls.oracle.tests}
     if output is not None:
         run.save(output, write_text, cls.to_dot() if fmt == "dot" else dumps_json({"graph": G.to_json(), **summary}))
@@ -162,6 +175,7 @@ def check(run, graph, query1, query2, exhaustive, require_equivalent):
 @click.argument("graph")
 @click.argument("query")
 @cap_option
+@prune_option
 @click.option("--format", "fmt", type=click.Choice(["text", "latex", "json"]), default="text",
               show_default=True, help="How `estimands` are written (json: expression trees).")
 @click.option("--projections", is_flag=True,
@@ -169,17 +183,24 @@ def check(run, graph, query1, query2, exhaustive, require_equivalent):
               "one observed variable outside the query (e.g. gives the front-door estimand when a "
               "back-door set is observed too).")
 @output_option("Write the full result (members, estimands in text, LaTeX and JSON) as JSON.", suffixes=(".json",))
-def identify_cmd(run, graph, query, cap, fmt, projections, output):
-    """Estimands of QUERY and of all its equivalents (ID/IDC), deduplicated.
+def identify_cmd(run, graph, query, cap, prune, fmt, projections, output):
+    """Estimands of QUERY and of all its equivalents (ID/IDC), deduplicated, with two estimators
+    beside the class.
 
     Every member of the class goes through IDC (Shpitser & Pearl); observational members are
     estimands as they are. Duplicates are removed by a canonical form (sorted, flattened,
-    marginalised) and then by a numerical fingerprint on a random joint distribution.
+    marginalised) and then by a numerical fingerprint on a random joint distribution. Beside the
+    class (not in the paper): plain ID simplified by d-separation (each P(A|C) drops the c with
+    A _||_ c | C minus c in G) and the optimal adjustment set O(X,Y) of Henckel, Perkovic & Maathuis
+    (2022) with its estimand sum_O P(y|x,O) P(O) (queries without w; in a graph with <-> edges O is
+    used only when it passes the adjustment criterion, and is not guaranteed optimal there).
 
     \b
-    JSON keys: identifiable (true/false), estimands (list of strings), n_estimands, plain_id
-    (what ID/IDC returns for the query itself, or null), hedge (when not identifiable),
-    n_members, members (each: member, observational, identifiable, estimand), capped.
+    JSON keys: identifiable (true/false), estimands (list of strings, class only), n_estimands,
+    plain_id (what ID/IDC returns for the query itself, or null), simplified_id,
+    optimal_adjustment_set (list or null), optimal_adjustment, hedge (when not identifiable),
+    n_members, n_expressions, pruned, members (each: member, observational, identifiable,
+    estimand), capped.
     Examples:
       derive-docalc identify napkin.dag 'P(y|do(x))' --json | jq -r '.estimands[]'
       derive-docalc identify fdbd.dag 'P(y|do(x))' --projections --format latex
@@ -190,13 +211,21 @@ def identify_cmd(run, graph, query, cap, fmt, projections, output):
 
     run.output(output)
     G, q = _load(run, graph, query)
-    ce = class_estimands(G, q, cap=cap, projections=projections)
+    ce = class_estimands(G, q, cap=cap, projections=projections, prune=prune, baselines=True)
     render = {"text": E.text, "latex": E.latex, "json": E.to_json}[fmt]
+    Gr = ce.graph
+
+    def r(e):
+        return render(e) if e is not None else None
+    in_class = [e for e in ce.estimands if e.in_class]
     summary = {"query": q.text(G.nodes), "identifiable": ce.identifiable,
-               "estimands": [render(e.expr) for e in ce.estimands], "n_estimands": len(ce.estimands),
-               "plain_id": render(ce.plain_id) if ce.plain_id is not None else None,
-               "hedge": ce.hedge, "n_members": len(ce.cls.members), "members": ce.members,
-               "capped": ce.cls.capped}
+               "estimands": [render(e.expr) for e in in_class], "n_estimands": len(in_class),
+               "plain_id": r(ce.plain_id), "simplified_id": r(ce.simplified_id),
+               "optimal_adjustment_set": (sorted(ce.optimal_set, key=Gr.index.get)
+                                          if ce.optimal_set is not None else None),
+               "optimal_adjustment": r(ce.optimal),
+               "hedge": ce.hedge, "n_members": len(ce.cls.members), "n_expressions": ce.cls.n_expressions,
+               "pruned": ce.cls.pruned, "members": ce.members, "capped": ce.cls.capped}
     if output is not None:
         full = {**summary, "estimands": [{**e.row(), "json": E.to_json(e.expr)} for e in ce.estimands]}
         run.save(output, write_json, full)
@@ -216,15 +245,24 @@ def estimate(run, graph, query, data, cfg, output):
     DATA.csv has one column per graph variable. Discrete: the query's value cell (values from the
     query, e.g. 'P(y=1 | do(x=0))'; an unspecified variable takes its largest value) of each plug-in
     estimand; variables an estimand adds (an inserted action) are averaged over their empirical
-    distribution. Gaussian: the effect of the first x on the first y. A query that is not
+    distribution. Gaussian: the effect of the first x on the first y. `--contrast A,B` adds the
+    contrast between x=A and x=B (the ATE E[y|do(A)] - E[y|do(B)] for one numeric outcome without a
+    value in the query, else the difference of P(y|do(x)) at the query's y value; gaussian: the
+    slope times A-B) with its percentile CI for every estimand, and ranks by its variance.
+    With --baselines (default) simplified ID and the optimal adjustment set are estimated beside the
+    class (in_class: false unless a member gives the same estimand). A query that is not
     identifiable exits 3.
 
     \b
     JSON keys: kind, n, target, identifiable, n_estimands, estimates (ranked: rank, estimand, estimate,
-    se, variance, ci_low, ci_high, members, sources, plain_id), best, plain_id_rank.
+    se, variance, ci_low, ci_high, members, sources, plain_id, in_class; with --contrast also
+    contrast, contrast_se, contrast_variance, contrast_ci_low, contrast_ci_high), best (best
+    estimand of the class), best_overall (baselines included), plain_id_rank, contrast_of, pruned,
+    simplified_id, optimal_adjustment_set, optimal_adjustment.
     Examples:
       derive-docalc estimate fdbd.dag 'P(y|do(x))' obs.csv --kind gaussian --projections --json
       derive-docalc estimate napkin.dag 'P(y=1 | do(x=1))' obs.csv -B 500 -o ranked.csv
+      derive-docalc estimate mgraph.dag 'P(y | do(x))' obs.csv --contrast 1,0 --json | jq '.estimates[0]'
     """
     from icmlkit.lib.core.io import write_rows
     from icmlkit.lib.docalc.api import TABLE_COLUMNS, estimate as estimate_class, read_data
@@ -235,6 +273,95 @@ def estimate(run, graph, query, data, cfg, output):
     result = estimate_class(cfg, G, q, df, seed=run.seed, source=str(data))
     run.save(output, write_rows, result.table_rows(), TABLE_COLUMNS, float_format="%.10g")
     return result.summary
+
+
+@cli.command(seed=False)
+@click.argument("graph")
+@click.argument("query")
+@cap_option
+@prune_option
+@click.option("--available", default=None, metavar="SETS",
+              help="The experiments you can run, as sets separated by ';' with variables separated by ',' "
+              "(e.g. 'Z;W1,W2'). Default: every subset of each member's actions up to --max-size.")
+@click.option("--max-size", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Largest experiment searched without --available.")
+def experiments(run, graph, query, cap, prune, available, max_size):
+    """Which experiments identify QUERY: for every member of its class, the minimal sets E of its
+    actions such that data from a randomised experiment do(E) identify it (surrogate experiments,
+    after Bareinboim & Pearl's z-identification).
+
+    A member P(y | do(x'), w') is identified from experiment E (E within x') when IDC of
+    P(y | do(x' - E), w', e) succeeds in G with the edges into E removed; the estimand's P are the
+    experiment's distribution, written P_do{E}. Every member equals QUERY, so an experiment that
+    identifies a member answers the query. [reconstructed scope: one experiment at a time, members
+    of the class only; the full z-ID algorithm can succeed where this search does not.]
+
+    \b
+    JSON keys: query, observationally_identifiable, n_members, members_checked, max_size, available,
+    experiments (minimal sets over all members: each experiment, member, estimand), members (each:
+    member, experiments), pruned.
+    Examples:
+      derive-docalc experiments iv.dag 'P(y | do(x))' --json | jq '.experiments'
+      derive-docalc experiments napkin.dag 'P(y | do(x))' --available 'W1;W2' --json
+    """
+    from icmlkit.lib.docalc.api import class_estimands
+    from icmlkit.lib.docalc.experiments import experiments as run_experiments
+
+    G, q = _load(run, graph, query)
+    sets = None
+    if available is not None:
+        sets = []
+        for part in available.split(";"):
+            names = [v.strip() for v in part.split(",") if v.strip()]
+            if not names:
+                raise click.BadParameter(f"empty experiment in {available!r}", param_hint="--available")
+            resolved = []
+            for v in names:
+                hit = [u for u in G.nodes if u == v] or [u for u in G.nodes if u.lower() == v.lower()]
+                if len(hit) != 1:
+                    raise click.BadParameter(f"unknown variable {v!r} (the graph has {', '.join(G.nodes[:20])})",
+                                             param_hint="--available")
+                resolved.append(hit[0])
+            sets.append(frozenset(resolved))
+    ce = class_estimands(G, q, cap=cap, prune=prune)
+    return run_experiments(ce, sets, max_size=max_size).summary
+
+
+@cli.command()
+@click.argument("graph")
+@click.argument("data")
+@click.argument("query")
+@config_options(FalsifyConfig, bootstrap={"flags": ("-B", "--bootstrap")})
+def falsify(run, graph, data, query, cfg):
+    """Test GRAPH on DATA.csv: the distinct estimands of QUERY's class must agree if GRAPH is right.
+
+    A Wald test of equality across the class's distinct estimands: the differences from the first
+    one, their covariance over the same bootstrap resamples, T = d' S^+ d against chi-square (dof =
+    rank of S); p_value_bootstrap calibrates T on the centred bootstrap replicates instead
+    [reconstructed: the paper names no test]. Discrete: every cell of the query's variables;
+    gaussian: the effect of the first x on the first y. A class with one distinct estimand has
+    nothing to test (testable: false, p_value null). `--fail-under ALPHA` exits 3 when p < ALPHA.
+    The test checks the implications the estimands encode, not the whole graph. A query that is
+    not identifiable exits 3.
+
+    \b
+    JSON keys: query, kind, n, target, compared, n_members, n_estimands, testable, statistic, dof,
+    p_value, p_value_bootstrap, bootstrap, estimands (each: estimand, estimate, se, members),
+    rejected, alpha, pruned.
+    Examples:
+      derive-docalc falsify 'dag { Z -> X -> Y }' obs.csv 'P(y | do(x))' --json | jq .p_value
+      derive-docalc falsify g.dag obs.csv 'P(y | do(x))' --fail-under 0.01 || echo 'graph refuted'
+    """
+    from icmlkit.lib.docalc.api import read_data
+    from icmlkit.lib.docalc.falsify import falsify as run_falsify
+
+    G, q = _load(run, graph, query)
+    df = read_data(run.input(data), G)
+    summary = run_falsify(cfg, G, q, df, seed=run.seed, source=str(data)).summary
+    if summary["rejected"]:
+        run.fail_check(f"p = {summary['p_value']:.3g} < {cfg.fail_under}: the estimands of {summary['query']} "
+                       "disagree on the data, which refutes the graph")
+    return summary
 
 
 @cli.command()

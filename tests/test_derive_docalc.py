@@ -488,7 +488,7 @@ def test_options_device_seed_json_keys_and_output_suffixes(tmp_path, capsys):
     for name, command in cli.commands.items():
         opts = {o for p in command.params for o in p.opts}
         assert "--device" not in opts, name
-        assert ("--seed" in opts) == (name in ("estimate", "generate", "demo")), name
+        assert ("--seed" in opts) == (name in ("estimate", "falsify", "generate", "demo")), name
         assert "JSON keys:" in command.help and "Example" in command.help, name
     code, _, err = call(capsys, "equivalents", "dag { X -> Y }", "P(y|do(x))", "--device", "cuda")
     assert code == 2 and "--device" in err
@@ -512,15 +512,272 @@ FUZZ = [case for cmd, argv in (("equivalents", ["equivalents", "{bad}", "P(c|do(
                               ("check", ["check", "{bad}", "P(c|do(a))", "P(c|a)"]),
                               ("identify", ["identify", "{bad}", "P(c|do(a))", "-o", "{out}/e.json"]),
                               ("estimate", ["estimate", "{bad}", "P(c|do(a))", "{data}", "-o", "{out}/r.csv"]),
-                              ("generate", ["generate", "{bad}", "P(c|do(a))", "-o", "{out}/s.csv"]))
+                              ("generate", ["generate", "{bad}", "P(c|do(a))", "-o", "{out}/s.csv"]),
+                              ("falsify", ["falsify", "{bad}", "{data}", "P(c|do(a))"]),
+                              ("experiments", ["experiments", "{bad}", "P(c|do(a))"]))
         for case in (FuzzCase(cmd, argv, ".dag", GRAPH_KINDS, _graph_and_data, "dagitty"),
                      FuzzCase(cmd, argv, ".json", GRAPH_KINDS + ("truncated_json",), _graph_and_data, "json"))]
 FUZZ.append(FuzzCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{bad}", "-o", "{out}/r.csv"], ".csv",
                      CSV_KINDS, _graph_and_data, "data"))
 FUZZ.append(FuzzCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{bad}", "--kind", "gaussian",
                                   "-o", "{out}/r.csv"], ".csv", CSV_KINDS, _graph_and_data, "gaussian-data"))
+FUZZ.append(FuzzCase("falsify", ["falsify", "{graph}", "{bad}", "P(c|do(a))"], ".csv", CSV_KINDS, _graph_and_data,
+                     "data"))
+FUZZ.append(FuzzCase("falsify", ["falsify", "{graph}", "{bad}", "P(c|do(a))", "--kind", "gaussian"], ".csv",
+                     CSV_KINDS, _graph_and_data, "gaussian-data"))
 
 
 @pytest.mark.parametrize("case", FUZZ, ids=str)
 def test_malformed_inputs(case, tmp_path, capsys):
     check_malformed("derive-docalc", case, tmp_path, capsys)
+
+
+# --------------------------------------------------------------------------- issue 30: efficiency, baselines, scale
+
+
+CHAIN = "dag { Z -> X -> Y }"
+FDBD_IV = "dag { I -> X; Z -> X; Z -> Y; X -> M; M -> Y }"
+
+
+def test_chain_class_contains_p_y_given_x_and_plain_id_keeps_z():
+    G = G_(CHAIN)
+    ce = class_estimands(G, parse_query("P(y | do(x))", G), baselines=True)
+    assert "P(Y | X)" in {m["member"] for m in ce.members}
+    texts = {e.text: e for e in ce.estimands}
+    assert E.text(ce.plain_id) == "P(Y | X, Z)" and texts["P(Y | X)"].in_class
+    assert E.text(ce.simplified_id) == "P(Y | X)" and ce.optimal_set == frozenset()
+
+
+def _prob_factors(e):
+    if isinstance(e, E.Prob):
+        return [e]
+    kids = getattr(e, "factors", ()) or tuple(getattr(e, a) for a in ("body", "num", "den") if hasattr(e, a))
+    return [f for k in kids for f in _prob_factors(k)]
+
+
+# what d-separation simplification gives on the classic graphs, written by hand (Tikka & Karvanen 2017);
+# the Python port of causaleffect only simplifies algebraically, so its output is the numerical peer
+SIMPLIFIED = {"back-door": "sum_{Z} (P(Y | X, Z) P(Z))", "front-door+back-door": "sum_{Z} (P(Y | X, Z) P(Z))",
+              "M-graph": "sum_{B} (P(B) P(Y | B, X))", "chain": "P(Y | X)", "fdbd+iv": "sum_{Z} (P(Y | X, Z) P(Z))",
+              "front-door": "sum_{M} (P(M | X) sum_{X'} (P(X') P(Y | M, X')))"}
+
+
+def test_simplified_id_matches_causaleffect_on_the_classic_graphs():
+    pytest.importorskip("causaleffect", reason="install the docalc-test extra")
+    from icmlkit.lib.docalc.identify import simplify
+    from icmlkit.lib.docalc.oracle import causaleffect_identify
+
+    graphs = {**CLASSIC, "chain": CHAIN, "fdbd+iv": FDBD_IV}
+    rng = np.random.default_rng(30)
+    n = 0
+    for name, text in graphs.items():
+        G = G_(text)
+        theirs = causaleffect_identify(G, {"Y"}, {"X"}, simplify=True)  # what its printLatex prints
+        try:
+            raw = identify(G, Query(frozenset({"Y"}), frozenset({"X"})))
+        except NotIdentifiable:
+            assert theirs is None, name
+            continue
+        simp = simplify(G, raw)
+        if name in SIMPLIFIED:
+            assert E.text(simp) == SIMPLIFIED[name], name
+        # never more conditioning than the raw ID nor than causaleffect's (simplified) output
+        size = lambda e: sum(len(f.cond) for f in _prob_factors(e))  # noqa: E731
+        assert size(simp) <= min(size(raw), size(E.canonical(theirs))), name
+        for _ in range(2):
+            scm = DiscreteSCM.random(G, rng)
+            T = DiscreteTables(scm.joint(), G.nodes)
+            a = evaluate_table(simp, T, ["Y", "X"])[0]
+            b = evaluate_table(E.canonical(theirs), T, ["Y", "X"])[0]
+            assert np.nanmax(np.abs(a - b)) < 1e-10, name
+            assert np.nanmax(np.abs(a - scm.interventional({"Y"}, {"X"}, set()))) < 1e-10, name
+        n += 1
+    assert n >= 7
+
+
+def test_optimal_adjustment_sets_and_their_estimands_are_exact():
+    from icmlkit.lib.causal.adjust import is_adjustment_set, optimal_adjustment_set
+    from icmlkit.lib.docalc.api import adjustment_estimand
+
+    want = {"back-door": {"Z"}, "front-door+back-door": {"Z"}, "M-graph": {"B"}, "front-door": None,
+            "napkin": None}
+    for name, o in want.items():
+        got = optimal_adjustment_set(classic(name), {"X"}, {"Y"})
+        assert (got if got is None else set(got)) == o, name
+    assert optimal_adjustment_set(G_(FDBD_IV), {"X"}, {"Y"}) == {"Z"}
+    G = G_("dag { X -> W; U -> W; U -> Y; X -> Y }")     # conditioning on W opens X -> W <- U -> Y
+    assert not is_adjustment_set(G, {"X"}, {"Y"}, {"W"}) and is_adjustment_set(G, {"X"}, {"Y"}, set())
+    rng = np.random.default_rng(31)
+    checked = 0
+    for _ in range(25):
+        G = random_admg(6, rng, p_bid=0.0, names=["A", "B", "C", "X", "D", "Y"])
+        O = optimal_adjustment_set(G, {"X"}, {"Y"})
+        if O is None:
+            continue
+        scm = DiscreteSCM.random(G, rng)
+        e = adjustment_estimand(["Y"], ["X"], sorted(O))
+        val = evaluate_table(e, DiscreteTables(scm.joint(), G.nodes), ["Y", "X"])[0]
+        assert np.nanmax(np.abs(val - scm.interventional({"Y"}, {"X"}, set()))) < 1e-10, G.to_json()
+        checked += 1
+    assert checked >= 5
+
+
+def test_pruning_leaves_the_class_of_the_relevant_variables_unchanged():
+    import time
+
+    from icmlkit.lib.docalc.derivation import prune
+
+    cases = [("dag { X -> Y; A; B; C }", "P(y | do(x))"),
+             (NAPKIN[:-1] + "; P -> Q; Q <-> R }", "P(y | do(x))"),
+             ("dag { Z -> X -> Y; A -> B; C }", "P(y | do(x), a)")]
+    for text, query in cases:
+        G = G_(text)
+        q = parse_query(query, G)
+        full = equivalence_class(G, q)
+        small = equivalence_class(G, q, pruning=True)
+        Gr, qr, pruned = prune(G, q)
+        assert small.pruned == pruned and pruned and small.n_expressions == len(full.members)
+        # the full class restricted to expressions without pruned variables is the pruned class
+        o = full.oracle
+        none_pruned = {(o.set_of(x), o.set_of(w)) for x, w in full.members
+                       if not (o.set_of(x) | o.set_of(w)) & set(pruned)}
+        so = small.oracle
+        assert none_pruned == {(so.set_of(x), so.set_of(w)) for x, w in small.members}
+        ce_full = class_estimands(G, q, prune=False)
+        ce_small = class_estimands(G, q)
+        assert {e.text for e in ce_small.estimands} <= {e.text for e in ce_full.estimands}
+    G = G_("dag { X -> Y; A; B; C; D; E; F; G; H }")
+    t0 = time.perf_counter()
+    ce = class_estimands(G, parse_query("P(y | do(x))", G))
+    assert time.perf_counter() - t0 < 1.0
+    assert len(ce.cls.members) == 2 and ce.cls.n_expressions == 2 * 3 ** 8 and len(ce.estimands) == 1
+
+
+def test_estimate_contrasts_with_cis(tmp_path, capsys):
+    import pandas as pd
+
+    rng = np.random.default_rng(32)
+    G = classic("M-graph")
+    scm = DiscreteSCM.random(G, rng)
+    pd.DataFrame(scm.sample(4000, rng), columns=G.nodes).to_csv(tmp_path / "m.csv", index=False)
+    (tmp_path / "m.dag").write_text(G.to_dagitty())
+    code, out, err = call(capsys, "estimate", tmp_path / "m.dag", "P(y | do(x))", tmp_path / "m.csv", "-B", "100",
+                          "--contrast", "1,0", "--json", "-o", tmp_path / "r.csv")
+    assert code == 0, err
+    s = json.loads(out)
+    p = scm.interventional({"Y"}, {"X"}, set())
+    ate = p[1, 1] - p[1, 0]  # Y in {0, 1}: E[Y | do(x)] = P(Y=1 | do(x))
+    assert s["contrast_of"] == "E[Y | do(X=1)] - E[Y | do(X=0)]"
+    assert all(abs(r["contrast"] - ate) < 5 * r["contrast_se"] + 0.02 for r in s["estimates"])
+    assert all(r["contrast_ci_low"] < r["contrast"] < r["contrast_ci_high"] for r in s["estimates"])
+    v = [r["contrast_variance"] for r in s["estimates"]]
+    assert v == sorted(v) and s["optimal_adjustment_set"] == ["B"]
+    assert {r["in_class"] for r in s["estimates"]} == {True, False}
+    assert "contrast_ci_low" in (tmp_path / "r.csv").read_text().splitlines()[0]
+    # gaussian: the contrast is the slope times A - B
+    Gf = classic("front-door+back-door")
+    from icmlkit.lib.docalc.demo import FDBD_FRONT_DOOR_WINS
+
+    c, sd = FDBD_FRONT_DOOR_WINS
+    pd.DataFrame(LinearGaussianSCM(Gf, c, {}, sd).sample(400, rng), columns=Gf.nodes).to_csv(tmp_path / "f.csv",
+                                                                                          index=False)
+    (tmp_path / "f.dag").write_text(Gf.to_dagitty())
+    code, out, err = call(capsys, "estimate", tmp_path / "f.dag", "P(y | do(x))", tmp_path / "f.csv", "-B", "50",
+                          "--contrast", "2,0.5", "--json")
+    assert code == 0, err
+    for r in json.loads(out)["estimates"]:
+        assert abs(r["contrast"] - 1.5 * r["estimate"]) < 1e-9 and abs(r["contrast_se"] - 1.5 * r["se"]) < 1e-9
+    for bad in ("1", "1,1", "a,b"):
+        code, _, err = call(capsys, "estimate", tmp_path / "f.dag", "P(y | do(x))", tmp_path / "f.csv",
+                            "--contrast", bad)
+        assert code == 2 and "--contrast" in err, bad
+    code, _, err = call(capsys, "estimate", tmp_path / "m.dag", "P(y | do(x))", tmp_path / "m.csv", "--contrast", "1,7")
+    assert code == 2 and "--contrast value X=7" in err
+
+
+def _gauss_df(G, coef, n, seed):
+    import pandas as pd
+
+    scm = LinearGaussianSCM(G, coef, {}, {v: 1.0 for v in G.nodes})
+    return pd.DataFrame(scm.sample(n, np.random.default_rng(seed)), columns=G.nodes)
+
+
+def test_falsify_level_on_the_true_graph_and_power_on_a_wrong_one(tmp_path, capsys):
+    from icmlkit.lib.docalc.config import FalsifyConfig
+    from icmlkit.lib.docalc.falsify import falsify
+
+    G = G_(CHAIN)
+    q = parse_query("P(y | do(x))", G)
+    alpha, R = 0.05, 100
+    ps = np.array([falsify(FalsifyConfig(bootstrap=200), G, q,
+                           _gauss_df(G, {("Z", "X"): 1.0, ("X", "Y"): 1.0}, 1000, r), seed=r).p_value
+                   for r in range(R)])
+    assert (ps < alpha).mean() <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / R)
+    assert ps.min() > 0 and np.median(ps) > 0.2  # not degenerate
+    # data from the front-door + back-door model, Z -> X -> Y assumed: P(Y|X) and P(Y|X,Z) disagree
+    Gf = classic("front-door+back-door")
+    df = _gauss_df(Gf, {("Z", "X"): 1.0, ("Z", "Y"): 0.5, ("X", "M"): 1.0, ("M", "Y"): 0.8}, 5000, 7)
+    df.to_csv(tmp_path / "fdbd.csv", index=False)
+    code, out, err = call(capsys, "falsify", CHAIN, tmp_path / "fdbd.csv", "P(y | do(x))", "--json",
+                          "--fail-under", "0.05", "-B", "200")
+    s = json.loads(out)
+    assert code == 3 and s["rejected"] and s["p_value"] < 1e-6 and s["n_estimands"] == 2 and s["testable"]
+    # the right graph on the same data: not rejected (one distinct estimand: nothing to test, exit 0)
+    (tmp_path / "fdbd.dag").write_text(Gf.to_dagitty())
+    code, out, err = call(capsys, "falsify", tmp_path / "fdbd.dag", tmp_path / "fdbd.csv", "P(y | do(x))",
+                          "--json", "--fail-under", "0.05")
+    s = json.loads(out)
+    assert code == 0 and s["testable"] is False and s["p_value"] is None and s["n_estimands"] == 1
+    # discrete data through the command line
+    scm = DiscreteSCM.random(Gf, np.random.default_rng(3), alpha=0.5)
+    import pandas as pd
+
+    pd.DataFrame(scm.sample(5000, np.random.default_rng(4)), columns=Gf.nodes).to_csv(tmp_path / "d.csv", index=False)
+    code, out, err = call(capsys, "falsify", CHAIN, tmp_path / "d.csv", "P(y | do(x))", "--json")
+    assert code == 0 and json.loads(out)["kind"] == "discrete" and json.loads(out)["p_value"] < 1e-3
+
+
+def test_experiments_surrogates_are_exact():
+    from icmlkit.lib.docalc.experiments import experiments, identify_from_experiment
+
+    G = G_(NAPKIN)
+    ce = class_estimands(G, parse_query("P(y | do(x))", G))
+    s = experiments(ce).summary
+    exps = {tuple(e["experiment"]): e for e in s["experiments"]}
+    assert s["observationally_identifiable"] and () in exps and ("W1",) in exps and ("X",) in exps
+    assert exps[("W1",)]["estimand"] == "P_do{W1}(Y | X)"
+    # an experiment on W1 answers P(y | do(x)): P(y | x) in the experiment's distribution, exactly
+    scm = DiscreteSCM.random(G, np.random.default_rng(33))
+    truth = scm.interventional({"Y"}, {"X"}, set())
+    for w in (0, 1):
+        P = scm._joint({"W1": w})  # axes W1, W2, X, Y
+        pxy = P.sum(axis=(0, 1))
+        assert np.abs(pxy / pxy.sum(1, keepdims=True) - truth.T).max() < 1e-10
+    # the IV graph: only an experiment on X itself; restricted to the available ones
+    Giv = classic("instrumental variable")
+    ce = class_estimands(Giv, parse_query("P(y | do(x))", Giv))
+    s = experiments(ce).summary
+    assert not s["observationally_identifiable"] and [e["experiment"] for e in s["experiments"]] == [["X"]]
+    assert experiments(ce, [frozenset({"Z"})]).summary["experiments"] == []
+    m = Query(frozenset({"Y"}), frozenset({"X", "Z"}))
+    assert identify_from_experiment(Giv, m, frozenset({"Z"})) is None
+    assert identify_from_experiment(Giv, m, frozenset({"X"})) is not None
+
+
+def test_cli_experiments_and_identify_baselines(capsys):
+    code, out, err = call(capsys, "experiments", NAPKIN, "P(y | do(x))", "--available", "w2;W1", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["available"] == [["W2"], ["W1"]] and {tuple(e["experiment"]) for e in s["experiments"]} == {("W1",),
+                                                                                                      ("W2",)}
+    code, _, err = call(capsys, "experiments", NAPKIN, "P(y | do(x))", "--available", "Q")
+    assert code == 2 and "--available" in err and "'Q'" in err
+    code, out, err = call(capsys, "identify", "dag { Z -> X -> Y; A; B }", "P(y | do(x))", "--json")
+    s = json.loads(out)
+    assert code == 0 and s["pruned"] == ["A", "B"] and s["n_expressions"] == s["n_members"] * 9
+    assert s["plain_id"] == "P(Y | X, Z)" and s["simplified_id"] == "P(Y | X)" and s["optimal_adjustment_set"] == []
+    code, out, err = call(capsys, "equivalents", "dag { X -> Y; A; B; C; D; E; F }", "P(y | do(x))", "--json")
+    s = json.loads(out)
+    assert code == 0 and s["n_members"] == 2 and s["n_expressions"] == 1458
+    code, out, err = call(capsys, "equivalents", "dag { X -> Y; A; B }", "P(y | do(x))", "--no-prune", "--json")
+    assert json.loads(out)["n_members"] == 18 and json.loads(out)["pruned"] == []

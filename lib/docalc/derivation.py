@@ -130,6 +130,13 @@ class EquivalenceClass:
     seconds: float = 0.0
     method: str = "bfs"
     paths: dict | None = None  # canonical route: member -> list of (label, z, from, to)
+    pruned: list = field(default_factory=list)  # variables not connected to Y (see :func:`prune`)
+
+    @property
+    def n_expressions(self) -> int:
+        """Members of the class over ALL variables: each listed member stands for 3^|pruned| (every
+        pruned variable free, under do() or observed)."""
+        return len(self.members) * 3 ** len(self.pruned)
 
     def path(self, m: tuple[int, int]) -> list[dict]:
         if self.paths is not None:
@@ -166,15 +173,54 @@ class EquivalenceClass:
         return "\n".join(lines) + "\n"
 
 
+def prune(G: ADMG, query: Query) -> tuple[ADMG, Query, list[str]]:
+    """Drop the variables with no path at all (directed or bidirected edges, any orientation) to the
+    outcome Y: the connected components of the skeleton that hold no node of Y.
+
+    Such a variable v is d-separated from Y given any set in every mutilation of G, and it lies on
+    no path between Y and the other variables, so (i) every rule may add, delete or exchange v
+    (under do() or observed) freely and (ii) v never changes another rule's test (it is no ancestor
+    of anything in Y's component, so rule 3's Z(W) is unchanged too). The class over V is therefore
+    {(X' u S1, W' u S2)}: every member (X', W') of the class over the kept variables R with any
+    disjoint S1, S2 of the pruned ones, i.e. 3^|pruned| expressions per member, all with the same
+    estimand (v is independent of R). Returns (G[R], the query restricted to R, pruned names in
+    graph order). Variables connected to Y are kept even when some of them could be pruned by a
+    finer argument.
+    """
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(G.nodes)
+    g.add_edges_from(G.directed)
+    g.add_edges_from(G.bidirected)
+    keep = set()
+    for comp in nx.connected_components(g):
+        if comp & set(query.Y):
+            keep |= comp
+    pruned = [v for v in G.nodes if v not in keep]
+    if not pruned:
+        return G, query, []
+    q = Query(query.Y, query.X & keep, query.W & keep, tuple((k, v) for k, v in query.values if k in keep))
+    return G.subgraph(keep), q, pruned
+
+
 def equivalence_class(G: ADMG, query: Query, rules=(1, 2, 3), cap: int = 200_000, edges: bool = False,
-                      oracle: RuleOracle | None = None) -> EquivalenceClass:
+                      oracle: RuleOracle | None = None, pruning: bool = False) -> EquivalenceClass:
     """Exact enumeration of the query's class by breadth-first search on D_Y(G).
 
     Every set-valued application of the chosen rules (default R1, R2, R3) is tried from every
     member. The search stops after ``cap`` members and marks the class ``capped`` (then it is a
     subset of the true class). With ``edges=True`` every valid rule edge between members is kept
-    (for drawing).
+    (for drawing). With ``pruning`` the variables not connected to Y are removed first
+    (:func:`prune`): the members are then those over the kept variables, each standing for
+    3^|pruned| expressions (``n_expressions``).
     """
+    if pruning:
+        G2, q2, pruned = prune(G, query)
+        if pruned:
+            cls = equivalence_class(G2, q2, rules=rules, cap=cap, edges=edges)
+            cls.pruned = pruned
+            return cls
     t0 = time.perf_counter()
     o = oracle or RuleOracle(G, query.Y)
     start = (o.mask_of(query.X), o.mask_of(query.W))
@@ -275,10 +321,18 @@ def _canonical_ok(o: RuleOracle, x, w, x2, w2) -> np.ndarray:
 
 
 def equivalence_class_canonical(G: ADMG, query: Query, cap: int = 200_000,
-                                oracle: RuleOracle | None = None, edges: bool = False) -> EquivalenceClass:
+                                oracle: RuleOracle | None = None, edges: bool = False,
+                                pruning: bool = False) -> EquivalenceClass:
     """The class by Corollary 1 instead of BFS: the four canonical tests from the query to every one
     of the 3^|V\\Y| candidate expressions (vectorised; reconstructed step sets). Each member's path
-    is its canonical witness (at most four steps). ``cap`` bounds the number of candidates."""
+    is its canonical witness (at most four steps). ``cap`` bounds the number of candidates.
+    ``pruning`` as in :func:`equivalence_class`."""
+    if pruning:
+        G2, q2, pruned = prune(G, query)
+        if pruned:
+            cls = equivalence_class_canonical(G2, q2, cap=cap, edges=edges)
+            cls.pruned = pruned
+            return cls
     t0 = time.perf_counter()
     o = oracle or RuleOracle(G, query.Y)
     if 3 ** o.k > cap:

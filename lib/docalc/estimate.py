@@ -249,9 +249,10 @@ def gaussian_effect(e: Expr, M: GaussianMoments, y: str, x: str) -> np.ndarray:
 # --------------------------------------------------------------------------- ranking
 
 
-def rank(estimates: list[dict]) -> list[dict]:
-    """Sort estimand rows by bootstrap variance (NaN last), ties by text; adds ``rank`` (1 = best)."""
-    rows = sorted(estimates, key=lambda r: (not np.isfinite(r["variance"]), r["variance"], r["estimand"]))
+def rank(estimates: list[dict], key: str = "variance") -> list[dict]:
+    """Sort estimand rows by bootstrap variance (``key``; NaN last), ties by text; adds ``rank`` (1 = best)."""
+    rows = sorted(estimates, key=lambda r: (not np.isfinite(r[key]), r[key] if np.isfinite(r[key]) else 0.0,
+                                            r["estimand"]))
     for i, r in enumerate(rows):
         r["rank"] = i + 1
         for k, v in r.items():  # JSON has no NaN: an undefined value is null

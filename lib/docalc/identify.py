@@ -138,6 +138,44 @@ def identify(G: ADMG, q: Query) -> Expr:
     return canonical(Frac(joint, Sum(tuple(Y), joint)))
 
 
+def simplify(G: ADMG, e: Expr) -> Expr:
+    """The estimand simplified by d-separation in G (after Tikka & Karvanen 2017): every factor
+    P(A | C) loses each conditioning variable c with (A _||_ c | C \\ c) in G (the factors are
+    conditionals of the observed joint, which is Markov to G, so the value never changes), then the
+    canonical form drops the sums this frees (sum_z P(z) = 1, ...). Variables are tried in graph
+    order, so the result is deterministic (another order can give another valid form)
+    [reconstructed: the R package's simp=TRUE is the peer; the Python port of causaleffect only
+    simplifies algebraically]."""
+    def go(x: Expr) -> Expr:
+        if isinstance(x, Prob):
+            A, C = set(x.vars), list(x.cond)
+            changed = True
+            while changed:
+                changed = False
+                for c in sorted(C, key=G.index.get):
+                    rest = set(C) - {c}
+                    if G.d_separated(A, {c}, rest):
+                        C.remove(c)
+                        changed = True
+                        break
+            return Prob(tuple(A), tuple(C))
+        if isinstance(x, Prod):
+            return Prod(tuple(go(f) for f in x.factors))
+        if isinstance(x, Sum):
+            return Sum(x.over, go(x.body))
+        if isinstance(x, Frac):
+            return Frac(go(x.num), go(x.den))
+        return x
+
+    out = canonical(e)
+    for _ in range(4):  # simplification can expose new marginalisations; a fixed point comes fast
+        new = canonical(go(out))
+        if new == out:
+            break
+        out = new
+    return out
+
+
 @dataclass
 class MemberEstimand:
     member: str
@@ -159,4 +197,4 @@ def identify_class(G: ADMG, members: list[Query]) -> list[MemberEstimand]:
     return out
 
 
-__all__ = ["NotIdentifiable", "identify", "identify_id", "identify_class", "MemberEstimand", "ONE"]
+__all__ = ["NotIdentifiable", "identify", "identify_id", "simplify", "identify_class", "MemberEstimand", "ONE"]

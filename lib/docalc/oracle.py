@@ -20,9 +20,10 @@ def _convert(p) -> Expr:
     return body
 
 
-def causaleffect_identify(G: ADMG, Y, X, W=()) -> Expr | None:
+def causaleffect_identify(G: ADMG, Y, X, W=(), simplify: bool = False) -> Expr | None:
     """causaleffect.ID(Y, X, G, cond=W) as an (uncanonicalised) expression, or None when it reports
-    the effect not identifiable."""
+    the effect not identifiable. ``simplify`` first applies causaleffect's own ``simplify()`` (what
+    its ``printLatex`` prints; algebraic only in the Python port: chain rule and marginalisation)."""
     ce = require_module("causaleffect", "docalc-test")
     edges = [f"{a}->{b}" for a, b in sorted(G.directed)] + [f"{a}<->{b}" for a, b in sorted(G.bidirected)]
     # causaleffect builds its vertex list from the edges: add the isolated nodes explicitly
@@ -34,4 +35,9 @@ def causaleffect_identify(G: ADMG, Y, X, W=()) -> Expr | None:
     P = ce.ID(set(Y), set(X), graph, cond=set(W) if W else None)
     if not P.identifiable:
         return None
+    if simplify:
+        P.simplify()
+        if P._recursive:
+            for child in P._children:
+                child.simplify()
     return _convert(P)
