@@ -1,0 +1,279 @@
+"""Benchmark of solve-decentralized (there are no paper numbers; the targets are the issue's).
+
+1. Mixed problem grid: n in {5, 10, 20} on path and ring, d_i = 5, m = 3, C_i one row, Ct_i 2 x 4,
+   kappa_f in {10, 100, 1000}: APAPC + Chebyshev to rel. error and residual <= 1e-6 (numpy KKT ground
+   truth, checked against cvxpy on one cell); fitted log-log slopes of communications vs chi and vs
+   kappa_f; on the largest cell (n = 20, path, kappa_f = 1000) communications vs tuned Tracking-ADMM
+   (rho grid), plain APAPC and centralized APAPC (EXTRA / gradient tracking do not apply to coupled
+   constraints; DPMM is not implemented).
+2. VFL ridge on breast_cancer (standardised) in 4 parties, shared bias as x~: coefficients vs
+   scikit-learn's Ridge.
+3. a9a (LIBSVM test split) l2-logistic regression on 20 nodes (ring and Erdos-Renyi): communications
+   to 1e-6 relative suboptimality vs scikit-learn's LogisticRegression, APAPC + Chebyshev vs tuned
+   EXTRA and gradient tracking.
+4. 4 gloo processes on localhost vs the simulator (max |difference| of the iterates), wall time
+   dist/sim, and the simulator's time to 1e-6 vs cvxpy's central solve.
+
+Run: .venv/bin/python bench/solve_decentralized.py  (about 10 minutes on 2 cores).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import commit, machine, target, today, write_results  # noqa: E402
+
+from icmlkit.lib.core.runtime import numpy_rng  # noqa: E402
+from icmlkit.lib.decentral.config import SolveConfig  # noqa: E402
+from icmlkit.lib.decentral.generate import generate, hfl_logistic, vfl_ridge  # noqa: E402
+from icmlkit.lib.decentral.reference import reference  # noqa: E402
+from icmlkit.lib.decentral.solve import solve  # noqa: E402
+from icmlkit.lib.decentral.sweep import fit_slopes  # noqa: E402
+
+NAME = "solve_decentralized"
+SEED = 0
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def _pick(s, keys=("iterations", "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual",
+                   "suboptimality", "converged", "seconds")):
+    return {k: s.get(k) for k in keys}
+
+
+def part_mixed():
+    rows, probs = [], {}
+    for g in ("path", "ring"):
+        for n in (5, 10, 20):
+            for kap in (10.0, 100.0, 1000.0):
+                prob = generate("mixed", n, g, seed_rng=numpy_rng(SEED, f"bench-{g}-{n}-{kap}"), kappa=kap)
+                ref = reference(prob)
+                res = solve(SolveConfig(tol=1e-6, max_iter=200000, trace_every=10 ** 9), prob, ref=ref)
+                s = res.summary
+                rows.append({"graph": g, "n_nodes": n, "kappa_f_target": kap, "kappa_f": s["kappa_f"], "chi": s["chi"],
+                             "kappa_ac": s["kappa_ac"], "kappa_ct": s["kappa_ct"], "deg_w": s["deg_w"],
+                             "deg_k": s["deg_k"], **_pick(s),
+                             "predicted_communications": s["predicted_communications"]})
+                probs[(g, n, kap)] = (prob, ref)
+                log("mixed", g, n, kap, s["iterations"], s["communications"], s["rel_error"], s["seconds"])
+    slopes = fit_slopes(rows)
+    # log-log slope vs chi at fixed kappa_f and the mixed term divided out, and vs kappa_f per (graph, n)
+    per_k = []
+    for key in {(r["graph"], r["n_nodes"]) for r in rows}:
+        sel = sorted((r for r in rows if (r["graph"], r["n_nodes"]) == key and r["converged"]),
+                     key=lambda r: r["kappa_f"])
+        if len(sel) >= 2:
+            per_k.append(np.polyfit(np.log([r["kappa_f"] for r in sel]), np.log([r["communications"] for r in sel]), 1)[0])
+    slopes["slope_kappa_f_per_graph_mean"] = float(np.mean(per_k)) if per_k else None
+    # cvxpy agreement on one cell
+    prob, ref = probs[("ring", 10, 100.0)]
+    try:
+        cv = reference(prob, "cvxpy")
+        cvx_gap = float(max(np.abs(cv.x - ref.x).max(), np.abs(cv.xt - ref.xt).max()))
+    except Exception as exc:  # noqa: BLE001 - cvxpy is optional
+        cvx_gap = None
+        log("cvxpy failed:", exc)
+    # the largest cell against the baselines
+    prob, ref = probs[("path", 20, 1000.0)]
+    base = {}
+    main = next(r for r in rows if (r["graph"], r["n_nodes"], r["kappa_f_target"]) == ("path", 20, 1000.0))
+    base["apapc-cheb"] = _pick(main)
+    for method in ("apapc", "centralized"):
+        base[method] = _pick(solve(SolveConfig(method=method, tol=1e-6, max_iter=300000, trace_every=10 ** 9),
+                                   prob, ref=ref).summary)
+        log("largest", method, base[method])
+    base["apapc-cheb_augment_all"] = _pick(solve(SolveConfig(augment="all", tol=1e-6, max_iter=300000,
+                                                             trace_every=10 ** 9), prob, ref=ref).summary)
+    log("largest", "augment all", base["apapc-cheb_augment_all"])
+    tadmm = {}
+    for rho in (0.1, 0.3, 1.0, 3.0, 10.0):
+        s = solve(SolveConfig(method="tracking-admm", rho=rho, tol=1e-6, max_iter=50000, trace_every=10 ** 9),
+                  prob, ref=ref).summary
+        tadmm[rho] = _pick(s)
+        log("tracking-admm", rho, s["iterations"], s["converged"], s["rel_error"])
+    ok = {r: v for r, v in tadmm.items() if v["converged"]}
+    best_rho = min(ok, key=lambda r: ok[r]["communications"]) if ok else None
+    base["tracking-admm"] = {"rho": best_rho, **(ok[best_rho] if best_rho is not None else {"converged": False})}
+    base["tracking-admm_grid"] = {str(k): v for k, v in tadmm.items()}
+    base["extra"] = "not applicable: EXTRA / gradient tracking solve consensus problems, not coupled constraints"
+    base["dpmm"] = "not implemented"
+    return rows, slopes, cvx_gap, base
+
+
+def _vfl_cell(X, y, alpha, method, max_iter, tol):
+    from sklearn.linear_model import Ridge
+
+    prob = vfl_ridge(X, y, 4, alpha, "path")
+    sk = Ridge(alpha=alpha, solver="cholesky").fit(X, y)
+    ref = reference(prob)
+    blocks = prob.meta["blocks"]
+    refc = np.concatenate([ref.x[i, :len(b)] for i, b in enumerate(blocks)])
+    if method is None:   # the formulation only: its exact KKT solution against scikit-learn
+        return {"samples": int(X.shape[0]), "reference_kkt_coef_diff_vs_sklearn": float(np.abs(refc - sk.coef_).max()),
+                "reference_kkt_intercept_diff_vs_sklearn": float(abs(ref.xt[0] - sk.intercept_))}
+    t = time.perf_counter()
+    res = solve(SolveConfig(method=method, tol=tol, max_iter=max_iter, trace_every=10 ** 9), prob, ref=ref)
+    coef = np.concatenate([res.x[i, :len(b)] for i, b in enumerate(blocks)])
+    return {"samples": int(X.shape[0]), "method": method,
+            "coef_max_abs_diff_vs_sklearn": float(np.abs(coef - sk.coef_).max()),
+            "intercept_abs_diff_vs_sklearn": float(abs(res.xt.mean() - sk.intercept_)),
+            "reference_kkt_coef_diff_vs_sklearn": float(np.abs(refc - sk.coef_).max()),
+            **_pick(res.summary), "kappa_f": res.summary["kappa_f"], "deg_k": res.summary.get("deg_k"),
+            "wall_seconds": round(time.perf_counter() - t, 2)}
+
+
+def part_vfl():
+    """The full data set: the formulation's exact KKT solution vs scikit-learn; APAPC + Chebyshev on the
+    first 100 samples only: on all 569 the coupled constraint has 569 rows, the setup's dense
+    eigen-solves of a 4676-dimensional K take minutes here and kappa_K is about 2.6e4 (deg_k = 161),
+    which does not fit the benchmark's time budget (reported as a miss)."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    y = y.astype(float)
+    out = {"alpha": 1.0, "parties": 4,
+           "full_formulation": _vfl_cell(X, y, 1.0, None, 0, 0.0),
+           "subset100_apapc_cheb": _vfl_cell(X[:100], y[:100], 1.0, "apapc-cheb", 4000, 1e-8)}
+    log("vfl", out)
+    return out
+
+
+def part_a9a():
+    from sklearn.linear_model import LogisticRegression
+
+    from icmlkit.lib.core.io import shared_data_dir
+    from icmlkit.lib.decentral.problem import read_libsvm
+
+    folder = shared_data_dir("a9a")
+    path = Path(folder) / "a9a.t" if folder else Path(__file__).resolve().parents[2] / "shared/data/a9a/a9a.t"
+    if not path.exists():
+        return {"skipped": f"{path} not found"}
+    X, y = read_libsvm(path, 123)
+    N = X.shape[0]
+    lam = 1e-2
+    sk = LogisticRegression(C=1 / (lam * N), fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, y)
+    out = {"samples": N, "features": X.shape[1], "lam": lam}
+    for graph in ("ring", "er"):
+        prob = hfl_logistic(X, y, 20, lam, graph, rng=numpy_rng(SEED, "a9a-er"))
+        ref = reference(prob)   # Newton: checked against sklearn below
+        gap = float(np.abs(ref.xt - sk.coef_[0]).max())
+        cell = {"newton_vs_sklearn_max_abs": gap}
+        for method, steps in (("apapc-cheb", (None,)), ("extra", (0.5, 1.0, 1.5)), ("gradient-tracking", (0.1, 0.25, 0.5))):
+            best = None
+            for st in steps:
+                s = solve(SolveConfig(method=method, step=st, tol=1e-6, criterion="suboptimality", max_iter=30000,
+                                      trace_every=10 ** 9), prob, ref=ref).summary
+                log("a9a", graph, method, st, s["iterations"], s["communications"], s["converged"], s["seconds"])
+                if s["converged"] and (best is None or s["communications"] < best["communications"]):
+                    best = {"step": st, **_pick(s)}
+            cell[method] = best or {"converged": False}
+        out[graph] = cell
+    return out
+
+
+def part_dist():
+    prob = generate("mixed", 4, "ring", seed_rng=numpy_rng(SEED, "bench-dist"), kappa=10.0)
+    ref = reference(prob)
+    t = time.perf_counter()
+    sim = solve(SolveConfig(tol=1e-6, trace_every=10 ** 9), prob, ref=ref)
+    t_sim = time.perf_counter() - t
+    t = time.perf_counter()
+    dst = solve(SolveConfig(tol=1e-6, backend="dist", trace_every=10 ** 9), prob, ref=ref)
+    t_dist = time.perf_counter() - t
+    diff = float(max(np.abs(sim.x - dst.x).max(), np.abs(sim.xt - dst.xt).max()))
+    try:
+        t = time.perf_counter()
+        reference(prob, "cvxpy")
+        t_cvx = time.perf_counter() - t
+    except Exception:  # noqa: BLE001
+        t_cvx = None
+    out = {"max_abs_diff_dist_vs_sim": diff, "iterations_sim": sim.summary["iterations"],
+           "iterations_dist": dst.summary["iterations"], "wall_sim": round(t_sim, 3), "wall_dist": round(t_dist, 3),
+           "wall_ratio_dist_over_sim": round(t_dist / t_sim, 2), "wall_cvxpy": None if t_cvx is None else round(t_cvx, 3),
+           "sim_time_to_1e-6_over_cvxpy": None if not t_cvx else round(t_sim / t_cvx, 3),
+           "communications": sim.summary["communications"]}
+    log("dist", out)
+    return out
+
+
+def main():
+    t0 = time.perf_counter()
+    rows, slopes, cvx_gap, base = part_mixed()
+    vfl = part_vfl()
+    a9a = part_a9a()
+    dist = part_dist()
+    largest = base["apapc-cheb"]
+    ta = base["tracking-admm"]
+    ratio = (ta["communications"] / largest["communications"]) if ta.get("converged") and largest["converged"] else None
+    targets = {
+        "mixed_all_cells_rel_error_le_1e-6": target(max(r["rel_error"] for r in rows), 1e-6,
+                                                    all(r["converged"] for r in rows), "max over the 18 cells"),
+        "mixed_all_cells_residual_le_1e-6": target(max(r["constraint_residual"] for r in rows), 1e-6,
+                                                   max(r["constraint_residual"] for r in rows) <= 1e-6,
+                                                   "max over the 18 cells"),
+        "slope_communications_vs_chi": target(slopes["slope_chi"], [0.4, 0.6],
+                                              slopes["slope_chi"] is not None and 0.4 <= slopes["slope_chi"] <= 0.6,
+                                              "OLS of log comms on log chi, log kappa_f, log(sqrt kAC + sqrt kCt)"),
+        "slope_communications_vs_kappa_f": target(slopes["slope_kappa_f"], [0.4, 0.6],
+                                                  slopes["slope_kappa_f"] is not None
+                                                  and 0.4 <= slopes["slope_kappa_f"] <= 0.6, "same regression"),
+        "comms_tracking_admm_over_apapc_cheb_largest_cell": target(ratio, 3.0, ratio is not None and ratio >= 3.0,
+                                                                   "n=20 path kappa_f=1000; Tracking-ADMM at its best rho"),
+        "vfl_breast_cancer_coef_vs_sklearn_ridge_apapc_cheb_full": target(
+            None, 1e-6, False, "not run on all 569 samples (setup and kappa_K too large for the time budget); "
+            "see results.vfl_breast_cancer for the 100-sample APAPC+Cheb run and the full-data centralized run"),
+        "vfl_breast_cancer_subset100_apapc_cheb_vs_sklearn_ridge": target(
+            vfl["subset100_apapc_cheb"]["coef_max_abs_diff_vs_sklearn"], 1e-6,
+            vfl["subset100_apapc_cheb"]["coef_max_abs_diff_vs_sklearn"] <= 1e-6
+            and vfl["subset100_apapc_cheb"]["intercept_abs_diff_vs_sklearn"] <= 1e-6, "first 100 samples"),
+        "vfl_breast_cancer_full_formulation_kkt_vs_sklearn_ridge": target(
+            vfl["full_formulation"]["reference_kkt_coef_diff_vs_sklearn"], 1e-6,
+            vfl["full_formulation"]["reference_kkt_coef_diff_vs_sklearn"] <= 1e-6,
+            "the VFL formulation's exact KKT solution (569 samples), not an iterative run"),
+        "dist_4_gloo_vs_sim_iterates": target(dist["max_abs_diff_dist_vs_sim"], 1e-10,
+                                              dist["max_abs_diff_dist_vs_sim"] <= 1e-10, "max |x_dist - x_sim|"),
+    }
+    if "ring" in a9a:
+        for g in ("ring", "er"):
+            c = a9a[g]
+            ap, ex, gt = c["apapc-cheb"], c["extra"], c["gradient-tracking"]
+            best = min((v["communications"] for v in (ex, gt) if v.get("converged")), default=None)
+            r = best / ap["communications"] if best and ap.get("converged") else None
+            targets[f"a9a_{g}_comms_best_of_extra_gt_over_apapc_cheb"] = target(
+                r, 1.0, r is not None and r >= 1.0, "communications to 1e-6 rel. suboptimality; > 1: APAPC+Cheb fewer")
+    result = {"tool": "solve-decentralized", "date": today(), "commit": commit(), "machine": machine(),
+              "command": ".venv/bin/python bench/solve_decentralized.py",
+              "results": {"mixed": rows, "slopes": slopes, "cvxpy_vs_kkt_max_abs": cvx_gap, "largest_cell": base,
+                          "vfl_breast_cancer": vfl, "a9a": a9a, "dist": dist,
+                          "seconds": round(time.perf_counter() - t0, 1)},
+              "targets": targets}
+    md = ["# solve-decentralized benchmark", "", f"{today()}, {machine()['cpu']}, {machine()['cores']} cores", "",
+          "| target | value | threshold | met |", "|---|---|---|---|"]
+    for k, v in targets.items():
+        md.append(f"| {k} | {v['value']} | {v['threshold']} | {v['met']} |")
+    md += ["", "## Mixed grid (APAPC + Chebyshev, tol 1e-6)", "",
+           "| graph | n | kappa_f | chi | deg_w | deg_k | iterations | communications | rel_error | residual |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['graph']} | {r['n_nodes']} | {r['kappa_f']:.0f} | {r['chi']:.1f} | {r['deg_w']} | {r['deg_k']} | "
+                  f"{r['iterations']} | {r['communications']} | {r['rel_error']:.2e} | {r['constraint_residual']:.2e} |")
+    md += ["", "## Largest cell (n = 20, path, kappa_f = 1000)", "", "| method | iterations | communications | converged |",
+           "|---|---|---|---|"]
+    for k in ("apapc-cheb", "apapc-cheb_augment_all", "apapc", "centralized", "tracking-admm"):
+        v = base[k]
+        md.append(f"| {k}{' (rho=' + str(v.get('rho')) + ')' if k == 'tracking-admm' else ''} | {v.get('iterations')} | "
+                  f"{v.get('communications')} | {v.get('converged')} |")
+    write_results(NAME, result, "\n".join(md) + "\n")
+    log("done in", round(time.perf_counter() - t0, 1), "s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Synthetic problems with a planted optimum, and builders from real data.
+
+Planting (method sheet, Data): choose x*, x~* and the multipliers first (lambda for the coupled
+constraint, nu_i for C_i, omega_i for Ct_i, consensus multipliers pi_i with sum_i pi_i = 0), then
+derive the linear terms q_i and the right-hand sides b_i, c_i, ct_i so that the KKT conditions of (P)
+hold exactly; f is strictly convex, so the planted point is the unique optimum.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from icmlkit.lib.decentral.problem import Problem, make_graph
+
+KINDS = ("mixed", "resource", "hfl", "vfl")
+
+
+def _spd(rng, D, kappa, lo=1.0):
+    """A random D x D SPD matrix with eigenvalues spread geometrically over [lo, lo*kappa]."""
+    U, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    ev = lo * np.geomspace(1.0, kappa, D) if D > 1 else np.array([lo * kappa])
+    return (U * ev) @ U.T
+
+
+def plant(Q, A, C, Ct, d, p, edges, rng, kind="mixed", scale=1.0) -> Problem:
+    """Complete a quadratic problem's structure (Q, A, C, Ct stacked and padded) with a planted
+    optimum: returns the Problem whose unique minimiser is the drawn (x*, x~*)."""
+    n, m, dmax = A.shape
+    mask = np.arange(dmax)[None, :] < np.asarray(d)[:, None]
+    x = rng.standard_normal((n, dmax)) * mask * scale
+    xt = rng.standard_normal(p) * scale
+    lam = rng.standard_normal(m)
+    nu = rng.standard_normal((n, C.shape[1])) * (np.abs(C).sum(2) > 0)
+    om = rng.standard_normal((n, Ct.shape[1])) * (np.abs(Ct).sum(2) > 0)
+    pi = rng.standard_normal((n, p))
+    pi -= pi.mean(0, keepdims=True)
+    w = np.concatenate([x, np.repeat(xt[None], n, 0)], 1)
+    dual = np.concatenate([np.einsum("nmd,m->nd", A, lam) + np.einsum("nrd,nr->nd", C, nu),
+                           np.einsum("nsp,ns->np", Ct, om) + pi], 1)
+    q = -np.einsum("nij,nj->ni", Q, w) - dual
+    q[:, :dmax] *= mask
+    e = rng.standard_normal((n, m))
+    e -= e.mean(0, keepdims=True)
+    b = np.einsum("nmd,nd->nm", A, x) + e
+    c = np.einsum("nrd,nd->nr", C, x)
+    ct = np.einsum("nsp,p->ns", Ct, xt)
+    return Problem(n=n, d=list(map(int, d)), p=p, m=m, loss="quadratic", edges=edges,
+                   edge_weights=np.ones(len(edges)), A=A, b=b, C=C, c=c, Ct=Ct, ct=ct, Q=Q, q=q,
+                   solution={"x": x, "xt": xt, "lam": lam}, meta={"kind": kind})
+
+
+def generate(kind: str, n: int, graph: str, *, seed_rng, d: int = 5, m: int = 3, r: int = 1, s: int = 2,
+             p: int = 4, kappa: float = 10.0, samples: int = 20, lam: float = 0.1) -> Problem:
+    """The four planted families of the issue.
+
+    - mixed: d_i = d, m coupled rows, C_i with r rows, Ct_i s x p, quadratic f_i with condition number kappa
+      (eigenvalues geometric in [1, kappa] on the joint (x_i, x~)).
+    - resource: sum_i x_i = sum_i b_i (A_i = I_d), quadratic costs, no shared variable.
+    - hfl: consensus ridge on a shared model of dimension p (Q_i = F_i^T F_i / N + lam/n I), no x_i.
+    - vfl: features split across the n parties (d features each), node 0 also holds z (samples); the
+      coupled constraint sum_i F_i x_i - z = 0; f_0 = 1/2 ||z + x~ 1||^2-type loss with a shared bias x~
+      (p = 1), ridge weight lam on every x_i.
+    """
+    rng = seed_rng
+    edges = make_graph(graph, n, rng)
+    if kind == "mixed":
+        D = d + p
+        Q = np.stack([_spd(rng, D, kappa) for _ in range(n)])
+        A = rng.standard_normal((n, m, d)) / np.sqrt(d)
+        C = rng.standard_normal((n, r, d)) / np.sqrt(d)
+        Ct = rng.standard_normal((n, s, p)) / np.sqrt(p)
+        return plant(Q, A, C, Ct, [d] * n, p, edges, rng, kind)
+    if kind == "resource":
+        Q = np.stack([_spd(rng, d, kappa) for _ in range(n)])
+        A = np.repeat(np.eye(d)[None], n, 0)
+        return plant(Q, A, np.zeros((n, 0, d)), np.zeros((n, 0, 0)), [d] * n, 0, edges, rng, kind)
+    if kind == "hfl":
+        N = n * samples
+        Q = []
+        for _ in range(n):
+            F = rng.standard_normal((samples, p))
+            Q.append(F.T @ F / N + lam / n * np.eye(p))
+        return plant(np.stack(Q), np.zeros((n, 0, 0)), np.zeros((n, 0, 0)), np.zeros((n, 0, p)), [0] * n, p,
+                     edges, rng, kind)
+    if kind == "vfl":
+        S = samples
+        dims = [d + S] + [d] * (n - 1)
+        dmax = max(dims)
+        Fs = [rng.standard_normal((S, d)) / np.sqrt(d) for _ in range(n)]
+        Q, A, C, Ct = _vfl_blocks(Fs, lam, dmax)
+        return plant(Q, A, C, Ct, dims, 1, edges, rng, kind)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def _vfl_blocks(Fs, lam, dmax):
+    n = len(Fs)
+    S = Fs[0].shape[0]
+    D = dmax + 1
+    Q = np.zeros((n, D, D))
+    A = np.zeros((n, S, dmax))
+    for i, F in enumerate(Fs):
+        di = F.shape[1]
+        Q[i, :di, :di] = lam * np.eye(di)
+        A[i, :, :di] = F
+    d0 = Fs[0].shape[1]
+    A[0, :, d0:d0 + S] = -np.eye(S)
+    # f_0 = 1/2 ||z + x~ 1 - y||^2: curvature over (z, x~)
+    zi = np.arange(d0, d0 + S)
+    Q[0][np.ix_(zi, zi)] += np.eye(S)
+    Q[0][zi, dmax] += 1.0
+    Q[0][dmax, zi] += 1.0
+    Q[0][dmax, dmax] += S
+    return Q, A, np.zeros((n, 0, dmax)), np.zeros((n, 0, 1))
+
+
+def vfl_ridge(X, y, parties: int, alpha: float, graph: str = "path", rng=None) -> Problem:
+    """Vertical FL ridge regression: the columns of X split into ``parties`` blocks, node 0 holds the
+    labels and z = sum_i X_i x_i, the shared bias is x~ (p = 1):
+    min 1/2 ||z + x~ 1 - y||^2 + alpha/2 sum_i ||x_i||^2 s.t. sum_i X_i x_i - z = 0,
+    i.e. scikit-learn's Ridge(alpha, fit_intercept=True) objective halved."""
+    X = np.asarray(X, float)
+    y = np.asarray(y, float)
+    S = X.shape[0]
+    blocks = np.array_split(np.arange(X.shape[1]), parties)
+    Fs = [X[:, b] for b in blocks]
+    dims = [len(blocks[0]) + S] + [len(b) for b in blocks[1:]]
+    dmax = max(dims)
+    Q, A, C, Ct = _vfl_blocks(Fs, alpha, dmax)
+    n = parties
+    q = np.zeros((n, dmax + 1))
+    d0 = len(blocks[0])
+    q[0, d0:d0 + S] = -y
+    q[0, dmax] = -y.sum()
+    edges = make_graph(graph, n, rng)
+    return Problem(n=n, d=dims, p=1, m=S, loss="quadratic", edges=edges, edge_weights=np.ones(len(edges)),
+                   A=A, b=np.zeros((n, S)), C=C, c=np.zeros((n, 0)), Ct=Ct, ct=np.zeros((n, 0)), Q=Q, q=q,
+                   meta={"kind": "vfl-ridge", "blocks": [b.tolist() for b in blocks]})
+
+
+def hfl_logistic(X, y, n: int, lam: float, graph: str = "ring", rng=None) -> Problem:
+    """Horizontal FL l2-logistic regression (consensus on the shared model, p = n_features): the
+    rows of the CSR matrix X split into n contiguous blocks;
+    sum_i f_i = (1/N) sum_j log(1 + exp(-y_j x_j^T w)) + lam/2 ||w||^2 (no intercept)."""
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(X)
+    N, p = X.shape
+    parts = np.array_split(np.arange(N), n)
+    edges = make_graph(graph, n, rng)
+    F = [X[idx] for idx in parts]
+    Y = [np.asarray(y)[idx].astype(float) for idx in parts]
+    return Problem(n=n, d=[0] * n, p=p, m=0, loss="logistic", edges=edges, edge_weights=np.ones(len(edges)),
+                   A=np.zeros((n, 0, 0)), b=np.zeros((n, 0)), C=np.zeros((n, 0, 0)), c=np.zeros((n, 0)),
+                   Ct=np.zeros((n, 0, p)), ct=np.zeros((n, 0)), F=F, y=Y, lam=np.full(n, lam / n),
+                   weight=np.full(n, 1.0 / N), meta={"kind": "hfl-logistic"})

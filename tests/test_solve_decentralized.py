@@ -1,0 +1,386 @@
+"""solve-decentralized: Chebyshev contraction, planted optimum, exactness against numpy KKT and cvxpy,
+the neighbour-only communicator, torch.distributed = simulator, bad inputs, the fuzz check."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fuzzing import DEFAULT_KINDS, FuzzCase, check_malformed, run_inprocess
+
+TOOL = "solve-decentralized"
+
+
+def _mixed(n=3, graph="path", kappa=10.0, seed=1):
+    from icmlkit.lib.decentral.generate import generate
+
+    return generate("mixed", n, graph, seed_rng=np.random.default_rng(seed), kappa=kappa)
+
+
+def _cli(capsys, *argv):
+    code, out, err = run_inprocess(TOOL, [str(a) for a in argv], capsys)
+    return code, out, err
+
+
+def _js(capsys, *argv):
+    code, out, err = _cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+def test_chebyshev_iteration_contracts_at_the_predicted_rate():
+    from icmlkit.lib.decentral.spectral import cheb_eps, chebyshev_solve
+
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    ev = np.linspace(1.0, 400.0, 40)            # spectrum of M^T M: [1, 400]
+    M = (U * np.sqrt(ev)) @ U.T
+    r = rng.standard_normal(40)
+    vs = np.linalg.solve(M, r)
+    for deg in (2, 5, 10, 20):
+        v = chebyshev_solve(lambda v: M.T @ (M @ v - r), np.zeros(40), 1.0, 400.0, deg)
+        err = np.linalg.norm(v - vs) / np.linalg.norm(vs)
+        eps = cheb_eps(1.0, 400.0, deg)
+        assert err <= eps * (1 + 1e-9), (deg, err, eps)
+        assert err >= 0.2 * eps                 # and not much better: the bound is the rate
+    # the degree-ceil(sqrt(kappa)) polynomial of the method maps the spectrum into about [11/15, 19/15]
+    e = cheb_eps(1.0, 400.0, math.ceil(math.sqrt(400.0)))
+    assert 1 - e >= 11 / 15 - 1e-3 and 1 + e <= 19 / 15 + 1e-3
+
+
+def test_wprime_keeps_the_kernel_and_has_the_predicted_spectrum():
+    from icmlkit.lib.decentral.problem import laplacian, make_graph
+    from icmlkit.lib.decentral.spectral import cheb_eps, exact_bounds, wprime_dense
+
+    W = laplacian(12, make_graph("path", 12))
+    lmin, lmax = exact_bounds(W)
+    k = math.ceil(math.sqrt(lmax / lmin))
+    W1 = wprime_dense(W, lmin, lmax, k)
+    assert np.abs(W1 @ np.ones(12)).max() < 1e-10
+    mu, L = exact_bounds(W1)
+    e = cheb_eps(lmin, lmax, k)
+    assert 1 - e - 1e-9 <= mu and L <= 1 + e + 1e-9
+    assert L / mu < 19 / 11 + 1e-6 < lmax / lmin
+
+
+def test_planted_optimum_satisfies_K_u_and_kkt():
+    from icmlkit.lib.decentral.methods import NodeOps
+    from icmlkit.lib.decentral.reference import kkt_residual
+    from icmlkit.lib.decentral.spectral import make_setup, wprime_dense
+
+    prob = _mixed(5, "ring")
+    s = make_setup(prob)
+    W = prob.laplacian()
+    x, xt = prob.solution["x"], prob.solution["xt"]
+    kkt = kkt_residual(prob, x, xt)
+    assert kkt["stationarity"] < 1e-10 and kkt["feasibility"] < 1e-10
+    # y* from A x* - b + alpha W' y* = 0, then K u* = b' exactly
+    W1 = wprime_dense(W, s.lam_min, s.lam_max, s.deg_w)
+    rhs = (prob.b - np.einsum("nmd,nd->nm", prob.A, x)).reshape(-1)
+    y = np.linalg.lstsq(s.alpha * np.kron(W1, np.eye(prob.m)), rhs, rcond=None)[0].reshape(prob.n, prob.m)
+    u = np.concatenate([x, y, np.repeat(xt[None], prob.n, 0)], 1)
+    ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, prob.grad, s, lambda V: W @ V)
+    assert np.abs(ops.K(u) - ops.bprime).max() < 1e-10
+
+
+@pytest.mark.parametrize("method", ["apapc-cheb", "apapc", "centralized", "tracking-admm"])
+def test_three_node_run_equals_numpy_kkt(method):
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.reference import reference
+    from icmlkit.lib.decentral.solve import solve
+
+    prob = _mixed(3, "path")
+    ref = reference(prob)
+    assert ref.summary["planted_error"] < 1e-10
+    res = solve(SolveConfig(method=method, tol=1e-9, max_iter=50000), prob, ref=ref)
+    assert res.summary["converged"], res.summary
+    assert np.abs(res.x - ref.x).max() < 1e-7 and np.abs(res.xt - ref.xt[None]).max() < 1e-7
+
+
+def test_power_iteration_bounds_are_safe_and_converge():
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.decentral.spectral import make_setup
+
+    prob = _mixed(6, "path", kappa=100.0)
+    exact, power = make_setup(prob), make_setup(prob, bounds="power")
+    assert power.lam_max >= exact.lam_max and power.lam_min <= exact.lam_min <= 1.05 * power.lam_min
+    res = solve(SolveConfig(bounds="power", tol=1e-8), prob)
+    assert res.summary["converged"] and res.summary["rel_error"] <= 1e-8
+
+
+def test_consensus_baselines_and_logistic_newton():
+    import scipy.sparse as sp
+
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.generate import hfl_logistic
+    from icmlkit.lib.decentral.solve import solve
+
+    rng = np.random.default_rng(3)
+    X = sp.random(120, 6, density=0.5, random_state=3, format="csr")
+    y = np.where(rng.standard_normal(120) > 0, 1.0, -1.0)
+    prob = hfl_logistic(X, y, 4, lam=0.05, graph="ring")
+    from sklearn.linear_model import LogisticRegression
+
+    sk = LogisticRegression(C=1 / (0.05 * 120), fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, y)
+    for method in ("apapc-cheb", "extra", "gradient-tracking"):
+        res = solve(SolveConfig(method=method, tol=1e-8), prob)
+        assert res.summary["converged"], (method, res.summary)
+        assert np.abs(res.xt.mean(0) - sk.coef_[0]).max() < 1e-5
+
+
+def test_apapc_iterations_grow_like_sqrt_kappa():
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.solve import solve
+
+    its = [solve(SolveConfig(tol=1e-6), _mixed(5, "ring", kappa=k)).summary["iterations"] for k in (10.0, 1000.0)]
+    slope = math.log(its[1] / its[0]) / math.log(100.0)
+    assert 0.3 < slope < 0.7, its
+
+
+def test_gradient_sliding_on_an_l1_problem_matches_cvxpy():
+    pytest.importorskip("cvxpy")
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.reference import reference
+    from icmlkit.lib.decentral.solve import solve
+
+    prob = _mixed(3, "path", kappa=5.0)
+    prob.l1 = np.full(3, 0.5)
+    prob.solution = None
+    ref = reference(prob)            # auto: cvxpy (non-smooth)
+    assert ref.summary["method"] == "cvxpy"
+    res = solve(SolveConfig(method="sliding", tol=1e-5, max_iter=5000), prob, ref=ref)
+    assert res.summary["converged"], res.summary
+    assert res.summary["rel_error"] <= 1e-5
+    from icmlkit.lib.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="sliding"):
+        solve(SolveConfig(method="apapc-cheb"), prob, ref=ref)
+
+
+# --------------------------------------------------------------------------- communication
+
+
+def test_counting_communicator_sees_only_neighbours_and_no_collective():
+    from icmlkit.lib.decentral.dist import ThreadComm, ThreadNetwork, run_threads
+    from icmlkit.lib.decentral.methods import NodeOps, apapc
+    from icmlkit.lib.decentral.spectral import make_setup
+
+    prob = _mixed(5, "path")
+    s = make_setup(prob)
+    W = prob.laplacian()
+    ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, prob.grad, s, lambda V: W @ V)
+    u, _ = apapc(ops, s, 25)
+    out = run_threads(prob, s, 25)
+    edges = {(int(a), int(b)) for a, b in prob.edges} | {(int(b), int(a)) for a, b in prob.edges}
+    assert out["pairs"] <= edges and out["pairs"] == edges
+    assert out["collectives_in_loop"] == 0
+    assert np.abs(out["u"] - u).max() < 1e-10
+    assert out["counters"] == dict(ops.cnt)
+    # the communicator itself refuses what the algorithm must never do
+    net = ThreadNetwork(prob)
+    comm = ThreadComm(net, 0)
+    with pytest.raises(RuntimeError, match="non-neighbour"):
+        net.send(0, 4, np.zeros((1, 2)))
+    comm.in_loop = True
+    with pytest.raises(RuntimeError, match="all_reduce"):
+        comm.all_reduce(1.0)
+
+
+def test_two_gloo_processes_equal_the_simulator(monkeypatch):
+    import torch.distributed as dist
+
+    from icmlkit.lib.decentral.dist import run_dist
+    from icmlkit.lib.decentral.methods import NodeOps, apapc
+    from icmlkit.lib.decentral.spectral import make_setup
+
+    prob = _mixed(2, "path")
+    s = make_setup(prob)
+    W = prob.laplacian()
+    ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, prob.grad, s, lambda V: W @ V)
+    u, _ = apapc(ops, s, 30)
+
+    def forbidden(*a, **k):
+        raise RuntimeError("collective inside the loop")
+
+    # the workers are forked: a collective anywhere in the loop would raise there
+    for name in ("all_reduce", "all_gather", "broadcast", "reduce"):
+        monkeypatch.setattr(dist, name, forbidden)
+    out = run_dist(prob, s, 30)
+    assert np.abs(out["u"] - u).max() < 1e-10
+    assert out["counters"] == dict(ops.cnt)
+
+
+# --------------------------------------------------------------------------- the executable
+
+
+@pytest.fixture
+def problem_dir(tmp_path, capsys):
+    out = tmp_path / "p"
+    _js(capsys, "generate", "mixed", "--graph", "ring", "--n-nodes", 4, "-o", out)
+    return out
+
+
+def test_generate_solve_reference_through_the_cli(problem_dir, tmp_path, capsys):
+    spec = problem_dir / "problem.json"
+    ref = _js(capsys, "reference", spec, "-o", tmp_path / "ref.npz")
+    assert ref["planted_error"] < 1e-10
+    s = _js(capsys, "solve", spec, "-o", tmp_path / "sol.npz", "--trace", tmp_path / "tr.csv",
+            "--setup", tmp_path / "setup.json")
+    for key in ("method", "backend", "n_nodes", "chi", "kappa_f", "kappa_ac", "kappa_ct", "iterations",
+                "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual", "converged", "seconds"):
+        assert key in s
+    assert s["converged"] and s["rel_error"] <= 1e-6 and s["constraint_residual"] <= 1e-6
+    sol = np.load(tmp_path / "sol.npz")
+    r = np.load(tmp_path / "ref.npz")
+    assert np.abs(sol["x"] - r["x"]).max() < 1e-4
+    lines = (tmp_path / "tr.csv").read_text().splitlines()
+    assert lines[0].startswith("iteration,communications,a_mults,grad_calls,rel_error")
+    assert len(lines) == s["iterations"] + 1
+    setup = json.loads((tmp_path / "setup.json").read_text())
+    assert setup["deg_w"] == math.ceil(math.sqrt(setup["chi"]))
+    # the same seed gives the same bytes
+    _js(capsys, "solve", spec, "-o", tmp_path / "sol2.npz")
+    assert (tmp_path / "sol.npz").read_bytes() == (tmp_path / "sol2.npz").read_bytes()
+
+
+def test_require_converged_exits_3_and_usage_errors_exit_2(problem_dir, tmp_path, capsys):
+    spec = problem_dir / "problem.json"
+    code, _, err = _cli(capsys, "solve", spec, "--max-iter", 3, "--require-converged", "-o", tmp_path / "s.npz")
+    assert code == 3 and "not converged" in err and (tmp_path / "s.npz").exists()
+    code, _, err = _cli(capsys, "solve", spec, "-m", "extra")
+    assert code == 2 and "consensus" in err
+    code, _, err = _cli(capsys, "solve", spec, "-m", "dpmm")
+    assert code == 2
+    code, _, err = _cli(capsys, "launch", spec, "--nproc", 3)
+    assert code == 2 and "--nproc" in err
+    code, _, err = _cli(capsys, "solve", spec, "--backend", "dist", "-m", "tracking-admm")
+    assert code == 2
+
+
+def _edit_node(folder, i, **changes):
+    p = folder / f"problem_node{i}.npz"
+    z = dict(np.load(p))
+    z.update(changes)
+    np.savez(p, **z)
+
+
+@pytest.mark.parametrize("breakage, expect", [
+    ("shape", "node 2: matrix A has shape"),
+    ("disconnected", "disconnected"),
+    ("infeasible", "node 1: C x = c is infeasible"),
+    ("nonconvex", "node 0: matrix Q is not positive semi-definite"),
+])
+def test_bad_problems_exit_1_naming_file_node_and_matrix(problem_dir, tmp_path, capsys, breakage, expect):
+    spec = problem_dir / "problem.json"
+    if breakage == "shape":
+        _edit_node(problem_dir, 2, A=np.ones((2, 5)))
+    elif breakage == "disconnected":
+        (problem_dir / "problem_graph.csv").write_text("source,target\n0,1\n2,3\n")
+    elif breakage == "infeasible":
+        _edit_node(problem_dir, 1, C=np.ones((2, 5)), c=np.array([1.0, 2.0]))
+    else:
+        _edit_node(problem_dir, 0, Q=-np.eye(9))
+    code, out, err = _cli(capsys, "solve", spec, "-o", tmp_path / "s.npz")
+    assert code == 1 and expect in err and err.startswith("Error:") and err.count("\n") == 1, err
+    assert not (tmp_path / "s.npz").exists()
+
+
+def test_libsvm_reader_is_sparse_and_feeds_from_libsvm(tmp_path, capsys):
+    import scipy.sparse as sp
+
+    from icmlkit.lib.decentral.problem import read_libsvm
+
+    f = tmp_path / "d.t"
+    f.write_text("-1 1:1 3:0.5\n+1 2:1 5:2\n-1 4:1\n+1 1:1 5:1\n")
+    X, y = read_libsvm(f)
+    assert sp.issparse(X) and X.shape == (4, 5) and X.nnz == 7 and list(y) == [-1, 1, -1, 1]
+    s = _js(capsys, "from-libsvm", f, "--nodes", 2, "--graph", "path", "-o", tmp_path / "lib")
+    assert s["features"] == 5
+    r = _js(capsys, "solve", tmp_path / "lib" / "problem.json", "-m", "gradient-tracking")
+    assert r["converged"]
+
+
+def test_demo_writes_a_run_folder(tmp_path, capsys):
+    s = _js(capsys, "demo", "--outdir", tmp_path / "demo", "--nodes", 4, "--kappa", 10)
+    assert s["methods"]["apapc-cheb"]["converged"]
+    for name in ("summary.json", "sweep.png", "sweep.csv", "solution.npz", "trace_apapc-cheb.csv", "manifest.json"):
+        assert (tmp_path / "demo" / name).exists()
+
+
+# --------------------------------------------------------------------------- fuzz
+
+
+def _problem_files(base, node_name=None, graph_name=None):
+    from icmlkit.lib.decentral.generate import generate
+    from icmlkit.lib.decentral.problem import write_problem
+
+    prob = generate("mixed", 3, "path", seed_rng=np.random.default_rng(0))
+    spec = write_problem(base / "good", prob)
+    d = json.loads(spec.read_text())
+    if node_name:
+        d["nodes"][1] = f"../{node_name}"
+    if graph_name:
+        d["graph"] = f"../{graph_name}"
+    out = base / "good" / "edited.json"
+    out.write_text(json.dumps(d))
+    return out
+
+
+def _spec_with_bad_node(base):
+    return {"spec": _problem_files(base, node_name="bad.npz")}
+
+
+def _spec_with_bad_graph(base):
+    return {"spec": _problem_files(base, graph_name="bad.csv")}
+
+
+JSON_KINDS = DEFAULT_KINDS + ("truncated_json", "garbage_npz")
+NPZ_KINDS = DEFAULT_KINDS + ("garbage_npz", "garbage_pt")
+CSV_KINDS = DEFAULT_KINDS + ("wrong_csv", "nan_csv")
+TEXT_KINDS = DEFAULT_KINDS + ("wrong_csv", "truncated_json")
+
+CASES = [
+    FuzzCase("solve", ["solve", "{bad}", "-o", "{out}/s.npz", "--trace", "{out}/t.csv"], suffix=".json",
+             kinds=JSON_KINDS),
+    FuzzCase("solve", ["solve", "{spec}", "-o", "{out}/s.npz"], suffix=".npz", kinds=NPZ_KINDS,
+             setup=_spec_with_bad_node, label="node"),
+    FuzzCase("solve", ["solve", "{spec}", "-o", "{out}/s.npz"], suffix=".csv", kinds=CSV_KINDS,
+             setup=_spec_with_bad_graph, label="graph"),
+    FuzzCase("reference", ["reference", "{bad}", "-o", "{out}/r.npz"], suffix=".json", kinds=JSON_KINDS),
+    FuzzCase("reference", ["reference", "{spec}", "-o", "{out}/r.npz"], suffix=".npz", kinds=NPZ_KINDS,
+             setup=_spec_with_bad_node, label="node"),
+    FuzzCase("launch", ["launch", "{bad}", "--nproc", "3", "-o", "{out}/s.npz"], suffix=".json", kinds=JSON_KINDS),
+    FuzzCase("launch", ["launch", "{spec}", "--nproc", "3", "-o", "{out}/s.npz"], suffix=".csv", kinds=CSV_KINDS,
+             setup=_spec_with_bad_graph, label="graph"),
+    FuzzCase("from-libsvm", ["from-libsvm", "{bad}", "--nodes", "2", "-o", "{out}/lib"], suffix=".t",
+             kinds=TEXT_KINDS),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed(TOOL, case, tmp_path, capsys)
+
+
+def test_torchrun_two_processes_equal_the_simulator(tmp_path, capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "p"
+    _js(capsys, "generate", "mixed", "--graph", "path", "--n-nodes", 2, "-o", out)
+    spec = out / "problem.json"
+    _js(capsys, "solve", spec, "--iterations", 20, "-o", tmp_path / "sim.npz")
+    torchrun = Path(sys.executable).parent / "torchrun"
+    r = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--standalone", "-m", "icmlkit.cli.solve_decentralized",
+                        "solve", str(spec), "--backend", "dist", "--iterations", "20", "-o", str(tmp_path / "d.npz"),
+                        "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    a, b = np.load(tmp_path / "sim.npz"), np.load(tmp_path / "d.npz")
+    assert np.abs(a["x"] - b["x"]).max() < 1e-10 and np.abs(a["xt_copies"] - b["xt_copies"]).max() < 1e-10

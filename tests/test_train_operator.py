@@ -1,0 +1,460 @@
+"""train-operator: the FuncAttn layer's identities, the readers, the solvers, training/resume/torchrun,
+the subcommands and their error paths."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import BIN, REPO, Interrupted, exe, run_tool
+from fuzzing import FuzzCase, check_malformed, run_inprocess
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.neuralop.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
+from icmlkit.lib.neuralop.data import fieldset, grid_coords, read_fields
+from icmlkit.lib.neuralop.nets import (BasisProjection, FuncAttnNet, basis_transform, build_net, functional_map,
+                                       functional_map_matrix, primal_map_matrix, unified_pos)
+
+TOOL = "train-operator"
+DARCY = REPO / "data" / "darcy"
+
+
+def js(r):
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+# --------------------------------------------------------------------------- the layer
+
+
+def test_dual_form_equals_the_primal_ridge_map_up_to_one_over_one_minus_alpha():
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(3, 2, 32, 16, generator=g, dtype=torch.float64)
+    K = torch.randn(3, 2, 32, 16, generator=g, dtype=torch.float64)
+    for a_raw in (0.0, 1e-3, -2.0, 1.5):
+        a = torch.tensor(a_raw, dtype=torch.float64)
+        alpha = torch.sigmoid(a)
+        lam = alpha / (1 - alpha)
+        dual = functional_map_matrix(Q, K, a)
+        primal = primal_map_matrix(Q, K, lam)
+        assert torch.allclose(dual * (1 - alpha), primal, atol=1e-8, rtol=0), a_raw
+        assert not torch.allclose(dual, primal, atol=1e-3)  # the factor 1/(1 - alpha) is really there
+
+
+def test_functional_map_applies_c_without_forming_it_and_solves_in_fp32_under_autocast():
+    g = torch.Generator().manual_seed(1)
+    Q, K, V = (torch.randn(2, 4, 32, 16, generator=g) for _ in range(3))
+    a = torch.zeros(1, 4, 1, 1)
+    ref = functional_map_matrix(Q.double(), K.double(), a.double()) @ V.double()
+    assert torch.allclose(functional_map(Q, K, V, a).double(), ref, atol=1e-4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = functional_map(Q.bfloat16(), K.bfloat16(), V.bfloat16(), a)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+    # bf16 inputs, fp32 solve: the error is the inputs' rounding, not an unstable bf16 solve
+    assert float((out.double() - ref).abs().max() / ref.abs().max()) < 0.1
+
+
+def test_rows_of_w_sum_to_one_and_tau_is_clamped():
+    torch.manual_seed(0)
+    proj = BasisProjection(16, 4, 8)
+    W, f = proj(torch.randn(2, 50, 16))
+    assert W.shape == (2, 4, 50, 8) and f.shape == (2, 4, 50, 4)
+    assert torch.allclose(W.sum(-1), torch.ones(2, 4, 50), atol=1e-6) and (W >= 0).all()
+    u = torch.randn(2, 50, 16)
+    with torch.no_grad():
+        proj.tau.fill_(1e3)
+        w_big = proj(u)[0]
+        proj.tau.fill_(5.0)
+        w_max = proj(u)[0]
+        proj.tau.fill_(1e-3)
+        w_small = proj(u)[0]
+        proj.tau.fill_(0.1)
+        w_min = proj(u)[0]
+    assert torch.equal(w_big, w_max) and torch.equal(w_small, w_min)  # tau acts as clamp(tau, 0.1, 5)
+    lin = proj.lin.weight.detach()  # d_h -> k, orthogonal init: orthonormal columns
+    assert torch.allclose(lin.T @ lin, torch.eye(4), atol=1e-5)
+
+
+def _basis_coefficients(net: FuncAttnNet, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """T (normalised) and the un-normalised W^T f of the first block for a piecewise-constant field at s x s."""
+    coords = torch.as_tensor(grid_coords((s, s)), dtype=torch.float64)
+    field = ((coords[:, 0] < 0.5) ^ (coords[:, 1] < 0.3)).double()[None, :, None] * 2.0 - 1.0
+    lo, hi = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    feats = unified_pos(coords, lo, hi)
+    h = net.pre(torch.cat([feats[None], field], -1))
+    blk = net.blocks[0]
+    W, f = blk.proj(blk.ln1(h))
+    return basis_transform(W, f), torch.einsum("bhnk,bhnd->bhkd", W, f)
+
+
+@torch.no_grad()
+def test_basis_coefficients_of_a_piecewise_constant_field_are_resolution_consistent():
+    torch.manual_seed(0)
+    net = FuncAttnNet(1, 1, 2, width=16, heads=2, layers=1, bases=8).double()
+    T16, raw16 = _basis_coefficients(net, 16)
+    T32, raw32 = _basis_coefficients(net, 32)
+    T64, _ = _basis_coefficients(net, 64)
+    d_16_32 = float((T16 - T32).norm() / T32.norm())
+    d_32_64 = float((T32 - T64).norm() / T64.norm())
+    assert d_16_32 < 0.1 and d_32_64 < d_16_32  # quadrature error, shrinking with the grid
+    ratio = float(raw32.norm() / raw16.norm())
+    assert 3.5 < ratio < 4.5  # without diag(1/sum W) the coefficients scale with n
+
+
+def test_linear_projections_are_permutation_equivariant_over_points():
+    torch.manual_seed(0)
+    net = FuncAttnNet(1, 1, 2, width=16, heads=2, layers=2, bases=8).double()
+    coords = torch.rand(70, 2, dtype=torch.float64)
+    x = torch.randn(3, 70, 1, dtype=torch.float64)
+    lo, hi = coords.min(0).values, coords.max(0).values
+    perm = torch.randperm(70)
+    out = net(x, coords, lo, hi)
+    out_p = net(x[:, perm], coords[perm], lo, hi)
+    assert torch.allclose(out[:, perm], out_p, atol=1e-10)
+
+
+def test_swapping_the_map_for_softmax_gives_transolver():
+    cfg = ModelConfig().to_dict()
+    torch.manual_seed(0)
+    fa = build_net({**cfg, "width": 16, "heads": 2, "layers": 2, "bases": 8}, 1, 1, 2).double()
+    tr = build_net({**cfg, "width": 16, "heads": 2, "layers": 2, "bases": 8, "model": "transolver"}, 1, 1, 2).double()
+    tr.load_state_dict(fa.state_dict(), strict=True)  # the identical net: the same parameters
+    coords = torch.as_tensor(grid_coords((8, 8)), dtype=torch.float64)
+    x = torch.randn(2, 64, 1, dtype=torch.float64)
+    lo, hi = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    y_fa, y_tr = fa(x, coords, lo, hi), tr(x, coords, lo, hi)
+    assert not torch.allclose(y_fa, y_tr, atol=1e-6)
+    for blk in fa.blocks:
+        blk.attention = "softmax"
+    assert torch.allclose(fa(x, coords, lo, hi), y_tr, atol=1e-12)
+
+
+def test_shared_variant_has_one_set_of_basis_weights():
+    base = {**ModelConfig().to_dict(), "width": 16, "heads": 2, "layers": 3, "bases": 8}
+    own = build_net(base, 1, 1, 2)
+    shared = build_net({**base, "shared": True}, 1, 1, 2)
+    per_block = sum(p.numel() for p in own.blocks[0].proj.parameters())
+    n_own = sum(p.numel() for p in own.parameters())
+    n_shared = sum(p.numel() for p in shared.parameters())
+    assert n_own - n_shared == 2 * per_block
+    assert shared.blocks[0].proj is shared.blocks[2].proj
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_the_column_major_pt_files_read_correctly():
+    raw = torch.load(DARCY / "darcy_test_16.pt", weights_only=True)
+    assert not raw["y"].is_contiguous()  # the shipped files are column-major
+    fs = read_fields(DARCY / "darcy_test_16.pt")
+    assert fs.x.shape == (50, 256, 1) and fs.grid == (16, 16) and fs.layout == "nhw"
+    y = fs.y[..., 0].reshape(50, 16, 16)
+    assert np.array_equal(y, raw["y"].numpy())  # logical indexing, not the storage order
+    # Darcy: u = 0 on the boundary; the first row and column are ~0, the interior is not
+    assert np.abs(y[:, 0, :]).mean() < 0.02 and np.abs(y[:, :, 0]).mean() < 0.02 and np.abs(y[:, 8, 8]).mean() > 0.3
+    # reading the raw storage in C order (the bug the contiguity step avoids) would scramble samples
+    storage_order = raw["y"].permute(2, 1, 0).contiguous().reshape(-1)  # the bytes as they lie in the file
+    wrong = storage_order.numpy().reshape(50, 16, 16)
+    assert not np.allclose(wrong, y)
+
+
+def test_a_column_major_tensor_of_our_own_reads_in_logical_order(tmp_path):
+    a = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
+    cm = a.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+    assert not cm.is_contiguous() and torch.equal(cm, a)
+    torch.save({"x": cm, "y": cm * 2}, tmp_path / "cm.pt")
+    fs = read_fields(tmp_path / "cm.pt")
+    assert np.array_equal(fs.x[..., 0], a.reshape(2, 12).numpy())
+    assert np.array_equal(fs.y[..., 0], 2 * a.reshape(2, 12).numpy())
+
+
+def test_npz_and_mat_point_sets_and_grids(tmp_path):
+    import scipy.io
+
+    rng = np.random.default_rng(0)
+    coords = rng.random((40, 2)).astype(np.float32)
+    np.savez(tmp_path / "p.npz", x=rng.random((5, 40)), y=rng.random((5, 40, 2)), coords=coords)
+    fs = read_fields(tmp_path / "p.npz")
+    assert fs.layout == "points" and fs.grid is None and fs.y.shape == (5, 40, 2) and fs.dim == 2
+    scipy.io.savemat(tmp_path / "g.mat", {"coeff": rng.random((4, 9, 9)), "sol": rng.random((4, 9, 9))})
+    g = read_fields(tmp_path / "g.mat", "coeff", "sol")
+    assert g.grid == (9, 9) and g.x.shape == (4, 81, 1)
+    assert np.allclose(g.to_layout(g.y), scipy.io.loadmat(tmp_path / "g.mat")["sol"])
+
+
+@pytest.mark.parametrize("arrays,needle", [
+    (dict(x=np.ones((4, 8, 8)), y=np.ones((4, 9, 9))), "'x' (4, 8, 8) and 'y' (4, 9, 9) disagree"),
+    (dict(x=np.ones((4, 8, 8)), y=np.ones((3, 8, 8))), "different numbers of samples"),
+    (dict(x=np.full((4, 8, 8), np.nan), y=np.ones((4, 8, 8))), "'x' holds NaN"),
+    (dict(x=np.ones((4, 8, 8)), y=np.ones((4, 8, 8)) * np.inf), "'y' holds NaN"),
+    (dict(x=np.ones((4, 10)), y=np.ones((4, 10)), coords=np.ones((11, 2))), "'coords' has 11 points"),
+    (dict(x=np.ones((4, 10)), y=np.ones((4, 10)), coords=np.ones((10, 5))), "'coords' has shape (10, 5)"),
+    (dict(y=np.ones((4, 8, 8))), "missing key 'x'"),
+    (dict(x=np.ones((4, 8, 8))), "missing key 'y'"),
+])
+def test_each_bad_input_exits_1_naming_file_and_key(tmp_path, capsys, arrays, needle):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **arrays)
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (["train", str(bad), "-o", str(out / "m.safetensors"), "--epochs", "1"],
+                 ["superres", str(_tiny_model(tmp_path)), str(bad), "-o", str(out / "t.csv")]):
+        code, stdout, err = run_inprocess(TOOL, argv, capsys)
+        assert code == 1 and err.startswith("Error: ") and "bad.npz" in err and needle in err, err
+        assert len(err.strip().splitlines()) == 1 and not list(out.iterdir())
+
+
+# --------------------------------------------------------------------------- solvers
+
+
+def test_darcy_solver_matches_a_manufactured_solution_at_second_order():
+    from icmlkit.lib.neuralop.solvers import solve_darcy
+
+    errs = []
+    for s in (17, 33):
+        t = np.linspace(0, 1, s)
+        X, Y = np.meshgrid(t, t, indexing="ij")
+        a = 1 + X + Y ** 2
+        u = np.sin(np.pi * X) * np.sin(np.pi * Y)
+        ux, uy = np.pi * np.cos(np.pi * X) * np.sin(np.pi * Y), np.pi * np.sin(np.pi * X) * np.cos(np.pi * Y)
+        f = -(ux + 2 * Y * uy - 2 * np.pi ** 2 * a * u)
+        errs.append(np.abs(solve_darcy(a, f) - u).max())
+    assert errs[1] < 1e-3 and 3.5 < errs[0] / errs[1] < 4.5
+
+
+def test_generated_darcy_resolutions_are_subsamples_of_one_fine_solve():
+    from icmlkit.lib.neuralop.solvers import generate_darcy
+
+    c = generate_darcy(DarcyConfig(n=3, solve_resolution=33, resolution=9), seed=5).arrays
+    f = generate_darcy(DarcyConfig(n=3, solve_resolution=33, resolution=33), seed=5).arrays
+    assert np.array_equal(c["y"], f["y"][:, :, ::4, ::4]) and set(np.unique(f["x"])) <= {3.0, 12.0}
+    assert np.abs(f["y"][:, 0, 0, :]).max() == 0 and f["y"].max() > 0
+    with pytest.raises(UsageError, match="multiple"):
+        DarcyConfig(solve_resolution=33, resolution=10).check()
+
+
+def test_burgers_etdrk4_converges_in_time_and_keeps_the_mean():
+    from icmlkit.lib.neuralop.solvers import burgers_grf, solve_burgers
+
+    u0 = burgers_grf(2, 256, rng=np.random.default_rng(0)) + 0.3
+    a = solve_burgers(u0, 0.1, 0.2, 2e-3)
+    b = solve_burgers(u0, 0.1, 0.2, 1e-3)
+    assert np.abs(a - b).max() < 1e-6 * max(1.0, np.abs(b).max())
+    assert np.allclose(a.mean(1), u0.mean(1), atol=1e-10)
+    assert np.abs(a - a.mean(1, keepdims=True)).max() < np.abs(u0 - u0.mean(1, keepdims=True)).max()
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _tiny_cfg(**kw):
+    return ModelConfig(width=8, heads=2, layers=1, bases=4, **kw)
+
+
+def _tiny_data(n=12, s=8, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.random((n, s, s)) > 0.5).astype(np.float32)
+    y = np.cumsum(x, axis=1) / s
+    return fieldset(x, y, None)
+
+
+def _tiny_model(tmp_path):
+    from icmlkit.lib.neuralop.train import train
+
+    p = tmp_path / "tiny.safetensors"
+    if not p.exists():
+        train(_tiny_cfg(), TrainConfig(epochs=1, batch=4, val_fraction=0), _tiny_data()).model.save(p)
+    return p
+
+
+def test_training_learns_and_same_seed_same_bytes(tmp_path):
+    from icmlkit.lib.neuralop.train import train
+
+    data = _tiny_data(24)
+    res = train(_tiny_cfg(), TrainConfig(epochs=12, batch=4, lr=1e-2, val_fraction=0.25), data, seed=1)
+    rows = res.rows
+    assert rows[-1]["train_rel_l2"] < 0.75 * rows[0]["train_rel_l2"]
+    res.model.save(tmp_path / "a.safetensors")
+    train(_tiny_cfg(), TrainConfig(epochs=12, batch=4, lr=1e-2, val_fraction=0.25), data, seed=1).model.save(
+        tmp_path / "b.safetensors")
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+
+def test_resume_gives_the_same_model_bytes(tmp_path, interrupting_checkpointer):
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.neuralop.train import train
+
+    data = _tiny_data(16)
+    kw = dict(seed=2)
+    tc = TrainConfig(epochs=5, batch=4, val_fraction=0.25)
+    full = train(_tiny_cfg(), tc, data, **kw)
+    full.model.save(tmp_path / "full.safetensors")
+    ck = tmp_path / "r.safetensors.ckpt.pt"
+    with pytest.raises(Interrupted):
+        train(_tiny_cfg(), tc, data, checkpointer=interrupting_checkpointer(ck, every=2), **kw)
+    res = train(_tiny_cfg(), tc, data, checkpointer=Checkpointer(ck, every=2, resume=True), **kw)
+    assert res.summary["resumed_from"] == 2 and res.rows == full.rows
+    res.model.save(tmp_path / "r.safetensors")
+    assert (tmp_path / "r.safetensors").read_bytes() == (tmp_path / "full.safetensors").read_bytes()
+    with pytest.raises(UsageError, match="other settings"):
+        train(_tiny_cfg(), tc, data, checkpointer=Checkpointer(ck, resume=True), seed=3)
+
+
+def test_cli_resume_writes_the_same_files(tmp_path, interrupting_checkpointer):
+    from icmlkit.lib.neuralop.train import train
+
+    data = tmp_path / "d.npz"
+    fs = _tiny_data(16)
+    np.savez(data, x=fs.x[..., 0].reshape(16, 8, 8), y=fs.y[..., 0].reshape(16, 8, 8))
+    opts = ["--width", "8", "--heads", "2", "--layers", "1", "--bases", "4", "--epochs", "4", "--batch", "4",
+            "--checkpoint-every", "2", "--device", "cpu", "--no-manifest"]
+    assert run_tool(TOOL, "train", data, "-o", tmp_path / "a.safetensors", *opts).returncode == 0
+    with pytest.raises(Interrupted):
+        train(_tiny_cfg(), TrainConfig(epochs=4, batch=4), read_fields(data), seed=0,
+              checkpointer=interrupting_checkpointer(f"{tmp_path / 'b.safetensors'}.ckpt.pt", 2))
+    r = run_tool(TOOL, "train", data, "-o", tmp_path / "b.safetensors", *opts, "--resume", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from"] == 2
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+    assert (tmp_path / "a.epochs.csv").read_bytes() == (tmp_path / "b.epochs.csv").read_bytes()
+    assert not (tmp_path / "b.safetensors.ckpt.pt").exists()
+
+
+def test_torchrun_two_processes_match_one(tmp_path):
+    """`train` under torchrun (2 processes, gloo, CPU) with a global batch of 4 ends with the weights of
+    one process with the same batch (float32: equal up to the order of the gradient sums)."""
+    from icmlkit.lib.neuralop.modelio import read_model_file
+
+    data = tmp_path / "d.npz"
+    fs = _tiny_data(16)
+    np.savez(data, x=fs.x[..., 0].reshape(16, 8, 8), y=fs.y[..., 0].reshape(16, 8, 8))
+    opts = ["train", str(data), "--width", "8", "--heads", "2", "--layers", "1", "--bases", "4", "--epochs", "2",
+            "--batch", "4", "--device", "cpu", "--checkpoint-every", "0", "--json", "--no-progress"]
+    one = run_tool(TOOL, *opts, "-o", tmp_path / "one.safetensors")
+    assert one.returncode == 0, one.stderr
+    env = {**os.environ, "ICMLKIT_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([str(BIN / "torchrun"), "--nproc_per_node", "2", "--standalone", exe(TOOL), *opts,
+                          "-o", str(tmp_path / "two.safetensors")], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert json.loads(two.stdout)["world_size"] == 2
+    a, _, _ = read_model_file(tmp_path / "one.safetensors")
+    b, _, _ = read_model_file(tmp_path / "two.safetensors")
+    assert a.keys() == b.keys()
+    diff = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
+    assert diff < 1e-5, diff
+    man = json.loads((tmp_path / "two.safetensors.manifest.json").read_text())
+    assert man["distributed"] == {"world_size": 2, "backend": "gloo"}
+
+
+def test_fno_is_parameter_matched_and_runs_at_a_finer_grid():
+    from icmlkit.lib.neuralop.train import evaluate, train
+
+    data = _tiny_data(8)
+    cfg = {**_tiny_cfg().to_dict()}
+    fa = build_net(cfg, 1, 1, 2)
+    res = train(_tiny_cfg(model="fno", modes=3), TrainConfig(epochs=1, batch=4, val_fraction=0), data)
+    n_fa = sum(p.numel() for p in fa.parameters())
+    assert abs(res.summary["params"] - n_fa) / n_fa < 0.2
+    fine = _tiny_data(4, s=16, seed=1)
+    assert np.isfinite(evaluate(res.model, fine).summary["rel_l2_x100"])
+    pts = fieldset(np.ones((2, 10)), np.ones((2, 10)), np.random.default_rng(0).random((10, 2)))
+    with pytest.raises(InputError, match="needs a regular grid"):
+        train(_tiny_cfg(model="fno"), TrainConfig(epochs=1, batch=2, val_fraction=0), pts)
+
+
+def test_model_file_is_standard_safetensors(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    from icmlkit.lib.neuralop.train import load_model
+
+    p = _tiny_model(tmp_path)
+    loaded = st.load_file(str(p))
+    m = load_model(p)
+    for k, v in m.net.state_dict().items():
+        assert np.array_equal(loaded[k], v.numpy()), k
+
+
+# --------------------------------------------------------------------------- the executable
+
+
+def test_cli_generate_train_eval_predict_superres(tmp_path):
+    g9, g17 = tmp_path / "g9.npz", tmp_path / "g17.npz"
+    common = ["--n", "12", "--solve-resolution", "17"]
+    assert js(run_tool(TOOL, "generate", "darcy", "-o", g9, *common, "--resolution", "9", "--json"))["resolution"] == 9
+    js(run_tool(TOOL, "generate", "darcy", "-o", g17, *common, "--resolution", "17", "--json"))
+    m = tmp_path / "m.safetensors"
+    s = js(run_tool(TOOL, "train", g9, "-o", m, "--width", "8", "--heads", "2", "--layers", "1", "--bases", "4",
+                    "--epochs", "2", "--batch", "4", "--json"))
+    assert {"epochs", "params", "best_val_rel_l2", "seconds_per_epoch"} <= set(s)
+    assert (tmp_path / "m.epochs.csv").read_text().splitlines()[0] == "epoch,train_rel_l2,val_rel_l2,lr"
+    e = js(run_tool(TOOL, "eval", m, g17, "--json"))
+    assert {"model", "resolution", "n", "rel_l2_x100", "rel_l2_std", "params", "seconds"} <= set(e)
+    assert e["resolution"] == "17x17" and e["n"] == 12 and e["params"] == s["params"]
+    assert run_tool(TOOL, "eval", m, g17, "--fail-above", "0").returncode == 3
+    p = tmp_path / "p.npz"
+    js(run_tool(TOOL, "predict", m, g17, "-o", p, "--json"))
+    with np.load(p) as z:
+        assert z["y"].shape == (12, 1, 17, 17) and z["coords"].shape == (289, 2)
+    sr = js(run_tool(TOOL, "superres", m, g9, g17, "-o", tmp_path / "sr.csv", "--plot", tmp_path / "sr.png",
+                     "--json"))
+    assert sr["resolutions"] == ["9x9", "17x17"] and (tmp_path / "sr.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((tmp_path / "sr.csv").read_text().splitlines()) == 3
+
+
+def test_few_shot_runs_both_attentions():
+    from icmlkit.lib.neuralop.fewshot import few_shot
+
+    s = few_shot(FewShotConfig(steps=30, test_tasks=20, width=16, tasks=8)).summary
+    assert s["mse_funcattn"] > 0 and s["mse_softmax"] > 0 and s["ratio"] == s["mse_funcattn"] / s["mse_softmax"]
+
+
+# --------------------------------------------------------------------------- fuzz
+
+
+def _valid(base):
+    d = base / "d.npz"
+    fs = _tiny_data(8)
+    np.savez(d, x=fs.x[..., 0].reshape(8, 8, 8), y=fs.y[..., 0].reshape(8, 8, 8))
+    return {"data": d, "model": _tiny_model(base)}
+
+
+DATA_KINDS = ("missing", "empty", "binary", "folder", "garbage_npz", "garbage_pt")
+TRAIN = ["--width", "8", "--heads", "2", "--layers", "1", "--bases", "4", "--epochs", "1", "--batch", "4"]
+FUZZ = [
+    FuzzCase("train", ["train", "{bad}", "-o", "{out}/m.safetensors", *TRAIN], ".npz", DATA_KINDS),
+    FuzzCase("train", ["train", "{bad}", "-o", "{out}/m.safetensors", *TRAIN], ".pt", DATA_KINDS, label="pt"),
+    FuzzCase("train", ["train", "{bad}", "-o", "{out}/m.safetensors", *TRAIN], ".mat", DATA_KINDS, label="mat"),
+    FuzzCase("train", ["train", "{data}", "--val", "{bad}", "-o", "{out}/m.safetensors", *TRAIN], ".npz", DATA_KINDS,
+             _valid, "val"),
+    FuzzCase("eval", ["eval", "{bad}", "{data}"], ".safetensors", ("missing", "empty", "binary", "folder",
+                                                                    "garbage_pt"), _valid, "model"),
+    FuzzCase("eval", ["eval", "{model}", "{bad}"], ".pt", DATA_KINDS, _valid, "data"),
+    FuzzCase("predict", ["predict", "{bad}", "{data}", "-o", "{out}/p.npz"], ".safetensors",
+             ("missing", "empty", "binary", "folder", "garbage_npz"), _valid, "model"),
+    FuzzCase("predict", ["predict", "{model}", "{bad}", "-o", "{out}/p.npz"], ".npz", DATA_KINDS, _valid, "inputs"),
+    FuzzCase("superres", ["superres", "{bad}", "{data}", "-o", "{out}/t.csv", "--plot", "{out}/t.png"],
+             ".safetensors", ("missing", "empty", "binary", "folder"), _valid, "model"),
+    FuzzCase("superres", ["superres", "{model}", "{data}", "{bad}", "-o", "{out}/t.csv", "--plot", "{out}/t.png"],
+             ".npz", DATA_KINDS, _valid, "data"),
+    FuzzCase("generate", ["generate", "darcy", "-o", "{out}/g.npz", "--n", "1", "--solve-resolution", "9",
+                          "--resolution", "5", "--config", "{bad}"], ".toml", ("missing", "binary", "folder"),
+             label="config"),
+]
+
+
+@pytest.mark.parametrize("case", FUZZ, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed(TOOL, case, tmp_path, capsys)
+
+
+def test_a_model_file_with_the_wrong_weights_is_refused(tmp_path, capsys):
+    from icmlkit.lib.neuralop.modelio import read_model_file, write_model
+
+    tensors, cfg, meta = read_model_file(_tiny_model(tmp_path))
+    write_model(tmp_path / "w.safetensors", tensors, {**cfg, "width": 16}, meta)
+    d = _valid(tmp_path)["data"]
+    code, _, err = run_inprocess(TOOL, ["eval", str(tmp_path / "w.safetensors"), str(d)], capsys)
+    assert code == 1 and "w.safetensors" in err and "do not fit" in err
