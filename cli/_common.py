@@ -656,6 +656,10 @@ def run_cli(cli: click.Command, prog_name: str, argv: list[str] | None = None) -
         return _error("out of memory; try a smaller input or fewer trials", EXIT_ERROR)
     except Exception as exc:  # anything the library did not anticipate: still one line
         return _error(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", EXIT_ERROR)
+    finally:
+        from icmlkit.lib.core.runtime import close_distributed
+
+        close_distributed()
 
 
 def _error(message: str, code: int) -> int:

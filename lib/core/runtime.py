@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 
 from icmlkit.lib.core.errors import EnvironmentProblem, UsageError
@@ -175,6 +176,15 @@ def distributed(device=None) -> Dist:
         dist.init_process_group(backend)
     _DIST["dist"] = Dist(dist.get_rank(), dist.get_world_size(), backend)
     return _DIST["dist"]
+
+
+def close_distributed() -> None:
+    """Tear down the process group a command initialised (torchrun), so no gloo / NCCL thread is
+    left running at interpreter exit (where it can abort the process after the work is done)."""
+    _DIST.pop("dist", None)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def env_rank() -> int:
