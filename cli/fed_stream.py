@@ -89,12 +89,11 @@ def make_stream_cmd(run, cfg, output):
 
 
 def _write_run(folder, res, cfg) -> None:
-    from icmlkit.lib.core.io import write_bytes, write_json, write_rows
-    from icmlkit.lib.fedstream.models import model_bytes
+    from icmlkit.lib.core.io import write_json, write_rows, write_safetensors
     from icmlkit.lib.fedstream.sim import ROW_COLUMNS
 
     write_rows(folder / "periods.csv", res.rows, columns=ROW_COLUMNS)
-    write_bytes(folder / "model.safetensors", model_bytes(res.params, res.meta))
+    write_safetensors(folder / "model.safetensors", res.params, res.meta)
     stable = {k: v for k, v in res.summary.items() if k not in ("seconds", "seconds_per_round")}
     write_json(folder / "summary.json", stable)
     write_json(folder / "config.json", dict(vars(cfg)))

@@ -292,3 +292,32 @@ def test_config_table_typo_is_a_usage_error(tmp_path, capsys):
     cfg.write_text("[fit]\nsteps = 3\n")
     code, out, err = _run(capsys, "fit", "x", "--config", cfg, "--json")
     assert code == 0 and json.loads(out)["steps"] == 3
+
+
+def test_safetensors_writer_is_deterministic_and_loads_in_the_package(tmp_path):
+    import numpy as np
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from icmlkit.lib.core.io import read_safetensors, safetensors_bytes, write_safetensors
+
+    tensors = {"w": torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), "b": np.arange(5),
+               "mask": np.array([True, False]), "d": torch.ones(2, dtype=torch.float64)}
+    meta = {"format": "t/1", "z": "2", "a": "1"}
+    p = tmp_path / "m.safetensors"
+    write_safetensors(p, tensors, meta)
+    assert p.read_bytes() == safetensors_bytes(dict(reversed(list(tensors.items()))), dict(reversed(list(meta.items()))))
+    theirs = load_file(p)
+    assert torch.equal(theirs["w"], tensors["w"]) and theirs["b"].dtype == torch.int64 and theirs["mask"].dtype == torch.bool
+    with safe_open(str(p), framework="pt") as fh:
+        assert fh.metadata() == meta
+    ours, back = read_safetensors(p, "t/1")
+    assert back == meta and np.array_equal(ours["w"], tensors["w"].numpy()) and ours["d"].dtype == np.float64
+    with pytest.raises(InputError, match="format 't/1', expected 'other'"):
+        read_safetensors(p, "other", what="model file")
+    p.write_bytes(p.read_bytes()[:-8])
+    with pytest.raises(InputError, match="truncated"):
+        read_safetensors(p)
+    with pytest.raises(TypeError, match="cannot store tensor 'x' of dtype torch.bfloat16"):
+        safetensors_bytes({"x": torch.ones(2, dtype=torch.bfloat16)})

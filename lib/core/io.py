@@ -307,6 +307,76 @@ def load_npz(path: str | os.PathLike, required: tuple[str, ...] = ()) -> dict:
     return out
 
 
+# safetensors: 8-byte little-endian header length, a JSON header (``__metadata__`` of strings, then
+# name -> dtype, shape, data_offsets), raw little-endian tensor bytes. Written here rather than by the
+# ``safetensors`` package, whose metadata order varies from run to run: the same tensors give the same
+# bytes. The files load in the ``safetensors`` package and in Hugging Face tools.
+_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+              "U8": "|u1", "I8": "|i1", "BOOL": "|b1"}
+_ST_CODES = {v: k for k, v in _ST_DTYPES.items()}
+
+
+def safetensors_bytes(tensors: dict, metadata: dict | None = None) -> bytes:
+    """``tensors`` (name -> torch tensor or numpy array) and string ``metadata`` as safetensors
+    bytes, names and metadata keys sorted (deterministic)."""
+    import numpy as np
+
+    header: dict = {"__metadata__": {str(k): str(v) for k, v in sorted((metadata or {}).items())}}
+    chunks, offset = [], 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        try:
+            a = np.ascontiguousarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t)
+        except TypeError:  # a torch dtype numpy lacks (bfloat16)
+            a = None
+        code = None if a is None else _ST_CODES.get(a.dtype.newbyteorder("<").str if a.dtype.byteorder != "|" else a.dtype.str)
+        if code is None:
+            raise TypeError(f"cannot store tensor {name!r} of dtype {t.dtype} in a .safetensors file")
+        raw = a.astype(_ST_DTYPES[code], copy=False).tobytes()
+        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+
+
+def write_safetensors(path: str | os.PathLike, tensors: dict, metadata: dict | None = None) -> None:
+    """:func:`safetensors_bytes`, written atomically."""
+    write_bytes(path, safetensors_bytes(tensors, metadata))
+
+
+def read_safetensors(path: str | os.PathLike, fmt: str | None = None, what: str = ".safetensors file"):
+    """(name -> numpy array, metadata dict) of a .safetensors file; with ``fmt`` the metadata's
+    ``format`` must be ``fmt``. Any defect is an :class:`InputError` naming the file (``what`` names
+    the kind of file in the message)."""
+    import numpy as np
+
+    where, data = display_name(path), read_bytes(path)
+    if len(data) < 8:
+        raise InputError(f"not a {what} (too short)", where)
+    n = int.from_bytes(data[:8], "little")
+    if n > len(data) - 8:
+        raise InputError(f"not a {what} (bad header length; truncated?)", where)
+    header = parse_json(data[8:8 + n].decode("utf-8", errors="replace"), where, expect=dict, what=f"{what} header")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise InputError(f"not a {what} (its __metadata__ is not an object)", where)
+    if fmt is not None and meta.get("format") != fmt:
+        raise InputError(f"not a {what} (metadata format {meta.get('format')!r}, expected {fmt!r})", where)
+    body, out = data[8 + n:], {}
+    for name, info in header.items():
+        try:
+            lo, hi = (int(v) for v in info["data_offsets"])
+            shape = tuple(int(d) for d in info["shape"])
+            if not 0 <= lo <= hi <= len(body):
+                raise ValueError("data offsets outside the file (truncated?)")
+            out[name] = np.frombuffer(body[lo:hi], dtype=_ST_DTYPES[info["dtype"]]).reshape(shape).copy()
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"tensor {name!r} is unreadable ({exc})", where) from None
+    return out, meta
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -1,14 +1,13 @@
 """Models and local training vectorised over clients (torch.func: vmap of grad over stacked
-parameters), plus the safetensors writer of the global model."""
+parameters)."""
 from __future__ import annotations
 
 import importlib
-import json
 
 import torch
 from torch import nn
 
-from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.core.runtime import seeded
 
 
@@ -98,45 +97,3 @@ def group_accuracy(model: nn.Module, params: dict, X: torch.Tensor, Y: torch.Ten
         correct.index_add_(0, G[i:i + 4096], (pred == Y[i:i + 4096]).to(torch.float64))
         total.index_add_(0, G[i:i + 4096], torch.ones(len(pred), dtype=torch.float64, device=X.device))
     return (correct / total.clamp_min(1)).cpu()
-
-
-_ST_DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
-              torch.int64: "I64", torch.int32: "I32"}
-
-
-def model_bytes(params: dict, meta: dict) -> bytes:
-    """The global model as .safetensors bytes, written here with a canonical header (tensors
-    sorted by name, metadata keys sorted) so that the same model gives the same bytes (the
-    safetensors library orders the metadata by a hash map)."""
-    import struct
-
-    header: dict = {"__metadata__": {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(meta.items())}}
-    blobs, off = [], 0
-    for name in sorted(params):
-        t = params[name].detach().cpu().contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
-
-
-def read_model(path) -> tuple[dict, dict]:
-    """A .safetensors model written by ``run``: (tensors, metadata)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    from icmlkit.lib.core.io import display_name, read_bytes
-
-    data = read_bytes(path)
-    try:
-        tensors = load(data)
-        import safetensors
-
-        with safetensors.safe_open(str(path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise InputError(f"not a readable .safetensors model ({exc})", display_name(path)) from None
-    return tensors, meta

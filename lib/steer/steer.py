@@ -229,34 +229,23 @@ class Steering:
     # ----------------------------------------------------------------------------- files
 
     def to_bytes(self) -> bytes:
-        """Serialise to safetensors bytes, deterministically.
-
-        The header is written here (the safetensors library orders metadata keys differently from
-        run to run): 8-byte little-endian header length, JSON header with ``__metadata__`` first and
-        the tensors in a fixed order, padded with spaces to 8 bytes, then the float64 data.
-        """
+        """Serialise to .safetensors bytes (float64 tensors, JSON metadata), deterministically
+        (lib/core/io's writer)."""
         import torch
+
+        from icmlkit.lib.core.io import safetensors_bytes
 
         tensors, steps_meta = {}, []
         for i, st in enumerate(self.steps):
-            tensors[f"step{i}.mu0"] = st.mu0.detach().to("cpu", torch.float64).contiguous()
-            tensors[f"step{i}.left"] = st.left.detach().to("cpu", torch.float64).contiguous()
-            tensors[f"step{i}.right"] = st.right.detach().to("cpu", torch.float64).contiguous()
+            tensors[f"step{i}.mu0"] = st.mu0.detach().to("cpu", torch.float64)
+            tensors[f"step{i}.left"] = st.left.detach().to("cpu", torch.float64)
+            tensors[f"step{i}.right"] = st.right.detach().to("cpu", torch.float64)
             for k, v in sorted(st.extra.items()):
-                tensors[f"step{i}.{k}"] = v.detach().to("cpu", torch.float64).contiguous()
+                tensors[f"step{i}.{k}"] = v.detach().to("cpu", torch.float64)
             steps_meta.append({"layer": st.layer, "concept": st.concept, "method": st.method, "beta": st.beta,
                                "clip": st.clip, "renormalize": st.renormalize, **st.info})
-        meta = {"format": FORMAT, "config": json.dumps(self.config, sort_keys=True),
-                "steps": json.dumps(steps_meta, sort_keys=True)}
-        header, blobs, offset = {"__metadata__": meta}, [], 0
-        for name, t in tensors.items():
-            blob = t.numpy().astype("<f8").tobytes()
-            header[name] = {"dtype": "F64", "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
-            blobs.append(blob)
-            offset += len(blob)
-        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        text += b" " * (-(8 + len(text)) % 8)
-        return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+        return safetensors_bytes(tensors, {"format": FORMAT, "config": json.dumps(self.config, sort_keys=True),
+                                           "steps": json.dumps(steps_meta, sort_keys=True)})
 
     def save(self, path) -> None:
         from icmlkit.lib.core.io import write_bytes
@@ -267,23 +256,12 @@ class Steering:
     def load(cls, path) -> "Steering":
         """Read a steering file, checking every tensor and field (errors name the file and key)."""
         import torch
-        from safetensors import SafetensorError
-        from safetensors.torch import load
 
-        from icmlkit.lib.core.io import display_name, read_bytes
+        from icmlkit.lib.core.io import display_name, read_safetensors
 
         name = display_name(path)
-        data = read_bytes(path)
-        try:
-            tensors = load(data)
-            header_len = int.from_bytes(data[:8], "little")
-            header = json.loads(data[8:8 + header_len])
-        except (SafetensorError, ValueError, OSError) as exc:
-            raise InputError(f"not a readable .safetensors file ({exc})", name) from None
-        meta = header.get("__metadata__") or {}
-        if meta.get("format") != FORMAT:
-            raise InputError(f"not a steer-concept file (metadata format {meta.get('format')!r}, expected "
-                             f"{FORMAT!r})", name)
+        arrays, meta = read_safetensors(path, FORMAT, what="steer-concept file")
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
         try:
             config = json.loads(meta.get("config", "{}"))
             steps_meta = json.loads(meta["steps"])
