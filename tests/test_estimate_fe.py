@@ -425,6 +425,53 @@ def test_bar_is_shift_covariant_and_survives_huge_works():
         assert r["overlap"] == pytest.approx(ref["overlap"], abs=0.02) and r["overlap"] > 0.5
 
 
+def _pymbar_bar(wF, wR):
+    import contextlib
+    import io
+    import warnings
+
+    from icmlkit.lib.fe.estimate import import_pymbar
+
+    import_pymbar()
+    from pymbar import other_estimators as oe
+
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = oe.bar(wF, wR)
+        return float(r["Delta_f"]), float(r["dDelta_f"]), float(oe.bar_overlap(wF, wR))
+
+
+@pytest.mark.parametrize("mf,sf,mr,sr,nF,nR", [(1, 1, -1, 1, 2000, 800), (3, 2, 0.5, 1.5, 500, 1500),
+                                                (0.2, 0.5, -0.2, 0.5, 300, 300)])
+def test_log_space_bar_equals_pymbar_on_gaussian_works(mf, sf, mr, sr, nF, nR):
+    rng = np.random.default_rng(nF)
+    wF, wR = rng.normal(mf, sf, nF), rng.normal(mr, sr, nR)
+    df, ddf, ov = _pymbar_bar(wF, wR)
+    r = bar_estimate(wF, wR)
+    assert r["delta_f"] == pytest.approx(df, abs=1e-9) and r["delta_f_err"] == pytest.approx(ddf, rel=1e-9)
+    assert r["overlap"] == pytest.approx(ov, abs=1e-9)
+
+
+def test_a_bad_proposal_is_refused_not_reported_with_confidence():
+    """Issue 28: works capped at +100 kT before BAR made a poor proposal (3 good samples among 300;
+    the rest hundreds to thousands of kT off, as an under-trained molecular model gives) look like
+    overlap 0.38 and Delta f 870 +- 0.1. Uncapped, in log space: pymbar's Delta f and overlap, a finite
+    error (pymbar's own is NaN here), and the refusal gate fires at the default --min-overlap."""
+    from icmlkit.lib.fe.api import refusal
+    from icmlkit.lib.fe.config import EstimateConfig
+
+    rng = np.random.default_rng(3)
+    wF = np.concatenate([rng.normal(1, 1, 3), 150 + rng.exponential(2000, 297)])
+    wR = rng.normal(-1, 1, 300)
+    df, _, ov = _pymbar_bar(wF, wR)
+    r = bar_estimate(wF, wR)
+    assert r["delta_f"] == pytest.approx(df, abs=1e-6) and r["overlap"] == pytest.approx(ov, abs=1e-9)
+    assert r["overlap"] < 0.03 and math.isfinite(r["delta_f_err"]) and r["delta_f_err"] > 0.3
+    out = {"overlap": r["overlap"], "ess_forward": r["ess_forward"], "ess_reverse": r["ess_reverse"], "f_kT": r["delta_f"]}
+    assert refusal(out, EstimateConfig().min_overlap) is not None and out["f_kT"] is None
+    assert bar_estimate(wF, wR, "mbar")["delta_f"] == pytest.approx(r["delta_f"], abs=1e-6)
+
+
 def test_cli_demo_writes_its_run_folder(tmp_path):
     out = tmp_path / "demo"
     r = run_tool("estimate-fe", "demo", "--outdir", out, "--steps", "3", "--json", "--no-progress")

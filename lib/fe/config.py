@@ -59,8 +59,9 @@ class EstimateConfig:
     samples: int = field(default=2000, metadata=_opt("Model samples M.", min=10))
     estimator: str = field(default="bar", metadata=_opt("BAR or MBAR between model samples and frames.",
                                                         choices=("bar", "mbar")))
-    min_overlap: float = field(default=0.03, metadata=_opt("Refuse to report a free energy (exit 3) when pymbar's "
-                                                           "BAR overlap is below this.", min=0, max=1))
+    min_overlap: float = field(default=0.03, metadata=_opt("Refuse to report a free energy (exit 3) when the "
+                                                           "BAR overlap (pymbar's definition, in log space on the uncapped works) "
+                                                           "is below this.", min=0, max=1))
 
 
 @dataclass

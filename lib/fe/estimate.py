@@ -16,8 +16,7 @@ import numpy as np
 
 from icmlkit.lib.core.errors import require_module
 
-BIG = 1e8  # stands in for +inf works (a model sample with infinite or NaN target energy)
-CAP = 100.0
+BIG = 1e8  # stands in for +inf works in pymbar's MBAR (the --estimator mbar path only)
 
 
 def import_pymbar():
@@ -52,47 +51,90 @@ def exp_estimate(w: np.ndarray) -> float:
     return float(-(m + math.log(np.exp(-w - m).mean())))
 
 
-def bar_estimate(w_F: np.ndarray, w_R: np.ndarray, estimator: str = "bar") -> dict:
-    """Delta f (target - model) with its error, both EXP directions, overlap and ESS fractions."""
-    pymbar = import_pymbar()
-    from pymbar import other_estimators as oe
+def _forward_works(w_F: np.ndarray, w_R: np.ndarray) -> np.ndarray:
+    """Every sample's forward work u_t - u_q: w_F on model samples, -w_R on target frames (NaN,
+    an undefined energy, counts as an infinitely bad sample on its side)."""
+    wF = np.where(np.isnan(w_F), np.inf, w_F).astype(np.float64)
+    wR = np.where(np.isnan(w_R), np.inf, w_R).astype(np.float64)
+    return np.concatenate([wF, -wR])
 
-    wF = np.where(np.isfinite(w_F), w_F, BIG).astype(np.float64)
-    wR = np.where(np.isfinite(w_R), w_R, BIG).astype(np.float64)
-    # Absolute free energies of molecules are tens to hundreds of kT, and exp() of such works
-    # overflows pymbar's overlap and BAR variance: shift both sides by a guess of Delta f (BAR is
-    # exactly shift-covariant, overlap and ESS are invariant) and add it back. Works far above the
-    # bulk (a model sample with two atoms on top of each other) have zero weight but would still
-    # overflow into NaN: cap them CAP kT above the guess (their weight stays below e^-CAP).
-    guess = 0.5 * (float(np.median(wF)) - float(np.median(wR)))
-    wF = np.minimum(wF - guess, CAP)
-    wR = np.minimum(wR + guess, CAP)
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            overlap = float(oe.bar_overlap(wF, wR))
-        except Exception:  # noqa: BLE001 - no overlap at all
-            overlap = 0.0
-        if estimator == "mbar":
-            M, T = len(wF), len(wR)
-            # states: 0 = model, 1 = target; columns: model samples then target frames.
-            # Only differences matter: u_model = 0 and u_target = w on model samples; on target
-            # frames u_model = w_R and u_target = 0 (a constant shift per sample is irrelevant).
-            u_kn = np.zeros((2, M + T))
-            u_kn[1, :M] = wF
-            u_kn[0, M:] = wR
-            mbar = pymbar.MBAR(u_kn, np.array([M, T]))
-            r = mbar.compute_free_energy_differences()
-            df, ddf = float(r["Delta_f"][0, 1]), float(r["dDelta_f"][0, 1])
-        else:
-            try:
-                r = oe.bar(wF, wR)
-                df, ddf = float(r["Delta_f"]), float(r["dDelta_f"])
-            except Exception as exc:  # noqa: BLE001
-                df, ddf = float("nan"), float("nan")
-                warnings.warn(f"BAR failed: {exc}")
-    return {"delta_f": df + guess, "delta_f_err": ddf, "exp_forward": exp_estimate(wF) + guess,
-            "exp_reverse": -exp_estimate(wR) + guess,
+
+def bar_solve(w_F: np.ndarray, w_R: np.ndarray) -> tuple[float, float]:
+    """Bennett's acceptance ratio in log space on the raw works (no cap, no shift): Delta f solves
+    sum_F s(-(M + w_F - Df)) = sum_R s(-(-M + w_R + Df)), s the logistic function (bounded: a
+    huge or infinite work contributes 0), M = log(n_F / n_R); the error is Bennett's asymptotic
+    formula (pymbar's default): var = <f_F^2>/<f_F>^2/n_F + <f_R^2>/<f_R>^2/n_R - (n_F + n_R)/(n_F n_R)
+    with f_F, f_R the two logistic terms. (nan, nan) when one side carries no weight at all."""
+    from scipy.optimize import brentq
+    from scipy.special import expit
+
+    nF, nR = len(w_F), len(w_R)
+    W = _forward_works(w_F, w_R)
+    WF, WR = W[:nF], -W[nF:]
+    M = math.log(nF / nR)
+    if not (np.isfinite(WF).any() and np.isfinite(WR).any()):
+        return float("nan"), float("nan")
+
+    def g(df):
+        return expit(df - M - WF).sum() - expit(-df + M - WR).sum()
+
+    lo = hi = 0.5 * (float(np.median(WF[np.isfinite(WF)])) - float(np.median(WR[np.isfinite(WR)])))
+    step = 1.0
+    while g(lo) > 0:
+        lo -= step
+        step *= 2
+    step = 1.0
+    while g(hi) < 0:
+        hi += step
+        step *= 2
+    df = brentq(g, lo, hi, xtol=1e-12, rtol=1e-14, maxiter=500)
+    fF, fR = expit(df - M - WF), expit(-df + M - WR)
+    mF, mR = float(fF.mean()), float(fR.mean())
+    if mF == 0 or mR == 0:
+        return float(df), float("inf")
+    var = float((fF * fF).mean()) / mF**2 / nF + float((fR * fR).mean()) / mR**2 / nR - (nF + nR) / (nF * nR)
+    return float(df), float(math.sqrt(max(var, 0.0)))
+
+
+def bar_overlap(w_F: np.ndarray, w_R: np.ndarray, delta_f: float) -> float:
+    """The scalar overlap of the two states (1 - the second eigenvalue of MBAR's overlap matrix,
+    what pymbar's ``bar_overlap`` reports), in log space: N sum_n W_n0 W_n1 with
+    W_n0 = 1 / (n_F + n_R e^(Df - W_n)) and W_n1 = e^(Df - W_n) W_n0."""
+    from scipy.special import logsumexp
+
+    nF, nR = len(w_F), len(w_R)
+    if not math.isfinite(delta_f):
+        return 0.0
+    a = delta_f - _forward_works(w_F, w_R)
+    with np.errstate(invalid="ignore", over="ignore"):
+        terms = a - 2.0 * np.logaddexp(math.log(nF), math.log(nR) + a)
+    terms = np.where(np.isfinite(a), terms, -np.inf)
+    return float(min(1.0, (nF + nR) * math.exp(logsumexp(terms))))
+
+
+def bar_estimate(w_F: np.ndarray, w_R: np.ndarray, estimator: str = "bar") -> dict:
+    """Delta f (target - model) with its error, both EXP directions, overlap and ESS fractions.
+
+    Every estimator, the overlap and the ESS are computed in log space on the works as they are:
+    nothing is capped or clipped before the refusal check reads the overlap (a badly trained
+    model must show its poor overlap, not a confident number). ``estimator='mbar'`` runs pymbar's
+    MBAR (equal to BAR for two states) on the works shifted by the BAR solution."""
+    df, ddf = bar_solve(w_F, w_R)
+    overlap = bar_overlap(w_F, w_R, df)
+    if estimator == "mbar" and math.isfinite(df):
+        pymbar = import_pymbar()
+        W = _forward_works(w_F, w_R) - df
+        M, T = len(w_F), len(w_R)
+        # states: 0 = model, 1 = target; only differences matter: u_model = 0, u_target = W - Df
+        u_kn = np.zeros((2, M + T))
+        u_kn[1] = np.where(np.isfinite(W), W, np.sign(W) * BIG)
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = pymbar.MBAR(u_kn, np.array([M, T])).compute_free_energy_differences()
+        df, ddf = float(r["Delta_f"][0, 1]) + df, float(r["dDelta_f"][0, 1])
+    wF = np.where(np.isnan(w_F), np.inf, w_F).astype(np.float64)
+    wR = np.where(np.isnan(w_R), np.inf, w_R).astype(np.float64)
+    return {"delta_f": df, "delta_f_err": ddf, "exp_forward": exp_estimate(wF), "exp_reverse": -exp_estimate(wR),
             "overlap": overlap, "ess_forward": ess_fraction(-wF), "ess_reverse": ess_fraction(-wR),
             "n_model": int(len(wF)), "n_target": int(len(wR))}
 
