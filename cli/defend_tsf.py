@@ -87,8 +87,8 @@ def attack(run, series, output, record, triggered, data_cfg, cfg):
     poisoned_cells, poisoned_window_share, seq_len, pred_len, output, record, triggered.
     Example:  defend-tsf attack data/ett/ETTh1.csv -o run/poisoned.csv --pattern cone --json
     """
-    from icmlkit.lib.tsf.api import attack_series, sha256_of, write_series, write_triggered
-    from icmlkit.lib.core.io import write_json
+    from icmlkit.lib.core.io import sha256_file, write_json
+    from icmlkit.lib.tsf.api import attack_series, write_series, write_triggered
 
     record = record or _stem(output) + ".attack.json"
     triggered = triggered or _stem(output) + ".triggered.npz"
@@ -96,7 +96,7 @@ def attack(run, series, output, record, triggered, data_cfg, cfg):
         run.output(p)
     s = _read(run, series, data_cfg.fill)
     res = attack_series(s, data_cfg, cfg, seed=run.seed, device=run.device,
-                        input_sha256=sha256_of(series) if series != "-" else None)
+                        input_sha256=sha256_file(series) if series != "-" else None)
     run.save(output, write_series, res.poisoned)
     run.save(record, write_json, res.record)
     run.save(triggered, write_triggered, res.triggered)

@@ -249,16 +249,14 @@ def sweep(run, cfg, output, plot):
     max_constraint_residual.
     Example:  solve-decentralized sweep --nodes 5,10,20 --graphs path,ring --kappas 10,100,1000 -o sweep.csv --plot s.png
     """
-    from icmlkit.lib.core.io import write_bytes, write_rows
+    from icmlkit.lib.core.io import write_rows
     from icmlkit.lib.decentral.sweep import plot_sweep, sweep as run_sweep
 
     run.output(output)
     run.output(plot)
     res = run_sweep(cfg, seed=run.seed)
-    if output is not None:
-        run.save(output, write_rows, res.rows)
-    if plot is not None:
-        run.save(plot, write_bytes, plot_sweep(res.rows))
+    run.save(output, write_rows, res.rows)
+    run.save(plot, plot_sweep, res.rows)
     return res.summary
 
 

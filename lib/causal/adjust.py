@@ -26,30 +26,13 @@ import networkx as nx
 from icmlkit.lib.causal.admg import ADMG
 
 
-def descendants(G: ADMG, S: Iterable[str], bar: Iterable[str] = ()) -> set[str]:
-    """De(S) including S, in G with the edges into ``bar`` removed."""
-    bar = set(bar)
-    ch: dict[str, list[str]] = {}
-    for a, b in G.directed:
-        if b not in bar:
-            ch.setdefault(a, []).append(b)
-    out, stack = set(S), list(S)
-    while stack:
-        v = stack.pop()
-        for c in ch.get(v, ()):
-            if c not in out:
-                out.add(c)
-                stack.append(c)
-    return out
-
-
 def causal_nodes(G: ADMG, X: Iterable[str], Y: Iterable[str]) -> set[str]:
     X, Y = set(X), set(Y)
-    return (descendants(G, X, bar=X) & G.ancestors(Y, bar=X)) - X
+    return (G.descendants(X, bar=X) & G.ancestors(Y, bar=X)) - X
 
 
 def forbidden(G: ADMG, X: Iterable[str], Y: Iterable[str]) -> set[str]:
-    return descendants(G, causal_nodes(G, X, Y)) | set(X)
+    return G.descendants(causal_nodes(G, X, Y)) | set(X)
 
 
 def is_adjustment_set(G: ADMG, X: Iterable[str], Y: Iterable[str], Z: Iterable[str]) -> bool:

@@ -82,18 +82,27 @@ class ADMG:
 
     def ancestors(self, S: Iterable[str], bar: Iterable[str] = ()) -> set[str]:
         """An(S) including S, in G with the edges into ``bar`` removed."""
+        return self._reach(S, bar, up=True)
+
+    def descendants(self, S: Iterable[str], bar: Iterable[str] = ()) -> set[str]:
+        """De(S) including S, in G with the edges into ``bar`` removed."""
+        return self._reach(S, bar, up=False)
+
+    def _reach(self, S: Iterable[str], bar: Iterable[str], up: bool) -> set[str]:
         bar = set(bar)
-        out, stack = set(S), list(S)
-        par: dict[str, list[str]] = {}
+        step: dict[str, list[str]] = {}
         for a, b in self.directed:
             if b not in bar:
-                par.setdefault(b, []).append(a)
+                if up:
+                    step.setdefault(b, []).append(a)
+                else:
+                    step.setdefault(a, []).append(b)
+        out, stack = set(S), list(S)
         while stack:
-            v = stack.pop()
-            for p in par.get(v, ()):
-                if p not in out:
-                    out.add(p)
-                    stack.append(p)
+            for w in step.get(stack.pop(), ()):
+                if w not in out:
+                    out.add(w)
+                    stack.append(w)
         return out
 
     def topological_order(self) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from icmlkit.lib.core.io import write_bytes, write_json, write_rows
+from icmlkit.lib.core.io import write_json, write_rows
 from icmlkit.lib.core.runtime import numpy_rng
 
 
@@ -29,7 +29,7 @@ def run_demo(folder, *, seed: int = 0, nodes: int = 10, kappa: float = 100.0) ->
             write_npz(folder / "solution.npz", **solution_arrays(prob, res))
     sw = sweep(SweepConfig(nodes=[5, 10], graphs=["path", "ring"], kappas=[10.0, 100.0]), seed=seed)
     write_rows(folder / "sweep.csv", sw.rows)
-    write_bytes(folder / "sweep.png", plot_sweep(sw.rows))
+    plot_sweep(folder / "sweep.png", sw.rows)
     main = results["apapc-cheb"]
     summary = {"headline": (f"APAPC+Chebyshev: rel. error {main['rel_error']:.1e} in {main['communications']} "
                             f"communications (Tracking-ADMM {results['tracking-admm']['communications']}, plain APAPC "

@@ -3,7 +3,6 @@ log-log slopes (the complexity claim: communications ~ sqrt(kappa_f) (sqrt(kappa
 sqrt(kappa_Ct)) sqrt(chi) log(1/eps))."""
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 
@@ -69,13 +68,11 @@ def sweep(cfg: SweepConfig, *, seed: int = 0, progress=None) -> SweepResult:
     return SweepResult(rows=rows, slopes=slopes, summary=summary)
 
 
-def plot_sweep(rows: list) -> bytes:
-    """PNG bytes: communications vs chi (one line per kappa_f) and vs kappa_f (one line per graph/n)."""
-    import matplotlib
+def plot_sweep(path, rows: list) -> None:
+    """PNG at ``path``: communications vs chi (one line per kappa_f) and vs kappa_f (one line per graph/n)."""
+    from icmlkit.lib.core.plot import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for kap in sorted({r["kappa_f_target"] for r in rows}):
         sel = sorted((r for r in rows if r["kappa_f_target"] == kap), key=lambda r: r["chi"])
@@ -91,7 +88,4 @@ def plot_sweep(rows: list) -> bytes:
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    save_png(fig, path, dpi=90)

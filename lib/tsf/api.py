@@ -3,7 +3,6 @@
 readers/writers of the tool's files (model .pt, attack record .json, poisoned .csv, .npz)."""
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -353,14 +352,6 @@ def forecast(model: LoadedModel, series: Series, *, end: int | None = None, devi
     return ForecastResult(rows, cols, {"model": model.model_cfg.model, "defense": model.obj.get("defense"),
                                        "seq_len": L, "pred_len": H, "end_row": end, "first_date": dates[0],
                                        "rows": H})
-
-
-def sha256_of(path) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except OSError:
-        return None
 
 
 def config_dict(data_cfg, model_cfg, cfg) -> dict:
