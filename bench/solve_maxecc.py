@@ -9,6 +9,18 @@ Measured side by side in one run, for each data set present under ``../shared/da
   seconds of the tool's own row-generation solves in that same process, from its ``--json``);
 - every algorithm's value and ratio to the LP with 1000 vectorised roundings, and their time;
 - the exact ILP (HiGHS MIP) on Brain and DAWN, where the LP is integral (OPT = LP).
+Those three LPs are integral, so every rounding reproduces the LP-argmax colouring there; two more
+parts make the roundings differ (issue 29):
+- ``fractional``: instances whose LP optimum is fractional on a stated share of incident pairs
+  (high-noise planted hypergraphs, DAWN and MAG-10 with lognormal weights and 20 % recoloured
+  edges, disjoint copies of the adversarial gadgets): every algorithm's value / LP over 1000
+  trials (mean, 5 % and 95 % quantiles, best), against its proven factor, lp-argmax, majority,
+  local search from the best trial and from lp-argmax, and the HiGHS MIP where it proves optimality;
+- ``lp``: the LP crossover on planted instances (noise 0.9, k = 8, r = 3) of 10^4 to ~4 x 10^6
+  incident pairs: HiGHS row generation and HiGHS ipm on the full model (time limit per solve) vs
+  icmlkit's restarted PDHG in torch to a certified 1e-4 relative gap, wall seconds each (PNG);
+- ``factor``: the exact expected value / LP of ``scaled`` and ``threshold-order`` (lib/maxecc/exact.py)
+  minimised by an adversarial search over small instances, against 1/r, (1-e^-r)/r and 1/(r+1).
 
 Writes bench/results/solve_maxecc.json and bench/results/solve_maxecc.md.
 Run:  make bench TOOL=solve-maxecc   (or .venv/bin/python bench/solve_maxecc.py [--quick])
@@ -29,7 +41,10 @@ from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.maxecc import (incident_pairs, lp_argmax, majority, paired, paired_derandomized, read_instance,
                                 scaled, solve_ilp, solve_lp, threshold_order)
+from icmlkit.lib.maxecc.exact import adversarial_search
+from icmlkit.lib.maxecc.generate import disjoint_copies, odd_cycle, perturbed, planted, rainbow_cycle, star
 from icmlkit.lib.maxecc.lp import build_model, highs_options, new_highs
+from icmlkit.lib.maxecc.rounding import evaluate, factors, local_search
 
 TRIALS = 1000
 DATASETS = {  # name -> (path under maxecc/, known LP optimum or None)
@@ -123,14 +138,140 @@ def bench_dataset(name: str, path: Path, known: float | None, quick: bool) -> di
     return row
 
 
+def fractional_instances(root: Path | None, quick: bool) -> dict:
+    """name -> a zero-argument builder; every instance has a fractional LP optimum."""
+    out = {
+        "planted n=1e4 noise 0.7": lambda: planted(10_000, 8, 3, 20_000, 0.7, seed=0, weighted=True),
+        "planted n=1e4 noise 0.9": lambda: planted(10_000, 8, 3, 20_000, 0.9, seed=0, weighted=True),
+        "planted n=1e5 noise 0.7": lambda: planted(100_000, 8, 3, 200_000, 0.7, seed=0, weighted=True),
+        "odd_cycle(7) x 300": lambda: disjoint_copies(odd_cycle(7), 300),
+        "star(5) x 500": lambda: disjoint_copies(star(5), 500),
+        "rainbow_cycle(1001,5,3)": lambda: rainbow_cycle(1001, 5, 3),
+    }
+    if quick:
+        out = {k: v for k, v in out.items() if "1e5" not in k}
+    for name, (rel, _) in DATASETS.items():
+        if name != "Brain" and root is not None and (root / rel).exists():
+            out[f"{name} lognormal(1) weights, 20% recoloured"] = (
+                lambda rel=rel: perturbed(read_instance(root / rel), colour_noise=0.2, lognormal_sigma=1.0, seed=0))
+    return out
+
+
+def fractional_row(name: str, H, trials: int, ilp_limit: float) -> dict:
+    t0 = time.perf_counter()
+    sol = solve_lp(H)
+    frac_pairs = (sol.x > 1e-6) & (sol.x < 1 - 1e-6)
+    frac_edges = (sol.z > 1e-6) & (sol.z < 1 - 1e-6)
+    row = {"instance": name, "n": H.n, "m": H.m, "k": H.k, "r": H.r, "lp_value": sol.value,
+           "seconds_lp": round(time.perf_counter() - t0, 2),
+           "fractional_pairs": round(float(frac_pairs.mean()), 4), "fractional_edges": round(float(frac_edges.mean()), 4)}
+    fac = factors(H.r, H.k)
+    fac["scaled"] = 1 / H.r  # proved in docs/solve-maxecc.md ("The factor of scaled"); the abstract's (1-e^-r)/r is weaker
+    algos = {}
+    for alg, rounds in (("majority", majority(H)), ("lp-argmax", lp_argmax(H, sol))):
+        algos[alg] = {"value": rounds.value, "seconds": round(rounds.seconds, 3), "sigma": rounds.sigma}
+    for alg, fn in RANDOMIZED.items():
+        rounds = fn(H, sol, trials, generator(0, alg))
+        q05, q95 = np.quantile(rounds.values, [0.05, 0.95])
+        algos[alg] = {"value": rounds.value, "mean": float(rounds.values.mean()), "q05": float(q05), "q95": float(q95),
+                      "seconds": round(rounds.seconds, 3), "trials": trials, "factor": fac[alg], "sigma": rounds.sigma}
+    for alg in ("lp-argmax", max(RANDOMIZED, key=lambda a: algos[a]["value"])):
+        t1 = time.perf_counter()
+        s, rounds_ls = local_search(H, algos[alg]["sigma"])
+        algos[f"{alg} + local search"] = {"value": float(evaluate(H, s)[0]), "seconds": round(time.perf_counter() - t1, 3),
+                                          "rounds": rounds_ls}
+    for a in algos.values():
+        a.pop("sigma", None)
+        for key in ("value", "mean", "q05", "q95"):
+            if key in a:
+                a[f"{key}_over_lp"] = round(a[key] / sol.value, 4)
+    row["algorithms"] = algos
+    ilp = solve_ilp(H, time_limit=ilp_limit)
+    row.update(ilp_value=ilp.value, ilp_optimal=bool(ilp.optimal), ilp_gap=ilp.gap, ilp_over_lp=round(ilp.value / sol.value, 4),
+               seconds_ilp=round(ilp.seconds, 2))
+    return row
+
+
+LP_SIZES = (3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000)
+HIGHS_MAX_N = 100_000  # HiGHS beyond this would run past its time limit on 2 cores
+HIGHS_LIMIT = 150.0
+
+
+def lp_rows(quick: bool) -> list[dict]:
+    from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
+
+    rows = []
+    for n in LP_SIZES[:3] if quick else LP_SIZES:
+        H = planted(n, 8, 3, 2 * n, 0.9, seed=0, weighted=True)
+        row = {"n": n, "m": H.m, "pairs": int(incident_pairs(H).P), "nnz": int(len(H.nodes))}
+        t0 = time.perf_counter()
+        sol, info = solve_lp_pdhg(H, tol=1e-4, time_limit=HIGHS_LIMIT * 2)
+        row.update(seconds_pdhg=round(time.perf_counter() - t0, 2), pdhg_gap=info.relative_gap, pdhg_iterations=info.iterations,
+                   pdhg_lower=info.lower_bound, pdhg_upper=info.upper_bound)
+        if n <= HIGHS_MAX_N:
+            for method in ("rowgen", "ipm"):
+                t0 = time.perf_counter()
+                ref = solve_lp(H, method=method, time_limit=HIGHS_LIMIT)
+                row[f"seconds_{method}"] = round(time.perf_counter() - t0, 2)
+                row[f"{method}_optimal"] = bool(ref.optimal)
+                row[f"{method}_value"] = ref.value
+                if ref.optimal:
+                    row["pdhg_upper_is_valid"] = bool(info.upper_bound >= ref.value - 1e-6 * abs(ref.value))
+                    row["lp_value"] = ref.value
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def plot_lp(rows: list[dict], path: Path) -> bool:
+    from icmlkit.lib.core.plot import pyplot, save_png
+
+    plt = pyplot(required=False)
+    if plt is None or not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (("seconds_rowgen", "HiGHS row generation"), ("seconds_ipm", "HiGHS ipm (full model)"),
+                       ("seconds_pdhg", "icmlkit PDHG (torch, 1e-4 certified gap)")):
+        pts = [(r["pairs"], r[key]) for r in rows if key in r]
+        if pts:
+            ax.loglog(*zip(*pts), marker="o", label=label)
+    ax.set_xlabel("incident (vertex, colour) pairs")
+    ax.set_ylabel("wall seconds (2 CPU cores)")
+    ax.set_title(f"MaxECC LP, planted noise 0.9 (HiGHS limit {HIGHS_LIMIT:.0f} s)")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    save_png(fig, path)
+    return True
+
+
+def factor_rows(quick: bool) -> list[dict]:
+    """The adversarial search over small instances (exact expectations) for each r."""
+    rows = []
+    starts = {2: [odd_cycle(5), star(2), rainbow_cycle(5, 3, 2)], 3: [star(3), rainbow_cycle(5, 5, 3)],
+              4: [star(4), rainbow_cycle(3, 3, 4)]}
+    for alg in ("scaled", "threshold-order"):
+        for r in (2, 3, 4):
+            t0 = time.perf_counter()
+            res = adversarial_search(alg, r=r, n=r + 5, k=4, m=12, restarts=3 if quick else 12,
+                                     steps=40 if quick else 150, seed=r, starts=starts[r])
+            row = res.summary
+            row.update(seconds=round(time.perf_counter() - t0, 2), instance_edges=res.instance.edges(),
+                       instance_colours=res.instance.colour.tolist(), instance_weights=res.instance.weight.round(4).tolist())
+            rows.append(row)
+            print(json.dumps({k: row[k] for k in ("algorithm", "r", "min_ratio", "evaluations")}), file=sys.stderr)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="100 trials, no ILP, no cvxpy on MAG-10 (smoke run)")
     ap.add_argument("--only", nargs="*", default=None, help="data set names to run")
+    ap.add_argument("--parts", nargs="*", default=["datasets", "fractional", "lp", "factor"],
+                    choices=["datasets", "fractional", "lp", "factor"], help="parts of the benchmark to run")
     args = ap.parse_args()
     root = shared_data_dir("maxecc")
     rows, skipped = [], {}
-    for name, (rel, known) in DATASETS.items():
+    for name, (rel, known) in (DATASETS.items() if "datasets" in args.parts else ()):
         if args.only and name not in args.only:
             continue
         if root is None or not (root / rel).exists():
@@ -140,12 +281,56 @@ def main() -> None:
         print(f"{name} ...", file=sys.stderr, flush=True)
         rows.append(bench_dataset(name, root / rel, known, args.quick))
         print(json.dumps(rows[-1]), file=sys.stderr)
-    report(rows, skipped, args)
+    frac = []
+    if "fractional" in args.parts:
+        for name, build in fractional_instances(root, args.quick).items():
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            frac.append(fractional_row(name, build(), 100 if args.quick else TRIALS, 5.0 if args.quick else 60.0))
+            print(json.dumps({k: v for k, v in frac[-1].items() if k != "algorithms"}), file=sys.stderr)
+    lps = lp_rows(args.quick) if "lp" in args.parts else []
+    fact = factor_rows(args.quick) if "factor" in args.parts else []
+    report(rows, skipped, args, frac, fact, lps)
 
 
-def report(rows: list[dict], skipped: dict, args) -> None:
+def fractional_targets(frac: list[dict], fact: list[dict], lps: list[dict]) -> dict:
+    targets = {}
+    timed = [r for r in lps if "seconds_rowgen" in r]
+    if timed:
+        big = timed[-1]
+        for method in ("rowgen", "ipm"):
+            ratio = round(big[f"seconds_{method}"] / big["seconds_pdhg"], 2)
+            done = "" if big[f"{method}_optimal"] else f" (HiGHS stopped at its {HIGHS_LIMIT:.0f} s limit: a lower bound on the ratio)"
+            targets[f"pdhg_speedup_vs_{method}_at_{big['pairs']}_pairs"] = target(
+                ratio, 3.0, ratio >= 3.0 and big["pdhg_gap"] <= 1e-4,
+                f"HiGHS {method} seconds / PDHG seconds to a certified 1e-4 relative gap, largest size both ran{done}")
+        valid = [r["pdhg_upper_is_valid"] for r in timed if "pdhg_upper_is_valid" in r]
+        targets["pdhg_dual_bound_valid"] = target(sum(valid), len(valid), all(valid),
+                                                  "PDHG's certified upper bound >= HiGHS's optimum, sizes where HiGHS proved it")
+    for row in frac:
+        for alg in RANDOMIZED:
+            a = row["algorithms"][alg]
+            targets[f"{alg}_mean_over_factor_{row['instance']}"] = target(
+                a["mean_over_lp"], round(a["factor"], 4), a["mean_over_lp"] >= a["factor"],
+                f"mean of {a['trials']} trials / LP vs the proven factor (for scaled 1/r, see docs)")
+        best_rand = max(row["algorithms"][a]["value"] for a in RANDOMIZED)
+        argmax = row["algorithms"]["lp-argmax"]["value"]
+        targets[f"best_rounding_vs_lp_argmax_{row['instance']}"] = target(
+            round(best_rand / row["lp_value"], 4), round(argmax / row["lp_value"], 4), best_rand >= argmax,
+            "best of the randomized roundings' best trials vs the lp-argmax baseline (both / LP); "
+            "met = the paper's roundings are at least as good as the simple baseline")
+    for row in fact:
+        f = row["factors"]["1/r"] if row["algorithm"] == "scaled" else row["factors"]["1/(r+1)"]
+        targets[f"exact_min_ratio_{row['algorithm']}_r{row['r']}"] = target(
+            round(row["min_ratio"], 4), round(f, 4), row["min_ratio"] >= f - 1e-9,
+            "the smallest exact E[value]/LP the adversarial search found vs the proven factor "
+            "(1/r for scaled, 1/(r+1) for threshold-order); a miss would be a counterexample")
+    return targets
+
+
+def report(rows: list[dict], skipped: dict, args, frac: list[dict], fact: list[dict], lps: list[dict]) -> None:
     by = {r["dataset"]: r for r in rows}
-    targets: dict = {}
+    targets: dict = fractional_targets(frac, fact, lps)
+    plotted = plot_lp(lps, Path(__file__).parent / "results" / "solve_maxecc_lp.png")
 
     for name, (_, known) in DATASETS.items():
         r = by.get(name)
@@ -206,6 +391,10 @@ def report(rows: list[dict], skipped: dict, args) -> None:
         "machine": machine(),
         "command": "make bench TOOL=solve-maxecc" + (" (with --quick)" if args.quick else ""),
         "results": rows,
+        "fractional": frac,
+        "factor_search": fact,
+        "lp_crossover": lps,
+        "lp_plot": "bench/results/solve_maxecc_lp.png" if plotted else None,
         "skipped": skipped,
         "targets": targets,
     }
@@ -232,6 +421,42 @@ def markdown(rows: list[dict], targets: dict, out: dict) -> str:
             mean = f"{a['mean_ratio_to_lp']:.4f}" if "mean_ratio_to_lp" in a else "—"
             secs = "—" if a["seconds"] is None else f"{a['seconds']:.2f}"
             lines.append(f"| {r['dataset']} | {alg} | {a['value']:.0f} | {a['ratio_to_lp']:.4f} | {mean} | {secs} |")
+    if out["fractional"]:
+        lines += ["", "Fractional instances (value / LP; mean, 5 % and 95 % quantiles over the trials; best = best trial):", "",
+                  "| instance | n | m | k | r | fractional pairs | fractional edges | LP s | algorithm | factor | mean | q05 | q95 | best | s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in out["fractional"]:
+            head = f"| {r['instance']} | {r['n']} | {r['m']} | {r['k']} | {r['r']} | {r['fractional_pairs']:.3f} | " \
+                   f"{r['fractional_edges']:.3f} | {r['seconds_lp']:.1f} |"
+            for alg, a in r["algorithms"].items():
+                g = lambda key: f"{a[key]:.4f}" if key in a else "—"  # noqa: E731
+                lines.append(f"{head} {alg} | {g('factor')} | {g('mean_over_lp')} | {g('q05_over_lp')} | {g('q95_over_lp')} | "
+                             f"{a['value_over_lp']:.4f} | {a['seconds']:.2f} |")
+                head = "| | | | | | | | |"
+            ilp = "optimal" if r["ilp_optimal"] else f"not proven in the time limit, gap {r['ilp_gap']:.3f}"
+            lines.append(f"{head} HiGHS MIP ({ilp}) | — | — | — | — | {r['ilp_over_lp']:.4f} | {r['seconds_ilp']:.1f} |")
+    if out["lp_crossover"]:
+        lines += ["", f"LP crossover (planted, noise 0.9, k 8, r 3; HiGHS time limit {HIGHS_LIMIT:.0f} s; wall seconds; "
+                  f"plot {out['lp_plot']}):", "",
+                  "| n | pairs | nnz | HiGHS rowgen s | HiGHS ipm s | PDHG s | PDHG certified gap | PDHG iterations | rowgen / PDHG | ipm / PDHG |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in out["lp_crossover"]:
+            def cell(m):
+                if f"seconds_{m}" not in r:
+                    return "not run", "—"
+                mark = "" if r[f"{m}_optimal"] else " (limit)"
+                return f"{r[f'seconds_{m}']:.1f}{mark}", f"{r[f'seconds_{m}'] / r['seconds_pdhg']:.1f}"
+            (rg, rr), (ip, ir) = cell("rowgen"), cell("ipm")
+            lines.append(f"| {r['n']} | {r['pairs']} | {r['nnz']} | {rg} | {ip} | {r['seconds_pdhg']:.1f} | {r['pdhg_gap']:.1e} | "
+                         f"{r['pdhg_iterations']} | {rr} | {ir} |")
+    if out["factor_search"]:
+        lines += ["", "Adversarial search for the factor (exact expectations, HiGHS LP optima; smallest E[value]/LP found):", "",
+                  "| algorithm | r | min E/LP | 1/r | (1-e^-r)/r | 1/(r+1) | evaluations | worst instance (n, m, k) | s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in out["factor_search"]:
+            f = r["factors"]
+            lines.append(f"| {r['algorithm']} | {r['r']} | {r['min_ratio']:.4f} | {f['1/r']:.4f} | {f['(1-e^-r)/r']:.4f} | "
+                         f"{f['1/(r+1)']:.4f} | {r['evaluations']} | ({r['n']}, {r['m']}, {r['k']}) | {r['seconds']:.1f} |")
     lines += ["", "| target | value | threshold | met |", "|---|---|---|---|"]
     for k, t in targets.items():
         lines.append(f"| {k} | {t['value']} | {t['threshold']} | {'yes' if t['met'] else '**no**'} |")

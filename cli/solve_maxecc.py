@@ -6,12 +6,15 @@ import click
 from icmlkit.cli._common import ToolGroup, add_demo, make_main, output_option
 
 TOOL = "solve-maxecc"
-ALGORITHMS = ["majority", "lp-argmax", "threshold-order", "paired", "scaled", "best"]
-LP_METHODS = ["rowgen", "ipm", "simplex", "pdlp", "choose"]
+ALGORITHMS = ["majority", "lp-argmax", "threshold-order", "paired", "scaled", "veldt-threshold", "combinatorial",
+              "best"]
+LP_METHODS = ["rowgen", "ipm", "simplex", "pdlp", "choose", "pdhg"]
 RECONSTRUCTED = (
     "threshold-order (1/(r+1)), paired (1/ceil(k/2)) and scaled ((1-e^-r)/r) are RECONSTRUCTED from "
     "the paper's abstract (its full text is unavailable); their guarantees are checked empirically on "
-    "adversarial instances by the test suite."
+    "adversarial instances by the test suite, and scaled's factor 1/r is proved (docs/solve-maxecc.md). "
+    "MinECC baselines: veldt-threshold (Veldt 2022's LP rounding, reconstructed from its summary) and "
+    "combinatorial (the linear-time 2-approximation)."
 )
 
 cli = ToolGroup(
@@ -57,7 +60,8 @@ lp_method_option = click.option(
     "--lp-method", type=click.Choice(LP_METHODS), default="rowgen", show_default=True,
     help="rowgen: exact row generation (one edge-vertex row per edge, then the violated ones, "
     "warm-started dual simplex; 0.9 s on DAWN); or the full model with HiGHS's ipm (40 s on DAWN), "
-    "simplex, pdlp (approximate) or choose.")
+    "simplex, pdlp (approximate) or choose; or pdhg: icmlkit's restarted PDHG in torch (first-order, "
+    "relative gap 1e-4 certified by its dual bound, lp_upper_bound; faster than HiGHS on large fractional LPs).")
 lp_time_option = click.option("--lp-time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
                               help="Seconds for the LP; past it the best LP point so far is used "
                               "and lp_value is no longer an upper bound (status says so).")
@@ -72,8 +76,10 @@ def lp(run, instance, output, lp_method, lp_time_limit):
     """Solve the LP relaxation; its value is an upper bound on the optimum.
 
     \b
-    JSON keys: n, m, k, r, lp_value, seconds (model build + HiGHS), seconds_highs (Highs.run alone,
-    summed over row generation's rounds), status, lp_method.
+    JSON keys: n, m, k, r, lp_value, lp_upper_bound (a certified bound on the LP optimum: = lp_value
+    when HiGHS proves optimality, pdhg's dual bound, else null), seconds (model build + solve),
+    seconds_highs (Highs.run alone, summed over row generation's rounds; pdhg: its iterations),
+    status, lp_method.
     Example:  solve-maxecc lp colored-DAWN.txt -o dawn.lp.npz --json
     """
     from icmlkit.lib.maxecc import save_lp, solve_lp
@@ -85,6 +91,7 @@ def lp(run, instance, output, lp_method, lp_time_limit):
         save_lp(output, sol)
         run.wrote(output)
     return {**_size(H), "lp_value": float(sol.value), "seconds": round(sol.seconds_build + sol.seconds_solve, 4),
+            "lp_upper_bound": sol.upper_bound if sol.upper_bound is not None else (sol.value if sol.optimal else None),
             "seconds_highs": round(sol.seconds_solve, 4), "status": sol.status, "lp_method": lp_method}
 
 
@@ -92,7 +99,8 @@ def lp(run, instance, output, lp_method, lp_time_limit):
 @click.argument("instance")
 @output_option("Write the colouring as CSV (vertex,colour) with the instance's own ids.")
 @click.option("--algorithm", "-a", type=click.Choice(ALGORITHMS), default="best", show_default=True,
-              help="majority and lp-argmax are the baselines; best runs all and keeps the best.")
+              help="majority and lp-argmax are the MaxECC baselines, veldt-threshold and combinatorial the "
+              "MinECC ones; best runs all and keeps the best.")
 @click.option("--trials", "-t", type=click.IntRange(min=1), default=100, show_default=True,
               help="Randomized roundings to draw (vectorised); the best one is kept.")
 @click.option("--derandomize", is_flag=True,
@@ -114,11 +122,15 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
 
     Algorithms (ratios hold in expectation against the LP; best-of-trials only improves):
     majority (baseline), lp-argmax (baseline), threshold-order 1/(r+1), paired 1/ceil(k/2),
-    scaled (1-e^-r)/r, best. The three paper algorithms are RECONSTRUCTED from the abstract.
+    scaled (1-e^-r)/r claimed, 1/r proved; MinECC (unsatisfied weight over W - LP):
+    veldt-threshold 4/3 on graphs, 2-2/(r+1) otherwise (reconstructed), combinatorial 2 (no LP);
+    best. The three paper algorithms are RECONSTRUCTED from the abstract.
 
     \b
-    JSON keys: n, m, k, r, lp_value, value, ratio_to_lp, ilp_value (null unless --ilp), ilp_gap,
-    algorithm, trials, seconds_lp, seconds_rounding, seconds_total; with --algorithm best also
+    JSON keys: n, m, k, r, lp_value, value, ratio_to_lp, unsatisfied_weight (W - value, the MinECC
+    cost), lp_min_value (W - lp_value), ratio_to_lp_min, ilp_value (null unless --ilp), ilp_gap,
+    algorithm, trials, seconds_lp, seconds_rounding, seconds_total; min_lower_bound (a certified
+    MinECC lower bound) when combinatorial ran; with --algorithm best also
     `values` (each rounding's value BEFORE local search) and `winner`; with --local-search also
     `value_before_local_search` (`value` is after it).
     Examples:
@@ -142,7 +154,7 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
         run.wrote(output)
     summary = result.summary
     if fail_under is not None and summary["ratio_to_lp"] is None:
-        run.fail_check("--fail-under needs the LP bound, which --algorithm majority does not compute")
+        run.fail_check(f"--fail-under needs the LP bound, which --algorithm {algorithm} does not compute")
     elif fail_under is not None and summary["ratio_to_lp"] < fail_under:
         run.fail_check(f"value/lp_value = {summary['ratio_to_lp']:.4f} is below --fail-under {fail_under}")
     return summary
@@ -151,20 +163,25 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
 @cli.command(seed=False)
 @click.argument("instance")
 @click.argument("colouring")
-def evaluate(run, instance, colouring):
-    """Score any colouring (CSV vertex,colour) on an instance.
+@click.option("--labels", "labels_file", default=None,
+              help="Ground-truth clusters (CSV vertex,label, e.g. from `generate --labels`): adds ARI and NMI.")
+def evaluate(run, instance, colouring, labels_file):
+    """Score any colouring (CSV vertex,colour) on an instance, on both objectives.
 
     \b
-    JSON keys: value (satisfied weight, as solve's value), satisfied (edges), m, uncoloured.
-    Example:  solve-maxecc evaluate inst.txt col.csv --json
+    JSON keys: value (satisfied weight, MaxECC, as solve's value), unsatisfied_weight (W - value,
+    MinECC), satisfied (edges), m, uncoloured; with --labels also ari and nmi (scikit-learn's
+    adjusted Rand index and normalised mutual information against the labels).
+    Examples:
+      solve-maxecc evaluate inst.txt col.csv --json
+      solve-maxecc evaluate inst.txt col.csv --labels truth.csv --json | jq '.ari, .nmi'
     """
-    from icmlkit.lib.maxecc import evaluate as evaluate_colouring, read_colouring
+    from icmlkit.lib.maxecc import read_colouring, read_labels, score_colouring
 
     H = _instance(run, instance)
     sigma = read_colouring(run.input(colouring), H)
-    value, satisfied = evaluate_colouring(H, sigma)
-    return {"value": float(value), "satisfied": int(satisfied), "m": int(H.m),
-            "uncoloured": int((sigma == -1).sum())}
+    labels = read_labels(run.input(labels_file), H) if labels_file else None
+    return score_colouring(H, sigma, labels)
 
 
 @cli.command()
@@ -180,8 +197,10 @@ def evaluate(run, instance, colouring):
 @click.option("--length", type=click.IntRange(min=3), default=5, show_default=True,
               help="odd-cycle / rainbow-cycle: number of edges around the cycle.")
 @click.option("--weighted", is_flag=True, help="planted: random integer weights 1..5.")
+@click.option("--labels", "labels_out", default=None,
+              help="planted: also write the planted cluster of every vertex (CSV vertex,label) for `evaluate --labels`.")
 @output_option("Write the instance (.txt, or .jsonl when weighted).", required=True)
-def generate(run, kind, n, m, k, r, noise, length, weighted, output):
+def generate(run, kind, n, m, k, r, noise, length, weighted, labels_out, output):
     """Generate a planted instance or an adversarial gadget with a fractional LP.
 
     \b
@@ -189,13 +208,19 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, output):
     Examples:
       solve-maxecc generate --kind planted --n 2000 --k 10 --r 5 --noise 0.5 -o big.txt
       solve-maxecc generate --kind rainbow-cycle --length 7 --k 7 --r 3 -o gadget.txt
+      solve-maxecc generate --n 1000 --noise 0.8 -o inst.txt --labels truth.csv
     """
     from icmlkit.lib.maxecc import generate as gen
-    from icmlkit.lib.maxecc import write_instance
+    from icmlkit.lib.maxecc import write_instance, write_labels
 
     run.output(output)
+    if labels_out is not None and kind != "planted":
+        raise click.BadParameter("only planted instances have ground-truth labels", param_hint="--labels")
+    if labels_out is not None:
+        run.output(labels_out)
     if kind == "planted":
-        H = gen.planted(n=n, k=k, r=r, m=m if m is not None else 2 * n, noise=noise, seed=run.seed, weighted=weighted)
+        H, truth = gen.planted(n=n, k=k, r=r, m=m if m is not None else 2 * n, noise=noise, seed=run.seed,
+                               weighted=weighted, with_labels=True)
     elif kind == "odd-cycle":
         H = gen.odd_cycle(length)
     elif kind == "star":
@@ -204,6 +229,9 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, output):
         H = gen.rainbow_cycle(length, k, r)
     write_instance(output, H)
     run.wrote(output)
+    if labels_out is not None:
+        write_labels(labels_out, H, truth)
+        run.wrote(labels_out)
     return {"kind": kind, **_size(H), "output": output}
 
 

@@ -491,3 +491,161 @@ def test_row_generation_matches_the_full_lp(seed):
     pairs = incident_pairs(H)
     assert np.all(rg.z[H.edge_of] <= rg.x[pairs.of_entry] + 1e-9)
     assert np.all(np.bincount(pairs.pair_v, weights=rg.x, minlength=H.n) <= 1 + 1e-9)
+
+
+# ------------------------------------------------------------------------------ exact expectations
+from icmlkit.lib.maxecc.exact import adversarial_search, exact_edge_probabilities  # noqa: E402
+
+
+def _random_small(seed: int, n: int = 7, m: int = 9, k: int = 4, r: int = 3) -> Hypergraph:
+    rng = np.random.default_rng(seed)
+    edges = [sorted(rng.choice(n, size=int(rng.integers(2, r + 1)), replace=False).tolist()) for _ in range(m)]
+    return Hypergraph.from_edges(edges, rng.integers(k, size=m).tolist(), np.exp(rng.normal(size=m)),
+                                 node_ids=list(range(n)), colour_labels=list(range(k)))
+
+
+@pytest.mark.parametrize("name", ["scaled", "threshold_order"])
+@pytest.mark.parametrize("gadget", ["rainbow_cycle(7,7,2)", "rainbow_cycle(9,5,3)", "star(5)"])
+def test_exact_expectation_equals_the_sampled_mean(gadget, name):
+    H = GADGETS[gadget]()
+    lp = solve_lp(H)
+    exact = float(exact_edge_probabilities(H, lp, name.replace("_", "-")) @ H.weight)
+    v = RANDOMIZED[name](H, lp, 8000, generator(5)).values
+    half = 3.3 * v.std(ddof=1) / math.sqrt(len(v)) + 1e-12  # two-sided 99.9 %
+    assert abs(v.mean() - exact) <= half, (gadget, name, v.mean(), exact)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_scaled_meets_the_per_edge_bound_and_one_over_r(seed):
+    """The theorem of docs/solve-maxecc.md: P(e) >= z/(z + r_e(1 - z)) >= z/r on every edge."""
+    H = _random_small(seed)
+    lp = solve_lp(H)
+    p = exact_edge_probabilities(H, lp, "scaled")
+    b = edge_bounds(H, lp)
+    z, r_e = b["z"], H.sizes
+    assert np.all(p >= b["scaled"] - 1e-12)
+    assert np.all(p >= z / (z + r_e * (1 - z)) - 1e-12)
+    assert float(p @ H.weight) >= lp.value / H.r - 1e-12
+    # threshold-order's per-edge bound z / (1 + S_e) holds too
+    assert np.all(exact_edge_probabilities(H, lp, "threshold-order") >= b["threshold_order"] - 1e-12)
+
+
+def test_star_attains_the_per_edge_bound_exactly():
+    """On star(k) every rim vertex splits between the spoke and the rim colour, and the bound
+    z / R_e is attained exactly: the analysis of scaled is tight edge by edge."""
+    H = star(5)
+    lp = solve_lp(H)
+    p = exact_edge_probabilities(H, lp, "scaled")
+    assert p == pytest.approx(edge_bounds(H, lp)["scaled"], abs=1e-12)
+
+
+def test_exact_probability_by_hand():
+    """An edge {a, b} of colour 0 with x_a = (0.5, 0.5, 0), x_b = (0.25, 0, 0.75): first c-arrival
+    rates; solved by hand: P(U={a,b}) = [0.25 * 1 + 0.25 * P({b})] / (0.5 + 0.5 + 0.75),
+    P({b}) = 0.25 / (0.25 + 0.75)."""
+    from icmlkit.lib.maxecc.exact import _scaled_edge
+
+    xe = np.array([[0.5, 0.5, 0.0], [0.25, 0.0, 0.75]])
+    want = (0.25 * 1 + 0.25 * (0.25 / 1.0)) / 1.75
+    assert _scaled_edge(xe, 0, np.array([1, 2])) == pytest.approx(want, abs=1e-15)
+
+
+def test_adversarial_search_finds_nothing_below_one_over_r():
+    for r in (2, 3):
+        res = adversarial_search("scaled", r=r, n=7, k=4, m=10, restarts=2, steps=40, seed=r,
+                                 starts=[star(3)] if r == 3 else [odd_cycle(5)])
+        assert res.min_ratio >= 1 / r
+        assert res.min_ratio < 1.0  # it did find a fractional instance
+    # a power check: the search does lower the ratio from its random starts
+    res = adversarial_search("threshold-order", r=2, n=6, k=4, m=10, restarts=3, steps=40, seed=0)
+    assert any(end < start - 0.01 for start, end in res.history)
+    assert res.min_ratio == min(end for _, end in res.history) and res.min_ratio >= 1 / 3
+
+
+def test_exact_refuses_large_edges():
+    H = Hypergraph.from_edges([list(range(13))], [0])
+    with pytest.raises(UsageError, match="at most 12"):
+        exact_edge_probabilities(H, solve_lp(H))
+
+
+# ------------------------------------------------------------------------------ MinECC
+from icmlkit.lib.maxecc.minecc import combinatorial, min_factors, veldt_threshold  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_minecc_baselines_keep_their_factors(seed):
+    """Veldt's threshold rounding: E[cost] <= factor (W - LP); the combinatorial algorithm:
+    cost <= 2 OPT and its certificate <= OPT (brute-forced optimum)."""
+    H = _random_small(seed, n=7, m=10, k=3, r=3 if seed % 2 else 2)
+    lp = solve_lp(H)
+    opt_max, _ = brute_force(H)
+    opt_min, lp_min = H.total_weight - opt_max, H.total_weight - lp.value
+    v = veldt_threshold(H, lp, 4000, generator(seed)).values
+    cost = H.total_weight - v
+    f = min_factors(H.r, H.k)
+    assert cost.mean() - Z99 * cost.std(ddof=1) / math.sqrt(len(cost)) <= f["veldt-threshold"] * lp_min + 1e-9
+    comb = combinatorial(H)
+    assert H.total_weight - comb.value <= 2 * opt_min + 1e-9
+    assert comb.min_lower_bound <= opt_min + 1e-9
+
+
+def test_combinatorial_on_a_conflict_triangle():
+    """Three edges of three colours through one vertex, weights 1, 2, 4: the 4-edge absorbs the
+    other two (mass 3 <= 4): cost 3 = OPT, certificate 3, the 4-edge satisfied."""
+    H = Hypergraph.from_edges([[0, 1], [0, 2], [0, 3]], [0, 1, 2], [1.0, 2.0, 4.0])
+    r = combinatorial(H)
+    assert r.value == 4.0 and r.min_lower_bound == 3.0
+    # no colour holds half of the mass: every edge at the vertex is zeroed, certificate T/2
+    H = Hypergraph.from_edges([[0, 1], [0, 2], [0, 3]], [0, 1, 2], [1.0, 1.0, 1.0])
+    r = combinatorial(H)
+    assert r.min_lower_bound == 1.5 and H.total_weight - r.value <= 2 * 2.0
+
+
+def test_score_colouring_both_objectives_and_labels():
+    from icmlkit.lib.maxecc import score_colouring
+
+    H, truth = planted(200, 4, 3, 400, 0.2, seed=1, with_labels=True)
+    lp = solve_lp(H)
+    sigma = lp_argmax(H, lp).sigma
+    s = score_colouring(H, sigma, truth)
+    assert s["value"] + s["unsatisfied_weight"] == pytest.approx(H.total_weight)
+    assert 0.5 < s["ari"] <= 1.0 and 0.5 < s["nmi"] <= 1.0
+    assert score_colouring(H, truth, truth)["ari"] == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------ first-order LP
+from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pdhg_dual_bound_is_valid_and_primal_feasible(seed):
+    H = planted(400, 5, 3, 900, 0.85, seed=seed, weighted=True)
+    ref = solve_lp(H)
+    sol, info = solve_lp_pdhg(H, tol=1e-4)
+    assert info.relative_gap <= 1e-4
+    assert info.upper_bound >= ref.value - 1e-9  # weak duality: never below the optimum
+    assert sol.value <= ref.value + 1e-9 and sol.value >= ref.value * (1 - 1e-4) - 1e-9
+    pairs = incident_pairs(H)
+    assert np.bincount(pairs.pair_v, weights=sol.x, minlength=H.n).max() <= 1 + 1e-12
+    assert np.all(sol.z[H.edge_of] <= sol.x[pairs.of_entry] + 1e-12)
+    assert float(H.weight @ sol.z) == pytest.approx(sol.value)
+
+
+def test_pdhg_early_stop_still_certifies():
+    """Stopped after 64 iterations, far from optimal: the interval [value, upper_bound] still
+    contains the optimum (the certificate does not depend on convergence)."""
+    H = planted(400, 5, 3, 900, 0.85, seed=0, weighted=True)
+    ref = solve_lp(H)
+    sol, info = solve_lp_pdhg(H, tol=1e-12, max_iter=64)
+    assert info.relative_gap > 1e-4
+    assert sol.value - 1e-9 <= ref.value <= info.upper_bound + 1e-9
+
+
+def test_pdhg_through_solve_and_save(tmp_path):
+    from icmlkit.lib.maxecc import load_lp, save_lp, solve as solve_instance
+
+    H = rainbow_cycle(9, 5, 3)
+    res = solve_instance(H, algorithm="scaled", trials=50, lp_method="pdhg")
+    assert res.lp.method == "pdhg" and res.lp.upper_bound >= 4.5 - 1e-9
+    save_lp(tmp_path / "l.npz", res.lp)
+    assert load_lp(tmp_path / "l.npz", H).upper_bound == pytest.approx(res.lp.upper_bound)

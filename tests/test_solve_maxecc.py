@@ -59,6 +59,23 @@ def test_weighted_jsonl_flows_through(tmp_path):
     assert js(run_tool(TOOL, "evaluate", inst, out, "--json"))["value"] == 6.0
 
 
+def test_generate_labels_and_evaluate_both_objectives(tmp_path):
+    inst, truth, col = tmp_path / "p.txt", tmp_path / "truth.csv", tmp_path / "c.csv"
+    js(run_tool(TOOL, "generate", "--n", 300, "--noise", 0.3, "-o", inst, "--labels", truth, "--json"))
+    s = js(run_tool(TOOL, "solve", inst, "-a", "best", "-t", 50, "-o", col, "--json"))
+    assert set(s["values"]) >= {"veldt-threshold", "combinatorial"} and s["min_lower_bound"] > 0
+    e = js(run_tool(TOOL, "evaluate", inst, col, "--labels", truth, "--json"))
+    assert e["value"] == pytest.approx(s["value"]) and e["unsatisfied_weight"] == pytest.approx(s["unsatisfied_weight"])
+    assert 0.3 < e["ari"] <= 1 and 0.3 < e["nmi"] <= 1
+    # a label file that misses a vertex of the instance is refused, naming the file
+    truth.write_text("\n".join(truth.read_text().splitlines()[:-1]) + "\n")
+    r = run_tool(TOOL, "evaluate", inst, col, "--labels", truth)
+    assert r.returncode == 1 and "truth.csv" in r.stderr and "no label" in r.stderr
+    assert run_tool(TOOL, "generate", "--kind", "star", "-o", tmp_path / "s.txt", "--labels", truth).returncode == 2
+    comb = js(run_tool(TOOL, "solve", inst, "-a", "combinatorial", "--json"))
+    assert comb["seconds_lp"] == 0 and comb["lp_value"] is None and comb["ratio_to_lp_min"] is None
+
+
 @pytest.mark.parametrize("text,where", [("1,2 1\n3,4\n", "line 2"), ("1,2 1\n\n5,x 2\n", "line 3"),
                                         ("", "no edges"), ("1,2 1\n3,4 2 heavy\n", "line 2")])
 def test_bad_instances_exit_1_with_the_line(tmp_path, text, where):
@@ -105,6 +122,13 @@ def _instance(base):
     return {"inst": p}
 
 
+def _instance_and_colouring(base):
+    files = _instance(base)
+    col = base / "col.csv"
+    col.write_text("vertex,colour\n10,1\n20,1\n30,1\n40,3\n50,3\n")
+    return {**files, "col": col}
+
+
 def _brain_folder(base):
     """A Brain folder whose first .mat file is valid and whose second is the broken input."""
     import numpy as np
@@ -133,6 +157,8 @@ FUZZ = [
     FuzzCase("evaluate", ["evaluate", "{bad}", "{inst}"], suffix=".txt", setup=_instance, kinds=TEXT_KINDS),
     FuzzCase("evaluate", ["evaluate", "{inst}", "{bad}"], suffix=".csv", setup=_instance,
              kinds=TEXT_KINDS + ("truncated_json",), label="colouring"),
+    FuzzCase("evaluate", ["evaluate", "{inst}", "{col}", "--labels", "{bad}"], suffix=".csv",
+             setup=_instance_and_colouring, kinds=TEXT_KINDS, label="--labels"),
 ]
 
 

@@ -44,6 +44,17 @@ _LAZY = {  # name -> module: submodules load on first use, so `lp` never imports
     "threshold_order": "icmlkit.lib.maxecc.rounding",
     "write_colouring": "icmlkit.lib.maxecc.formats",
     "write_instance": "icmlkit.lib.maxecc.formats",
+    "score_colouring": "icmlkit.lib.maxecc.solve",
+    "read_labels": "icmlkit.lib.maxecc.formats",
+    "write_labels": "icmlkit.lib.maxecc.formats",
+    "combinatorial": "icmlkit.lib.maxecc.minecc",
+    "veldt_threshold": "icmlkit.lib.maxecc.minecc",
+    "min_factors": "icmlkit.lib.maxecc.minecc",
+    "exact_edge_probabilities": "icmlkit.lib.maxecc.exact",
+    "exact_expected_value": "icmlkit.lib.maxecc.exact",
+    "adversarial_search": "icmlkit.lib.maxecc.exact",
+    "perturbed": "icmlkit.lib.maxecc.generate",
+    "disjoint_copies": "icmlkit.lib.maxecc.generate",
 }
 
 
@@ -57,5 +68,7 @@ __all__ = [
     "incident_pairs", "load_lp", "local_search", "lp_argmax", "majority", "odd_cycle", "paired",
     "paired_derandomized", "planted", "rainbow_cycle", "read_colouring", "read_instance",
     "save_lp", "scaled", "solve", "solve_ilp", "solve_lp", "star", "threshold_order", "write_colouring",
-    "write_instance",
+    "write_instance", "score_colouring", "read_labels", "write_labels", "combinatorial", "veldt_threshold",
+    "min_factors", "exact_edge_probabilities", "exact_expected_value", "adversarial_search", "perturbed",
+    "disjoint_copies",
 ]

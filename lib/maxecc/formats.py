@@ -310,3 +310,46 @@ def write_colouring(path: str | os.PathLike, H: Hypergraph, sigma: np.ndarray) -
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(["vertex", "colour"])
         writer.writerows(zip(ids.tolist(), col.tolist()))
+
+
+# ------------------------------------------------------------------------------ ground-truth labels
+def read_labels(path: str | os.PathLike, H: Hypergraph) -> np.ndarray:
+    """Read a ``vertex,label`` CSV of ground-truth clusters (any label strings) into int64 [n]
+    (labels numbered in order of appearance). Every vertex of the instance must be listed once."""
+    name = display_name(path)
+    vindex = {str(v): i for i, v in enumerate(H.node_ids.tolist())}
+    out = np.full(H.n, -1, dtype=np.int64)
+    codes: dict[str, int] = {}
+    with open_text(path) as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or len(header) < 2 or header[0].strip().lower() != "vertex":
+            raise InputError("expected the header 'vertex,label'", name, 1)
+        for row in reader:
+            no = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < 2 or not row[1].strip():
+                raise InputError("expected 'vertex,label' with a non-empty label", name, no)
+            v = vindex.get(row[0].strip())
+            if v is None:
+                raise InputError(f"vertex {row[0]!r} is not in the instance", name, no)
+            if out[v] >= 0:
+                raise InputError(f"vertex {row[0]!r} is listed twice", name, no)
+            out[v] = codes.setdefault(row[1].strip(), len(codes))
+    missing = int((out < 0).sum())
+    if missing:
+        first = H.node_ids[int(np.argmax(out < 0))]
+        raise InputError(f"{missing} vertices of the instance have no label (first: {first!r})", name)
+    return out
+
+
+def write_labels(path: str | os.PathLike, H: Hypergraph, labels: np.ndarray) -> None:
+    """Write ground-truth clusters as CSV ``vertex,label`` (original ids) for the vertices that lie
+    on an edge: the instance formats cannot hold isolated vertices, so reading it back drops them."""
+    on_edge = np.zeros(H.n, dtype=bool)
+    on_edge[H.nodes] = True
+    with atomic_write(path) as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["vertex", "label"])
+        writer.writerows(zip(H.node_ids.astype(str)[on_edge].tolist(), np.asarray(labels).astype(str)[on_edge].tolist()))

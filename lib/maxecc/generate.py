@@ -8,7 +8,8 @@ from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
 
 
-def planted(n: int, k: int, r: int, m: int, noise: float, seed: int = 0, weighted: bool = False) -> Hypergraph:
+def planted(n: int, k: int, r: int, m: int, noise: float, seed: int = 0, weighted: bool = False,
+            with_labels: bool = False):
     """Amburg-style planted instance.
 
     A planted colouring puts every vertex in one of k clusters (uniformly at random). Each of the
@@ -16,7 +17,8 @@ def planted(n: int, k: int, r: int, m: int, noise: float, seed: int = 0, weighte
     are drawn without replacement from that cluster (from all vertices if the cluster is too
     small) and its colour is the cluster's colour; with probability ``noise`` the colour is
     replaced by a uniformly random other colour. ``weighted`` draws integer weights 1..5.
-    Vertex ids are 0..n-1 (all kept, isolated ones too), colour labels 0..k-1.
+    Vertex ids are 0..n-1 (all kept, isolated ones too), colour labels 0..k-1. ``with_labels``
+    returns (H, planted cluster of every vertex) for ARI/NMI.
     """
     if n < 2 or k < 1 or r < 2 or m < 1 or not 0.0 <= noise <= 1.0:
         raise UsageError("planted needs n >= 2, k >= 1, r >= 2, m >= 1 and 0 <= noise <= 1")
@@ -36,8 +38,9 @@ def planted(n: int, k: int, r: int, m: int, noise: float, seed: int = 0, weighte
         shift = rng.integers(1, k, size=m)
         colours = np.where(flip, (colours + shift) % k, colours)
     weights = rng.integers(1, 6, size=m).astype(np.float64) if weighted else None
-    return Hypergraph.from_edges([e.tolist() for e in edges], colours.tolist(), weights,
-                                 node_ids=list(range(n)), colour_labels=list(range(k)))
+    H = Hypergraph.from_edges([e.tolist() for e in edges], colours.tolist(), weights,
+                              node_ids=list(range(n)), colour_labels=list(range(k)))
+    return (H, cluster) if with_labels else H
 
 
 def odd_cycle(length: int) -> Hypergraph:
@@ -78,3 +81,30 @@ def rainbow_cycle(length: int, k: int, r: int) -> Hypergraph:
     if colours[-1] == colours[0]:
         colours[-1] = next(c for c in range(k) if c not in (colours[0], colours[-2]))
     return Hypergraph.from_edges(edges, colours, colour_labels=list(range(k)))
+
+
+def perturbed(H: Hypergraph, colour_noise: float = 0.0, lognormal_sigma: float = 0.0, seed: int = 0) -> Hypergraph:
+    """A real instance made fractional: each edge's colour is replaced by a uniformly random other
+    colour with probability ``colour_noise``, and its weight multiplied by exp(N(0, sigma^2)) when
+    ``lognormal_sigma`` > 0. Vertices, ids and labels are kept."""
+    if not 0.0 <= colour_noise <= 1.0 or lognormal_sigma < 0 or H.k < 2 and colour_noise > 0:
+        raise UsageError("perturbed needs 0 <= colour_noise <= 1 (and k >= 2 to recolour) and sigma >= 0")
+    rng = np.random.default_rng(seed)
+    colour = H.colour.copy()
+    if colour_noise > 0:
+        flip = rng.random(H.m) < colour_noise
+        colour = np.where(flip, (colour + rng.integers(1, H.k, size=H.m)) % H.k, colour)
+    weight = H.weight * np.exp(rng.normal(0.0, lognormal_sigma, size=H.m)) if lognormal_sigma > 0 else H.weight.copy()
+    return Hypergraph(H.ptr.copy(), H.nodes.copy(), colour, weight, H.node_ids, H.colour_labels, H.n, H.k)
+
+
+def disjoint_copies(H: Hypergraph, copies: int) -> Hypergraph:
+    """``copies`` disjoint copies of a gadget (vertex ids 0..copies*n-1, the same colours): the
+    gadget's LP/OPT gap at the scale of thousands of vertices."""
+    if copies < 1:
+        raise UsageError("disjoint_copies needs copies >= 1")
+    off = np.repeat(np.arange(copies, dtype=np.int64) * H.n, len(H.nodes))
+    nodes = np.tile(H.nodes, copies) + off
+    ptr = np.concatenate([[0], np.cumsum(np.tile(H.sizes, copies))])
+    return Hypergraph(ptr, nodes, np.tile(H.colour, copies), np.tile(H.weight, copies),
+                      np.arange(copies * H.n), H.colour_labels, copies * H.n, H.k)

@@ -126,7 +126,8 @@ def evaluate(H: Hypergraph, sigma, device="cpu"):
 @dataclass
 class Rounds:
     """Result of a rounding: ``values`` of every trial (float64 [T]), the best trial's colouring
-    ``sigma`` (int64 [n], every vertex coloured), its ``value`` and index, and the wall time."""
+    ``sigma`` (int64 [n], every vertex coloured), its ``value`` and index, and the wall time;
+    ``min_lower_bound``: a certified lower bound on the MinECC optimum when the algorithm gives one."""
 
     algorithm: str
     values: np.ndarray
@@ -134,6 +135,7 @@ class Rounds:
     value: float
     best_trial: int
     seconds: float
+    min_lower_bound: float | None = None
 
 
 def _run_trials(ctx: _Ctx, name: str, trials: int, width: int, make_sigma) -> Rounds:
@@ -348,16 +350,17 @@ def scaled(
     m ~ e^-64, far below X_EPS. torch.searchsorted finds each pair's first record, and each
     vertex takes the colour of its earliest activation (scatter_reduce amin).
 
-    Guarantee (proof sketch, checked): before the first "touch" of edge e (an arrival of some c'
+    Guarantee (proved in docs/solve-maxecc.md "The factor of scaled"; exact expectations in
+    lib/maxecc/exact.py support it): before the first "touch" of edge e (an arrival of some c'
     with theta <= max_{v in e} x_{v,c'}) all its vertices are uncoloured. Touches of colour c'
     form a Poisson process of rate max_v x_{v,c'}; e is satisfied if the first touch is an
     arrival of c = c(e) with theta <= z_e = min_v x_{v,c} (rate z_e): P >= z_e / R_e with
     R_e = sum_{c'} max_{v in e} x_{v,c'}. With u = argmax_v x_{v,c},
     R_e - z_e <= (x_{u,c} - z_e) + sum_{v in e} (1 - x_{v,c}) <= |e| (1 - z_e), so
     P >= z / (z + r(1 - z)) >= z / r >= z (1 - e^{-r}) / r.
-    NOTE: this argument gives 1/r, which is STRONGER than the abstract's (1 - e^{-r})/r; the
-    paper's Algorithm 3 is therefore probably a different (finite-horizon) construction. The
-    claimed factor (1 - e^{-r})/r is implied; tests check both the factor and the per-edge bound.
+    This gives 1/r, STRONGER than the abstract's (1 - e^{-r})/r; the paper's Algorithm 3 is
+    therefore probably a different (finite-horizon) construction. The claimed factor
+    (1 - e^{-r})/r is implied; tests check the factor, the per-edge bound and exact expectations.
     """
     _need_lp(lp)
     ctx = _Ctx(H, lp, device)

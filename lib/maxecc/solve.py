@@ -12,12 +12,16 @@ from icmlkit.lib.maxecc import rounding as R
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
 from icmlkit.lib.maxecc.ilp import solve_ilp
 from icmlkit.lib.maxecc.lp import DEFAULT_METHOD, LPSolution, solve_lp
+from icmlkit.lib.maxecc.minecc import combinatorial, min_cost, min_ratio, veldt_threshold
 
-ALGORITHMS = ("majority", "lp-argmax", "threshold-order", "paired", "scaled", "best")
-RANDOMIZED = ("threshold-order", "paired", "scaled")
+ALGORITHMS = ("majority", "lp-argmax", "threshold-order", "paired", "scaled", "veldt-threshold", "combinatorial",
+              "best")
+RANDOMIZED = ("threshold-order", "paired", "scaled", "veldt-threshold")
+NO_LP = ("majority", "combinatorial")
 SUMMARY_KEYS = (
-    "n", "m", "k", "r", "lp_value", "value", "ratio_to_lp", "ilp_value", "ilp_gap", "algorithm",
-    "trials", "seconds_lp", "seconds_rounding", "seconds_total",
+    "n", "m", "k", "r", "lp_value", "value", "ratio_to_lp", "unsatisfied_weight", "lp_min_value",
+    "ratio_to_lp_min", "ilp_value", "ilp_gap", "algorithm", "trials", "seconds_lp", "seconds_rounding",
+    "seconds_total",
 )
 
 
@@ -38,6 +42,8 @@ class SolveResult:
 def _run_one(name: str, H, lp, trials, seed, derandomize, device) -> R.Rounds:
     if name == "majority":
         return R.majority(H, device=device)
+    if name == "combinatorial":
+        return combinatorial(H)
     if name == "lp-argmax":
         return R.lp_argmax(H, lp, device=device)
     if name == "paired" and derandomize:
@@ -45,7 +51,8 @@ def _run_one(name: str, H, lp, trials, seed, derandomize, device) -> R.Rounds:
     # One generator per algorithm, seeded from ``seed``: each algorithm's draws do not depend on
     # which other algorithms ran before it.
     gen = generator(seed, name)
-    fn = {"threshold-order": R.threshold_order, "paired": R.paired, "scaled": R.scaled}[name]
+    fn = {"threshold-order": R.threshold_order, "paired": R.paired, "scaled": R.scaled,
+          "veldt-threshold": veldt_threshold}[name]
     return fn(H, lp, trials, gen, device=device)
 
 
@@ -65,11 +72,14 @@ def solve(
 ) -> SolveResult:
     """Solve MaxECC on ``H``.
 
-    1. LP (HiGHS, ``lp_method``) unless given as ``lp`` or not needed (algorithm 'majority');
+    1. LP (HiGHS, ``lp_method``) unless given as ``lp`` or not needed (majority, combinatorial);
     2. rounding: ``algorithm`` in majority, lp-argmax, threshold-order (Algorithm 1, reconstructed),
        paired (Algorithm 2, reconstructed; ``derandomize`` uses the deterministic version), scaled
-       (Algorithm 3, reconstructed), or 'best': all of them, keeping the best colouring (first
-       in that order on ties); randomized ones keep the best of ``trials`` trials;
+       (Algorithm 3, reconstructed), the MinECC baselines veldt-threshold (reconstructed) and
+       combinatorial (lib/maxecc/minecc.py), or 'best': all of them, keeping the best colouring
+       (first in that order on ties); randomized ones keep the best of ``trials`` trials. Both
+       objectives are reported: ``value`` (satisfied weight, MaxECC) and ``unsatisfied_weight``
+       (W - value, MinECC) with its ratio to the MinECC LP bound W - LP;
     3. optional greedy ``local_search`` (never lowers the value);
     4. optional ILP (HiGHS MIP, no warm start) to report OPT or a gap; the
        returned colouring stays the rounding's, ``value`` is the rounding's value.
@@ -80,8 +90,8 @@ def solve(
         raise UsageError("trials must be at least 1")
     t0 = time.perf_counter()
     seconds_lp = 0.0
-    if lp is None and algorithm != "majority":
-        lp = solve_lp(H, method=lp_method, time_limit=lp_time_limit)
+    if lp is None and algorithm not in NO_LP:
+        lp = solve_lp(H, method=lp_method, time_limit=lp_time_limit, device=device)
         seconds_lp = time.perf_counter() - t0
     t1 = time.perf_counter()
     names = [a for a in ALGORITHMS if a != "best"] if algorithm == "best" else [algorithm]
@@ -101,6 +111,9 @@ def solve(
         "lp_value": lp_value,
         "value": float(value),
         "ratio_to_lp": (float(value) / lp_value) if lp_value else None,
+        "unsatisfied_weight": min_cost(H, float(value)),
+        "lp_min_value": (H.total_weight - lp_value) if lp_value is not None else None,
+        "ratio_to_lp_min": min_ratio(H, float(value), lp_value),
         "ilp_value": ilp_res.value if ilp_res else None,
         "ilp_gap": ilp_res.gap if ilp_res else None,
         "algorithm": algorithm,
@@ -111,8 +124,26 @@ def solve(
     }
     if local_search:
         summary["value_before_local_search"] = float(before_search)
+    if "combinatorial" in rounds:
+        summary["min_lower_bound"] = rounds["combinatorial"].min_lower_bound
     if algorithm == "best":
         # each rounding's own value, before any local search (which runs on the winner only)
         summary["winner"] = winner
         summary["values"] = {a: rounds[a].value for a in names}
     return SolveResult(sigma=np.asarray(sigma, dtype=np.int64), summary=summary, lp=lp, ilp=ilp_res, rounds=rounds)
+
+
+def score_colouring(H: Hypergraph, sigma, labels=None) -> dict:
+    """Both objectives of a colouring: ``value`` (satisfied weight, MaxECC), ``unsatisfied_weight``
+    (W - value, MinECC), ``satisfied`` (edges), ``m``, ``uncoloured``; with ground-truth ``labels``
+    (int [n]) also ``ari`` and ``nmi`` (scikit-learn), uncoloured vertices as one extra cluster."""
+    sigma = np.asarray(sigma, dtype=np.int64)
+    value, satisfied = R.evaluate(H, sigma)
+    out = {"value": float(value), "unsatisfied_weight": min_cost(H, float(value)), "satisfied": int(satisfied),
+           "m": int(H.m), "uncoloured": int((sigma < 0).sum())}
+    if labels is not None:
+        from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+        out["ari"] = float(adjusted_rand_score(labels, sigma))
+        out["nmi"] = float(normalized_mutual_info_score(labels, sigma))
+    return out
