@@ -136,7 +136,8 @@ def test_every_subcommand_documents_its_json_keys(tool):
 GENERATORS = {"solve-maxecc": "generate", "detect-synthetic": "generate", "backtest-portfolio": "generate",
               "steer-concept": "generate", "trace-injection": "generate", "train-3dgs": "generate",
               "estimate-fe": "sample", "defend-tsf": "generate", "mvi-bench": "make-synth",
-              "fed-stream": "make-stream", "solve-decentralized": "generate", "train-operator": "generate"}
+              "fed-stream": "make-stream", "solve-decentralized": "generate", "train-operator": "generate",
+              "metric-match": "generate"}
 
 
 def test_every_synthetic_generator_is_reachable_from_the_shell():
