@@ -303,7 +303,8 @@ def test_safetensors_writer_is_deterministic_and_loads_in_the_package(tmp_path):
     from icmlkit.lib.core.io import read_safetensors, safetensors_bytes, write_safetensors
 
     tensors = {"w": torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), "b": np.arange(5),
-               "mask": np.array([True, False]), "d": torch.ones(2, dtype=torch.float64)}
+               "mask": np.array([True, False]), "d": torch.ones(2, dtype=torch.float64),
+               "scalar": torch.tensor(0.5), "np_scalar": np.float32(2.0)}
     meta = {"format": "t/1", "z": "2", "a": "1"}
     p = tmp_path / "m.safetensors"
     write_safetensors(p, tensors, meta)
@@ -314,6 +315,7 @@ def test_safetensors_writer_is_deterministic_and_loads_in_the_package(tmp_path):
         assert fh.metadata() == meta
     ours, back = read_safetensors(p, "t/1")
     assert back == meta and np.array_equal(ours["w"], tensors["w"].numpy()) and ours["d"].dtype == np.float64
+    assert ours["scalar"].shape == () and theirs["scalar"].shape == () and ours["np_scalar"].shape == ()
     with pytest.raises(InputError, match="format 't/1', expected 'other'"):
         read_safetensors(p, "other", what="model file")
     p.write_bytes(p.read_bytes()[:-8])

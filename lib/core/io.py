@@ -326,7 +326,8 @@ def safetensors_bytes(tensors: dict, metadata: dict | None = None) -> bytes:
     for name in sorted(tensors):
         t = tensors[name]
         try:
-            a = np.ascontiguousarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t)
+            src = t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+            a = np.ascontiguousarray(src).reshape(src.shape)  # ascontiguousarray makes 0-d arrays 1-d
         except TypeError:  # a torch dtype numpy lacks (bfloat16)
             a = None
         code = None if a is None else _ST_CODES.get(a.dtype.newbyteorder("<").str if a.dtype.byteorder != "|" else a.dtype.str)

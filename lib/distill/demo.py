@@ -1,0 +1,144 @@
+"""The controlled make-env experiment (used by ``demo`` at a small size and by the benchmark):
+
+A imitation SFT on full teacher trajectories (Agent Distillation / FireAct style), from B, with as
+many teacher tokens as C's MPS used; B BC init only; C SCoRe-SFT (B + MPS data of the first half);
+D C + SCoRe-RL (GRPO from the verified prefixes of the second half, key-step reward); E outcome-only
+GRPO from the question (B + the same rollout budget, 1/0 reward). Every run goes through the same
+library calls as the CLI. [reconstructed] sizes and learning rates.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from icmlkit.lib.core.io import write_json, write_rows
+
+DEMO_SIZES = {"n_seed": 150, "n_mps": 100, "n_eval": 100, "train_keys": (2, 3), "eval_keys": (4, 4),
+              "bc_epochs": 30, "sft_epochs": 6, "rl_steps": 6, "rl_prompts": 8, "group": 8, "layers": 2,
+              "max_steps": 12, "imitation_pool": 600, "rl_lr": 3e-4, "key_pool": 8}
+BENCH_SIZES = {**DEMO_SIZES, "n_seed": 300, "n_mps": 160, "n_eval": 200, "bc_epochs": 40, "sft_epochs": 8,
+               "rl_steps": 12}
+
+
+def _cfg(cls, **kw):
+    from icmlkit.cli._common import build_config
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return build_config(cls, {k: v for k, v in kw.items() if k in names})
+
+
+def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
+    """Runs A-E for one seed; returns {run: eval summary} plus the MPS summary and token counts."""
+    from icmlkit.lib.distill import api
+    from icmlkit.lib.distill.config import (AgentConfig, EnvConfig, EvalConfig, MPSConfig, RLConfig, SFTConfig,
+                                            ToRLConfig, ToSFTConfig)
+    from icmlkit.lib.distill.model import save_student
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    lo, hi = sizes["train_keys"]
+    agent = _cfg(AgentConfig, max_steps=sizes["max_steps"], step_tokens=16, batch=256)
+    mcfg = _cfg(MPSConfig)
+    say = log or (lambda *a: None)
+
+    def env(n, seed_, keys):
+        return api.make_env(_cfg(EnvConfig, n_tasks=n, min_keys=keys[0], max_keys=keys[1],
+                                 key_pool=sizes.get("key_pool", 16)), seed=seed_).items
+
+    def save(res, name):
+        p = folder / name
+        save_student(p, res.model, res.tokenizer, {"run": name})
+        return str(p)
+
+    # the same private-key set for every split: make_tasks draws it from the seed's "env/private" stream,
+    # so every split uses the seed itself and the task stream differs by taking disjoint slices
+    pool = env(sizes["n_seed"] + sizes["n_mps"] + sizes["imitation_pool"], seed, (lo, hi))
+    seeds_t = pool[:sizes["n_seed"]]
+    mps_t = pool[sizes["n_seed"]:sizes["n_seed"] + sizes["n_mps"]]
+    imit_t = pool[sizes["n_seed"] + sizes["n_mps"]:]
+    held = env(sizes["n_eval"] * 4, seed, sizes["eval_keys"])
+    seen = {t["question"] for t in pool}
+    held = [t for t in held if t["question"] not in seen][:sizes["n_eval"]]
+
+    # B: BC init
+    bc = api.bc_init(seeds_t, "oracle", agent, mcfg, seed=seed)
+    bc_sft = api.to_sft(bc.items, _cfg(ToSFTConfig, split="all"), seed=seed)
+    sft_tiny = _cfg(SFTConfig, init="tiny", epochs=sizes["bc_epochs"], layers=sizes["layers"], lr=3e-3, batch=32)
+    B = save(api.sft([it["messages"] for it in bc_sft.items], sft_tiny, seed=seed, device=device), "B_bc_init")
+    say(f"B trained ({time.time() - t0:.0f}s)")
+
+    # MPS with the B student
+    m = api.mps(mps_t, B, "oracle", "oracle", mcfg, agent, seed=seed, device=device)
+    write_rows(folder / "mps.jsonl", m.items, fmt=".jsonl")
+    say(f"MPS {m.summary} ({time.time() - t0:.0f}s)")
+
+    # C: SCoRe-SFT from B
+    c_data = api.to_sft(m.items, _cfg(ToSFTConfig, split="first"), seed=seed)
+    sft_cont = _cfg(SFTConfig, init=B, epochs=sizes["sft_epochs"], lr=1e-3)
+    if c_data.items:
+        C = save(api.sft([it["messages"] for it in c_data.items], sft_cont, seed=seed, device=device), "C_score_sft")
+    else:  # no correct MPS trajectory in the SFT half: C is B (reported as sft_items_C = 0)
+        C = B
+
+    # A: imitation SFT from B with the same teacher tokens as C's MPS
+    budget = m.summary["teacher_tokens"]
+    imit = api.bc_init(imit_t, "oracle", agent, mcfg, seed=seed)
+    conv_a, used = [], 0
+    from icmlkit.lib.distill.backends import words
+    from icmlkit.lib.distill.convert import row_steps
+    from icmlkit.lib.distill.agent import conversation
+
+    for row in imit.items:
+        if used >= budget:
+            break
+        st = row_steps(row)
+        used += sum(words(s["thought"]) + words(s["code"]) for s in st)
+        conv_a.append(conversation(row["original_task_info"]["question"], st))
+    A = save(api.sft(conv_a, sft_cont, seed=seed, device=device), "A_imitation")
+    say(f"A, C trained ({time.time() - t0:.0f}s)")
+
+    # D: SCoRe-RL from C; E: outcome-only GRPO from B (same rollout budget)
+    rl_items = api.to_rl(m.items, _cfg(ToRLConfig), seed=seed).items
+    rcfg = dict(group=sizes["group"], steps=sizes["rl_steps"], prompts=sizes["rl_prompts"], lr=sizes["rl_lr"])
+    if not rl_items:  # no repaired correct trajectory: RL from the plain questions of the RL half
+        rl_items = [{"prompt": [{"role": "user", "content": t["question"]}], "chosen": "", "rejected": "",
+                     "gt_answer": t["answer"], "env": t["env"]} for t in mps_t[len(mps_t) // 2:]]
+    D_res = api.rl(rl_items, C, _cfg(RLConfig, reward="score", **rcfg), agent, seed=seed, device=device)
+    D = save(D_res, "D_score_rl")
+    plain = [{"prompt": [{"role": "user", "content": t["question"]}], "chosen": "", "rejected": "",
+              "chosen_observation": "", "rejected_observation": "", "correct_step": "", "gt_answer": t["answer"],
+              "env": t["env"]} for t in mps_t[len(mps_t) // 2:]]
+    E_res = api.rl(plain, B, _cfg(RLConfig, reward="outcome", **rcfg), agent, seed=seed, device=device)
+    E = save(E_res, "E_outcome_grpo")
+    say(f"D, E trained ({time.time() - t0:.0f}s)")
+
+    ecfg = _cfg(EvalConfig)
+    out = {"mps": m.summary, "rl_items": len(rl_items), "sft_items_C": len(c_data.items), "imitation_items_A": len(conv_a),
+           "teacher_tokens": {"C_mps": budget, "A_imitation": used, "B_bc": bc.summary["teacher_tokens_kept"]},
+           "teacher_tokens_per_trajectory": {
+               "mps": round(budget / max(1, len(mps_t)), 3),
+               "imitation": round(used / max(1, len(conv_a)), 3)},
+           "rl": {"D": D_res.summary, "E": E_res.summary, "D_curve": D_res.curve, "E_curve": E_res.curve},
+           "eval": {}, "n_eval": len(held)}
+    for name, path in (("A", A), ("B", B), ("C", C), ("D", D), ("E", E)):
+        ev = api.evaluate(path, held, ecfg, agent, seed=seed, device=device)
+        out["eval"][name] = ev.summary
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
+def run_demo(folder, seed: int = 0, device=None) -> dict:
+    """``distill-agent demo``: the A-E experiment at a small size (one seed)."""
+    res = pipeline(Path(folder) / "runs", seed, DEMO_SIZES, device=device)
+    acc = {k: v["accuracy"] for k, v in res["eval"].items()}
+    hall = {k: v["hallucination_rate"] for k, v in res["eval"].items()}
+    write_json(Path(folder) / "summary.json", res)
+    head = (f"held-out accuracy A {acc['A']:.2f} B {acc['B']:.2f} C {acc['C']:.2f} D {acc['D']:.2f} "
+            f"E {acc['E']:.2f} on {res['n_eval']} longer tasks")
+    return {"headline": head, "accuracy": acc, "hallucination_rate": hall, "mps": res["mps"]}
+
+
+__all__ = ["pipeline", "run_demo", "json"]
