@@ -137,7 +137,8 @@ GENERATORS = {"solve-maxecc": "generate", "detect-synthetic": "generate", "backt
               "steer-concept": "generate", "trace-injection": "generate", "train-3dgs": "generate",
               "estimate-fe": "sample", "defend-tsf": "generate", "mvi-bench": "make-synth",
               "fed-stream": "make-stream", "solve-decentralized": "generate", "train-operator": "generate",
-              "metric-match": "generate", "finetune-lime": "make-tasks", "distill-agent": "make-env"}
+              "metric-match": "generate", "finetune-lime": "make-tasks", "distill-agent": "make-env",
+              "attribute-tokens": "make-task"}
 
 
 def test_every_synthetic_generator_is_reachable_from_the_shell():
