@@ -1,0 +1,272 @@
+"""Benchmark of train-control (AMS for TD3/SAC) on this CPU machine, in one run (<= 8 minutes on 2 cores).
+
+Everything is far smaller than the issue asks, and said so in the results:
+- mechanism: a fixed buffer of MECH_STEPS uniform-random Humanoid-v5 transitions (issue: ~50k), TD3
+  learners with point vs AMS targets (K = 8, rho = 0.15) for MECH_UPDATES updates (issue: 20k), 64-64
+  networks and batch 128 (issue: 256-256, 256), SEEDS seeds; L3 (Hessian trace and spectral norm by
+  finite-difference HVPs at h = 0.05) and L4 on held-out transitions; validation TD loss;
+- return: dmc:lqr-38 (38 actuators, the exact optimum from dm_control's lqr_solver, 300-step
+  episodes), TD3 vs AMS-TD3 and SAC vs AMS-SAC for LQR_STEPS environment steps (64-64, batch 128),
+  SEEDS seeds, mean +- std of the final fraction of the LQR-optimal return (never the best seed),
+  also normalised as (R - R_zero) / (R_opt - R_zero);
+- the same mechanism study on a random dmc:lqr-38 buffer (extra: its Q has real action curvature);
+- ablation (seed 0, ABL_UPDATES updates on the mechanism buffer): K in {1, 2, 4, 8, 17 = d}, i.i.d.
+  vs orthogonal directions, rho in {0.05, 0.15, 0.3};
+- speed: the update time AMS / point at the usual sizes (256-256, batch 256, Humanoid dims), and
+  dm_control dog-run environment steps/s with random actions. The paper's 1M-step dog-run claim
+  (AMS > 400 return) is NOT reproduced on CPU.
+Writes bench/results/train_control.json and .md.
+Run:  flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/train_control.py
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("ICMLKIT_NO_PROGRESS", "1")
+
+import numpy as np
+import torch
+
+from _common import commit, machine, target, today, write_results
+from icmlkit.lib.control.agent import Agent
+from icmlkit.lib.control.config import AgentConfig, CollectConfig, CriticStudyConfig, TrainConfig
+from icmlkit.lib.control.envs import make_env
+from icmlkit.lib.control.replay import ReplayBuffer, collect
+from icmlkit.lib.control.study import _split, critic_study, train_critic
+from icmlkit.lib.control.train import train
+from icmlkit.lib.core.runtime import generator
+
+QUICK = "--quick" in sys.argv
+SMOKE = "--smoke" in sys.argv  # a seconds-long check that the script runs (writes nothing)
+SEEDS = [0] if SMOKE else [0, 1] if QUICK else [0, 1, 2]
+MECH_STEPS = 300 if SMOKE else 4000 if QUICK else 10000
+MECH_UPDATES = 10 if SMOKE else 300 if QUICK else 1500
+ABL_UPDATES = 5 if SMOKE else 200 if QUICK else 600
+LQR_STEPS = 150 if SMOKE else 1500 if QUICK else 3000
+LQR_START = 140 if SMOKE else 500 if QUICK else 1000
+SMALL = dict(hidden=64, batch=128)
+T0 = time.perf_counter()
+
+
+def log(msg):
+    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def ms(x):
+    return round(float(x), 4)
+
+
+def mean_std(xs):
+    xs = [x for x in xs if x is not None]
+    return (float(np.mean(xs)), float(np.std(xs))) if xs else (None, None)
+
+
+def speed():
+    """Update time (ms) of point TD3 vs AMS-TD3 at the usual sizes, and dog-run env steps/s."""
+    out = {}
+    obs_dim, act_dim = 348, 17
+    g = generator(0, "bench")
+    buf = ReplayBuffer(obs_dim, act_dim, 2048)
+    for _ in range(2048):
+        buf.add(torch.randn(obs_dim, generator=g).numpy(), (torch.rand(act_dim, generator=g) * 2 - 1).numpy(),
+                0.0, torch.randn(obs_dim, generator=g).numpy(), 0.0)
+    for algo in ("td3", "ams-td3", "sac", "ams-sac"):
+        agent = Agent(obs_dim, act_dim, AgentConfig(), algo, 0)
+        gens = {k: generator(0, k) for k in ("replay", "target", "ams", "actor")}
+        for _ in range(2):
+            agent.update(buf.sample(256, gens["replay"]), gens)
+        t = time.perf_counter()
+        n = 2 if SMOKE else 10
+        for _ in range(n):
+            agent.update(buf.sample(256, gens["replay"]), gens)
+        out[f"update_ms_{algo}"] = ms(1000 * (time.perf_counter() - t) / n)
+    out["update_time_ratio_td3"] = round(out["update_ms_ams-td3"] / out["update_ms_td3"], 3)
+    out["update_time_ratio_sac"] = round(out["update_ms_ams-sac"] / out["update_ms_sac"], 3)
+    try:
+        env = make_env("dmc:dog-run")
+        env.reset(0)
+        g = generator(0, "dog")
+        t, n = time.perf_counter(), 300
+        for _ in range(n):
+            env.step((torch.rand(env.act_dim, generator=g, dtype=torch.float64) * 2 - 1).numpy())
+        out["dog_run_steps_per_s"] = round(n / (time.perf_counter() - t), 1)
+        out["dog_run_hours_per_1M_env_steps"] = round(1e6 / out["dog_run_steps_per_s"] / 3600, 2)
+        out["dog_act_dim"] = env.act_dim
+    except Exception as exc:  # noqa: BLE001 - dm-control absent
+        out["dog_run_steps_per_s"] = None
+        out["dog_error"] = str(exc)
+    return out
+
+
+def mechanism(spec="Humanoid-v5"):
+    env = make_env(spec)
+    col = collect(env, CollectConfig(steps=MECH_STEPS), 0)
+    per_seed = []
+    for s in SEEDS:
+        cfg = CriticStudyConfig(updates=MECH_UPDATES, diag_probes=16, **SMALL)
+        res = critic_study(col.arrays, cfg, seed=s)
+        per_seed.append(res.summary)
+        log(f"mechanism {spec} seed {s}: {res.summary['reduction_l3_trace_abs']=} {res.summary['reduction_l4']=}")
+    return col, per_seed
+
+
+def ablation(col):
+    tr, val = _split(col.arrays, 0.1, 0)
+    d = col.arrays["act"].shape[1]
+    rows = []
+    base = dict(updates=ABL_UPDATES, diag_probes=16, **SMALL)
+    _, _, point = train_critic(tr, val, CriticStudyConfig(**base), "td3", 0)
+    rows.append({"variant": "point (TD3 target noise)", **{k: point[k] for k in ("l3_spectral", "l3_trace_abs", "l4",
+                                                                                  "val_td_loss_point")}})
+    variants = [(f"K={k}", dict(ams_k=k)) for k in (1, 2, 4, 8, d)]
+    variants += [("K=8 iid", dict(ams_k=8, ams_directions="iid")), ("K=8 per-batch", dict(ams_k=8, ams_resample="batch")),
+                 ("K=8 rho=0.05", dict(ams_k=8, ams_rho=0.05)), ("K=8 rho=0.3", dict(ams_k=8, ams_rho=0.3))]
+    for name, kw in variants:
+        _, _, f = train_critic(tr, val, CriticStudyConfig(**base, **kw), "ams-td3", 0)
+        rows.append({"variant": name, **{k: f[k] for k in ("l3_spectral", "l3_trace_abs", "l4", "val_td_loss_point")}})
+        log(f"ablation {name}: {rows[-1]}")
+    return rows
+
+
+def lqr_returns():
+    rows = []
+    for algo in ("td3", "ams-td3", "sac", "ams-sac"):
+        for s in SEEDS:
+            cfg = TrainConfig(algo=algo, total_steps=LQR_STEPS, learning_starts=LQR_START, eval_every=LQR_STEPS,
+                              eval_episodes=3, diag_every=0, diag_batch=256, l2_states=2, diag_probes=8, **SMALL)
+            r = train("dmc:lqr-38", cfg, seed=s).summary
+            rows.append({"algo": algo, "seed": s, **{k: r[k] for k in ("return_mean", "lqr_optimal_fraction",
+                                                                      "lqr_normalised", "l1", "l2", "l3_spectral",
+                                                                      "l3_trace", "l4", "pathway_gain",
+                                                                      "steps_per_s", "update_ms", "diverged")}})
+            log(f"lqr {algo} seed {s}: frac {r['lqr_optimal_fraction']} norm {r['lqr_normalised']}")
+    return rows
+
+
+def main():
+    res, md = {}, []
+    log("speed")
+    res["speed"] = speed()
+    log(f"speed {res['speed']}")
+    col, mech = mechanism()
+    res["mechanism"] = mech
+    keys = ("l3_spectral", "l3_trace", "l3_trace_abs", "l4", "l4_std", "val_td_loss", "val_td_loss_point")
+
+    def table(ms_):
+        tab = {}
+        for k in keys:
+            for v in ("point", "ams"):
+                tab[f"{v}_{k}"] = mean_std([m[f"{v}_{k}"] for m in ms_])
+        for k in ("l3_spectral", "l3_trace_abs", "l4"):
+            tab[f"reduction_{k}"] = mean_std([m[f"reduction_{k}"] for m in ms_])
+        return tab
+
+    mech_tab = table(mech)
+    res["mechanism_table"] = mech_tab
+    log("mechanism on the LQR-38 buffer (a critic with real action curvature)")
+    _, mech_lqr = mechanism("dmc:lqr-38")
+    res["mechanism_lqr"] = mech_lqr
+    lqr_tab = res["mechanism_lqr_table"] = table(mech_lqr)
+    log("lqr")
+    res["lqr"] = lqr_returns()
+    lq = {}
+    for algo in ("td3", "ams-td3", "sac", "ams-sac"):
+        rr = [r for r in res["lqr"] if r["algo"] == algo]
+        lq[algo] = {"fraction": mean_std([r["lqr_optimal_fraction"] for r in rr]),
+                    "normalised": mean_std([r["lqr_normalised"] for r in rr]),
+                    "diverged": sum(bool(r["diverged"]) for r in rr)}
+    res["lqr_table"] = lq
+    log("ablation")
+    res["ablation"] = ablation(col)
+    wall = time.perf_counter() - T0
+
+    def red_ok(k):
+        m = mech_tab[f"reduction_{k}"][0]
+        return target(m, 0.30, m is not None and m >= 0.30,
+                      f"mean over {len(SEEDS)} seeds of 1 - |AMS|/|point|; {MECH_STEPS} random Humanoid-v5 "
+                      f"transitions, {MECH_UPDATES} updates, 64-64 (issue: 50k, 20k, 256-256)")
+
+    p, a = mech_tab["point_val_td_loss"][0], mech_tab["ams_val_td_loss"][0]
+    pp, ap = mech_tab["point_val_td_loss_point"][0], mech_tab["ams_val_td_loss_point"][0]
+    targets = {
+        "mechanism_l3_trace_reduction": red_ok("l3_trace_abs"),
+        "mechanism_l3_spectral_reduction": red_ok("l3_spectral"),
+        "mechanism_l4_reduction": red_ok("l4"),
+        "mechanism_val_td_loss_not_worse": target(a, p, a <= p, f"each learner against its own target (mean over "
+                                                  f"seeds); against the noiseless point target: AMS {ap:.4g} vs "
+                                                  f"point {pp:.4g}"),
+    }
+    for k in ("l3_spectral", "l3_trace_abs", "l4"):
+        m = lqr_tab[f"reduction_{k}"][0]
+        targets[f"mechanism_lqr38_{k}_reduction"] = target(m, 0.30, m is not None and m >= 0.30,
+                                                           "the same study on a random dmc:lqr-38 buffer (extra; "
+                                                           "not in the issue)")
+    for base in ("td3", "sac"):
+        pm, ps = lq[base]["fraction"]
+        am, as_ = lq[f"ams-{base}"]["fraction"]
+        targets[f"lqr_fraction_ams_{base}_ge_{base}"] = target(am, pm, am >= pm,
+                                                               f"mean fraction of the LQR-optimal return, "
+                                                               f"{len(SEEDS)} seeds, {LQR_STEPS} steps (issue: ~10 "
+                                                               f"min runs); normalised: AMS "
+                                                               f"{lq[f'ams-{base}']['normalised'][0]:.3g} vs "
+                                                               f"{lq[base]['normalised'][0]:.3g}")
+        targets[f"lqr_seed_std_ams_{base}_lt_{base}"] = target(as_, ps, as_ < ps, "std over seeds of the fraction")
+    upd_h = round(1e6 * res["speed"]["update_ms_ams-td3"] / 1000 / 3600, 1)
+    targets["dog_run_1M_claim"] = target(None, 400, False, "not reproduced on CPU: 1M dog-run steps need "
+                                         f"{res['speed'].get('dog_run_hours_per_1M_env_steps')} h of simulation and "
+                                         f"about {upd_h} h of AMS-TD3 updates (256-256) here")
+    result = {"tool": "train-control", "date": today(), "commit": commit(), "machine": machine(),
+              "command": "flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/train_control.py",
+              "seconds": round(wall, 1),
+              "sizes": {"seeds": SEEDS, "mech_transitions": MECH_STEPS, "mech_updates": MECH_UPDATES,
+                        "ablation_updates": ABL_UPDATES, "lqr_steps": LQR_STEPS, "lqr_learning_starts": LQR_START,
+                        "hidden": SMALL["hidden"], "batch": SMALL["batch"], "quick": QUICK},
+              "results": res, "targets": targets}
+
+    def f(x):
+        return "n/a" if x is None else f"{x:.4g}"
+
+    md.append(f"# train-control benchmark ({today()}, {wall:.0f} s, {machine()['cores']} cores)\n")
+    md.append(f"Sizes: {result['sizes']}. Everything is reduced from the issue's protocol (see the docstring).\n")
+    md.append("## Mechanism (fixed random Humanoid-v5 buffer; mean ± std over seeds)\n")
+    md.append("| quantity | point | AMS (K=8, rho=0.15) |\n|---|---|---|")
+    for k in keys:
+        pm_, ps_ = mech_tab[f"point_{k}"]
+        am_, as__ = mech_tab[f"ams_{k}"]
+        md.append(f"| {k} | {f(pm_)} ± {f(ps_)} | {f(am_)} ± {f(as__)} |")
+    md.append("\n## Mechanism on a random dmc:lqr-38 buffer (extra)\n")
+    md.append("| quantity | point | AMS (K=8, rho=0.15) |\n|---|---|---|")
+    for k in keys:
+        pm_, ps_ = lqr_tab[f"point_{k}"]
+        am_, as__ = lqr_tab[f"ams_{k}"]
+        md.append(f"| {k} | {f(pm_)} ± {f(ps_)} | {f(am_)} ± {f(as__)} |")
+    md.append("\n## LQR-38 return (fraction of the LQR-optimal return; normalised 0 = zero control, 1 = optimal)\n")
+    md.append("| algo | fraction | normalised | diverged seeds |\n|---|---|---|---|")
+    for algo, v in lq.items():
+        md.append(f"| {algo} | {f(v['fraction'][0])} ± {f(v['fraction'][1])} | {f(v['normalised'][0])} ± "
+                  f"{f(v['normalised'][1])} | {v['diverged']} |")
+    md.append("\n## Ablation (seed 0; mechanism buffer)\n")
+    md.append("| variant | L3 spectral | L3 mean abs trace | L4 | val TD loss (point target) |\n|---|---|---|---|---|")
+    for r in res["ablation"]:
+        md.append(f"| {r['variant']} | {f(r['l3_spectral'])} | {f(r['l3_trace_abs'])} | {f(r['l4'])} | "
+                  f"{f(r['val_td_loss_point'])} |")
+    sp = res["speed"]
+    md.append(f"\n## Speed\n\nUpdate ms at 256-256 / batch 256 / Humanoid dims: TD3 {sp['update_ms_td3']}, AMS-TD3 "
+              f"{sp['update_ms_ams-td3']} (ratio {sp['update_time_ratio_td3']}), SAC {sp['update_ms_sac']}, AMS-SAC "
+              f"{sp['update_ms_ams-sac']} (ratio {sp['update_time_ratio_sac']}). dog-run: "
+              f"{sp.get('dog_run_steps_per_s')} env steps/s (random actions).\n")
+    md.append("## Targets\n\n| target | value | threshold | met | note |\n|---|---|---|---|---|")
+    for k, v in targets.items():
+        md.append(f"| {k} | {f(v['value']) if isinstance(v['value'], float) else v['value']} | {v['threshold']} | "
+                  f"{v['met']} | {v['note']} |")
+    if SMOKE:
+        print("\n".join(md))
+        return
+    write_results("train_control", result, "\n".join(md) + "\n")
+    log("done")
+
+
+if __name__ == "__main__":
+    main()

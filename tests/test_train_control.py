@@ -1,0 +1,447 @@
+"""train-control: the AMS sampler and target identities, the diagnostics against closed forms,
+simulator state round trips, the command line (smoke runs, resume, bad inputs, malformed files)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_tool
+from fuzzing import FuzzCase, check_malformed, run_inprocess
+from icmlkit.lib.control.agent import Agent
+from icmlkit.lib.control.ams import neighbourhood_mean, neighbours, orthonormal_directions
+from icmlkit.lib.control.config import AgentConfig, TrainConfig
+from icmlkit.lib.control.diagnostics import actor_jacobian_norm, hessian_spectral_norm, hessian_trace
+from icmlkit.lib.control.envs import make_env
+from icmlkit.lib.core.checkpoint import Checkpointer
+from icmlkit.lib.core.errors import EnvironmentProblem, UsageError
+
+TOOL = "train-control"
+D = torch.float64
+SMALL = ["--hidden", "16", "--batch", "16", "--eval-episodes", "1", "--diag-batch", "16", "--diag-iters", "3",
+         "--diag-probes", "2", "--l2-states", "1"]
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- the sampler
+
+
+@pytest.mark.parametrize("d,k,per", [(5, 3, "element"), (5, 5, "element"), (17, 8, "batch"), (3, 7, "element"),
+                                     (1, 4, "element")])
+def test_directions_are_orthonormal_within_each_block(d, k, per):
+    u = orthonormal_directions(64, d, k, gen(), per=per, dtype=D)
+    assert u.shape == (64, d, k)
+    for start in range(0, k, d):
+        blk = u[:, :, start:start + d]
+        gram = blk.transpose(1, 2) @ blk
+        np.testing.assert_allclose(gram.numpy(), np.broadcast_to(np.eye(blk.shape[2]), gram.shape), atol=1e-6)
+    if per == "batch":
+        assert torch.equal(u[0], u[-1])
+    else:
+        assert not torch.equal(u[0], u[1])
+
+
+def test_qr_sign_fix_makes_the_frame_unique():
+    """With the sign fix, U is the Q of the QR with a positive diagonal R: U^T G is upper triangular
+    with positive diagonal (for K <= d), which an unfixed QR does not guarantee."""
+    g = gen(3)
+    u = orthonormal_directions(32, 6, 4, g, dtype=D)
+    G = torch.randn(32, 6, 4, generator=gen(3), dtype=D)
+    r = u.transpose(1, 2) @ G
+    assert torch.all(torch.diagonal(r, dim1=1, dim2=2) > 0)
+    np.testing.assert_allclose(torch.tril(r, -1).numpy(), 0, atol=1e-10)
+
+
+def test_iid_directions_are_unit_but_not_orthogonal():
+    u = orthonormal_directions(200, 6, 4, gen(), kind="iid", dtype=D)
+    np.testing.assert_allclose(u.norm(dim=1).numpy(), 1, atol=1e-12)
+    gram = u.transpose(1, 2) @ u
+    assert gram[:, 0, 1].abs().max() > 0.1
+
+
+# --------------------------------------------------------------------------- the AMS identities
+
+
+def quadratic(d, seed=0):
+    g = gen(seed)
+    m = torch.randn(d, d, generator=g, dtype=D)
+    h = m + m.T
+    b = torch.randn(d, generator=g, dtype=D)
+    w = torch.randn(3, generator=g, dtype=D)
+
+    def q(s, a):
+        return 0.5 * ((a @ h) * a).sum(-1) + a @ b + s @ w
+
+    return q, h
+
+
+@pytest.mark.parametrize("d,k", [(6, 3), (6, 6), (4, 1)])
+def test_antithetic_average_of_a_quadratic_is_exact(d, k):
+    q, h = quadratic(d)
+    s = torch.randn(20, 3, generator=gen(1), dtype=D)
+    a = 0.3 * (torch.rand(20, d, generator=gen(2), dtype=D) * 2 - 1)
+    rho = 0.2  # |a| + rho < 1: no clipping
+    u = orthonormal_directions(20, d, k, gen(4), dtype=D)
+    got = neighbourhood_mean(q, s, a, u, rho)
+    quad = torch.einsum("bdk,de,bek->b", u, h, u)
+    want = q(s, a) + rho ** 2 / (2 * k) * quad
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=1e-12)
+    if k == d:  # the Laplacian term
+        np.testing.assert_allclose(quad.numpy(), np.full(20, torch.trace(h).item()), atol=1e-10)
+
+
+def test_centre_weight_mixes_the_point_value():
+    q, _ = quadratic(3)
+    s, a = torch.zeros(5, 3, dtype=D), torch.zeros(5, 3, dtype=D)
+    u = orthonormal_directions(5, 3, 2, gen(), dtype=D)
+    full = neighbourhood_mean(q, s, a, u, 0.3)
+    mixed = neighbourhood_mean(q, s, a, u, 0.3, center_weight=0.25)
+    np.testing.assert_allclose(mixed.numpy(), (0.25 * q(s, a) + 0.75 * full).numpy(), atol=1e-12)
+
+
+def test_neighbours_are_clipped_after_the_shift():
+    a = torch.tensor([[0.95, -0.99, 0.0]], dtype=D)
+    u = orthonormal_directions(1, 3, 3, gen(), dtype=D)
+    nb = neighbours(a, u, 0.5)
+    assert nb.shape == (1, 6, 3)
+    assert nb.min() >= -1 and nb.max() <= 1
+    raw = torch.cat([a + 0.5 * u[0].T, a - 0.5 * u[0].T])
+    np.testing.assert_allclose(nb[0].numpy(), raw.clamp(-1, 1).numpy())
+
+
+def _batch(obs_dim=3, act_dim=2, n=32):
+    g = gen(7)
+    return {"obs": torch.randn(n, obs_dim, generator=g), "act": torch.rand(n, act_dim, generator=g) * 2 - 1,
+            "rew": torch.randn(n, generator=g), "next_obs": torch.randn(n, obs_dim, generator=g),
+            "done": (torch.rand(n, generator=g) < 0.2).float()}
+
+
+@pytest.mark.parametrize("base", ["td3", "sac"])
+def test_k1_rho0_is_the_plain_target(base):
+    b = _batch()
+    plain = Agent(3, 2, AgentConfig(hidden=16), base, seed=1)
+    cfg = AgentConfig(hidden=16, ams_k=1, ams_rho=0.0, ams_td3_noise=True)
+    ams = Agent(3, 2, cfg, f"ams-{base}", seed=1)
+    y0 = plain.td_target(b, {"target": gen(5), "ams": gen(6)})
+    y1 = ams.td_target(b, {"target": gen(5), "ams": gen(9)})
+    assert torch.equal(y0, y1)
+    if base == "td3":  # pure AMS (noise off) with K = 1, rho = 0: the noiseless point target
+        ams.cfg = AgentConfig(hidden=16, ams_k=1, ams_rho=0.0)
+        y2 = ams.td_target(b, {"target": gen(5), "ams": gen(6)})
+        with torch.no_grad():
+            v = plain.critic_targ.q_min(b["next_obs"], plain.actor_targ(b["next_obs"]))
+        torch.testing.assert_close(y2, b["rew"] + 0.99 * (1 - b["done"]) * v, rtol=0, atol=0)
+
+
+def test_ams_target_differs_and_is_one_batched_forward(monkeypatch):
+    b = _batch(n=8)
+    agent = Agent(3, 2, AgentConfig(hidden=16, ams_k=4, ams_rho=0.15), "ams-td3", seed=0)
+    calls = []
+    orig = agent.critic_targ.q_min
+
+    def spy(s, a):
+        calls.append(s.shape[0])
+        return orig(s, a)
+
+    monkeypatch.setattr(agent.critic_targ, "q_min", spy)
+    agent.td_target(b, {"target": gen(), "ams": gen()})
+    assert calls == [8 * 2 * 4]
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+@pytest.mark.parametrize("h", [0.0, 0.05])
+def test_hvp_power_iteration_matches_the_exact_spectral_norm(h):
+    d = 5
+    qm, _ = torch.linalg.qr(torch.randn(d, d, generator=gen(2), dtype=D))
+    eig = torch.tensor([3.0, -2.0, 1.0, 0.5, -0.1], dtype=D)
+    hm = qm @ torch.diag(eig) @ qm.T
+
+    def q(s, a):
+        return 0.5 * ((a @ hm) * a).sum(-1) + s.sum(-1)
+
+    s, a = torch.randn(4, 2, dtype=D), torch.randn(4, d, dtype=D)
+    lam = hessian_spectral_norm(q, s, a, iters=200, gen=gen(), h=h)
+    np.testing.assert_allclose(lam.numpy(), 3.0, rtol=1e-6)
+    tr = hessian_trace(q, s, a, probes=400, gen=gen(), h=h)
+    assert abs(float(tr.mean()) - float(eig.sum())) < 0.5  # Hutchinson: unbiased, variance 2 sum_{i!=j} H_ij^2
+
+
+def test_hutchinson_is_exact_for_a_diagonal_hessian():
+    hm = torch.diag(torch.tensor([1.0, -3.0, 2.5], dtype=D))
+
+    def q(s, a):
+        return 0.5 * ((a @ hm) * a).sum(-1)
+
+    tr = hessian_trace(q, torch.zeros(3, 1, dtype=D), torch.randn(3, 3, dtype=D), probes=3, gen=gen())
+    np.testing.assert_allclose(tr.numpy(), 0.5, atol=1e-12)
+
+
+def test_actor_jacobian_power_iteration_is_the_top_singular_value():
+    w = torch.randn(4, 7, generator=gen(1), dtype=D)
+    s = torch.randn(6, 7, dtype=D)
+    sig = actor_jacobian_norm(lambda x: x @ w.T, s, iters=100, gen=gen())
+    np.testing.assert_allclose(sig.numpy(), torch.linalg.matrix_norm(w, 2).item(), rtol=1e-8)
+
+
+# --------------------------------------------------------------------------- environments
+
+
+@pytest.mark.parametrize("spec", ["Pendulum-v1", "Hopper-v5", "dmc:lqr-6"])
+def test_set_state_round_trip(spec):
+    env = make_env(spec)
+    env.reset(11)
+    for _ in range(3):
+        env.step(np.full(env.act_dim, 0.3))
+    st = env.get_sim_state()
+    a = np.linspace(-0.9, 0.9, env.act_dim)
+    o1 = env.step(a)[0]
+    for _ in range(5):  # move far away, then restore
+        env.step(-a)
+    env.set_sim_state(st)
+    o2 = env.step(a)[0]
+    np.testing.assert_array_equal(o1, o2)
+
+
+def test_actions_are_rescaled_to_the_bounds():
+    env = make_env("Pendulum-v1")
+    np.testing.assert_allclose(env.scale([-1.0]), [-2.0])
+    np.testing.assert_allclose(env.scale([1.0]), [2.0])
+    np.testing.assert_allclose(env.scale([5.0]), [2.0])
+
+
+def test_lqr_optimum_beats_zero_control():
+    from icmlkit.lib.control.train import evaluate_policy
+
+    env = make_env("dmc:lqr-6")  # 300 steps: shorter horizons favour zero control (the optimum is infinite-horizon)
+    ev = evaluate_policy(env, lambda o: np.zeros(env.act_dim), 2, seed=0, optimal=True)
+    assert ev["lqr_optimal_fraction"] < 1.0 and ev["lqr_normalised"] == pytest.approx(0.0, abs=1e-12)
+    ev = evaluate_policy(env, env.optimal_action, 2, seed=0, optimal=True)
+    assert ev["lqr_optimal_fraction"] == pytest.approx(1.0) and ev["lqr_normalised"] == pytest.approx(1.0)
+
+
+def test_bad_env_ids():
+    with pytest.raises(UsageError, match="Pendulum-v1"):
+        make_env("Pendulm-v1")
+    with pytest.raises(UsageError, match="Discrete"):
+        make_env("CartPole-v1")
+    with pytest.raises(UsageError, match="dmc:dog-run"):
+        make_env("dmc:dog-rn")
+
+
+def test_missing_dm_control_is_an_environment_problem(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dm_control", None)
+    with pytest.raises(EnvironmentProblem, match=r"icmlkit\[control\]"):
+        make_env("dmc:lqr-6")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _train(tmp_path, capsys, algo, steps=300, name="run", extra=()):
+    out = tmp_path / name
+    code, stdout, err = run_inprocess(TOOL, ["train", "Pendulum-v1", "--algo", algo, "--total-steps", str(steps),
+                                             "--learning-starts", "150", "--eval-every", str(steps),
+                                             "--diag-every", "100", *SMALL, *extra, "-o", str(out), "--json"],
+                                      capsys)
+    assert code == 0, err
+    return out, json.loads(stdout)
+
+
+@pytest.mark.parametrize("algo", ["td3", "ams-td3", "sac", "ams-sac"])
+def test_tiny_training_run_writes_a_run_directory(algo, tmp_path, capsys):
+    out, s = _train(tmp_path, capsys, algo, steps=250)
+    for k in ("env", "algo", "seed", "steps", "return_mean", "return_std", "l1", "l2", "l3_spectral", "l3_trace",
+              "l4", "pathway_gain", "steps_per_s", "diverged"):
+        assert k in s
+    assert s["algo"] == algo and s["steps"] == 250 and s["diverged"] is False
+    assert all(math.isfinite(s[k]) for k in ("l1", "l2", "l3_spectral", "l4", "pathway_gain"))
+    assert s["l2"] == pytest.approx(0.3, rel=1e-2)  # Pendulum: d thdot / d a = 3 / (m l^2) * 2 * dt
+    names = {p.name for p in out.iterdir()}
+    assert {"actor.safetensors", "critic.safetensors", "config.json", "eval.csv", "diagnostics.csv",
+            "episodes.csv", "summary.json", "manifest.json"} <= names
+    assert not (tmp_path / f"{out.name}.ckpt.pt").exists()
+    code, stdout, err = run_inprocess(TOOL, ["eval", str(out), "Pendulum-v1", "--episodes", "1", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["episodes"] == 1
+
+
+def test_resume_gives_the_same_bytes(tmp_path, interrupting_checkpointer):
+    from icmlkit.lib.control.train import train, write_run
+    from conftest import Interrupted
+
+    cfg = TrainConfig(algo="ams-td3", total_steps=260, learning_starts=100, hidden=16, batch=16, eval_every=130,
+                      eval_episodes=1, diag_every=50, diag_batch=16, diag_iters=3, diag_probes=2, l2_states=1)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    write_run(ref, train("Pendulum-v1", cfg, seed=3))
+    ck = tmp_path / "ck.pt"
+    with pytest.raises(Interrupted):  # stops after step 170: mid-episode (episodes last 200 steps)
+        train("Pendulum-v1", cfg, seed=3, checkpointer=interrupting_checkpointer(ck, every=170))
+    res = train("Pendulum-v1", cfg, seed=3, checkpointer=Checkpointer(ck, every=170, resume=True))
+    assert res.summary["resumed_from"] == 170
+    got = tmp_path / "got"
+    got.mkdir()
+    write_run(got, res)
+    for name in ("actor.safetensors", "critic.safetensors", "eval.csv", "diagnostics.csv", "episodes.csv"):
+        assert (ref / name).read_bytes() == (got / name).read_bytes(), name
+    with pytest.raises(UsageError, match="other settings"):
+        train("Pendulum-v1", cfg, seed=4, checkpointer=Checkpointer(ck, every=170, resume=True))
+
+
+@pytest.mark.parametrize("algo", ["td3", "ams-td3"])
+def test_2k_step_pendulum_smoke_run(algo, tmp_path):
+    r = run_tool(TOOL, "train", "Pendulum-v1", "--algo", algo, "--total-steps", "2000", "--learning-starts", "1000",
+                 "--hidden", "64", "--batch", "64", "--eval-every", "1000", "--diag-every", "500",
+                 "-o", tmp_path / "r", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["steps"] == 2000 and not s["diverged"] and math.isfinite(s["return_mean"])
+
+
+def test_subprocess_help_bad_flag_and_bad_env(tmp_path):
+    assert run_tool(TOOL, "train", "--help").returncode == 0
+    assert run_tool(TOOL, "train", "--no-such").returncode == 2
+    r = run_tool(TOOL, "train", "Pendulm-v1", "-o", tmp_path / "r")
+    assert r.returncode == 2 and "Pendulum-v1" in r.stderr and r.stderr.startswith("Error:")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv,code,text", [
+    (["train", "CartPole-v1"], 2, "Discrete"),
+    (["train", "Pendulum-v1", "--ams-k", "0"], 2, "--ams-k"),
+    (["train", "Pendulum-v1", "--algo", "ppo"], 2, "--algo"),
+    (["train", "dmc:dog-rn"], 2, "dmc:dog-run"),
+    (["train", "Pendulum-v1", "--batch", "64", "--buffer-size", "10"], 2, "--buffer-size"),
+])
+def test_bad_inputs_leave_no_run_directory(argv, code, text, tmp_path, capsys):
+    got, _, err = run_inprocess(TOOL, [*argv, "-o", str(tmp_path / "r")], capsys)
+    assert got == code and text in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_collect_and_critic_study(tmp_path, capsys):
+    buf = tmp_path / "b.npz"
+    code, out, err = run_inprocess(TOOL, ["collect", "dmc:lqr-6", "--steps", "300", "-o", str(buf), "--json"], capsys)
+    assert code == 0, err
+    z = np.load(buf)
+    assert z["obs"].shape == (300, 12) and z["act"].shape == (300, 6) and np.abs(z["act"]).max() <= 1
+    code, out, err = run_inprocess(TOOL, ["critic-study", str(buf), "--updates", "20", "--hidden", "16", "--batch",
+                                          "16", "--diag-iters", "3", "--diag-probes", "2", "-o",
+                                          str(tmp_path / "s.csv"), "--json"], capsys)
+    assert code == 0, err
+    s = json.loads(out)
+    for k in ("point_l3_spectral", "ams_l3_spectral", "reduction_l4", "td_loss_not_worse", "update_time_ratio"):
+        assert k in s
+    assert s["transitions"] == 300 and s["validation"] == 30
+
+
+# --------------------------------------------------------------------------- malformed inputs
+
+
+def _valid_run(base: Path) -> dict:
+    """A run directory of an untrained agent (written by the library, no training)."""
+    from icmlkit.lib.control.train import TrainResult, write_run
+
+    cfg = TrainConfig(hidden=8)
+    env = make_env("Pendulum-v1")
+    agent = Agent(env.obs_dim, env.act_dim, cfg, "td3", 0)
+    rc = {"format": "icmlkit.control.run/1", "env": "Pendulum-v1", "algo": "td3", "seed": 0,
+          "config": __import__("dataclasses").asdict(cfg), "env_info": env.info()}
+    run = base / "goodrun"
+    run.mkdir()
+    write_run(run, TrainResult(agent, rc, [], [], [], {}))
+    return {"run": run}
+
+
+def _buffer(base: Path) -> dict:
+    p = base / "good.npz"
+    n = 20
+    np.savez(p, obs=np.zeros((n, 3)), act=np.zeros((n, 1)), rew=np.zeros(n), next_obs=np.zeros((n, 3)),
+             done=np.zeros(n))
+    return {"buf": p}
+
+
+CASES = [
+    FuzzCase("eval", ["eval", "{bad}", "Pendulum-v1", "-o", "{out}/r.csv"], label="run"),
+    FuzzCase("diagnose", ["diagnose", "{bad}", "-o", "{out}/d.json"], label="run"),
+    FuzzCase("collect", ["collect", "Pendulum-v1", "--steps", "5", "--actor", "{bad}", "-o", "{out}/b.npz"],
+             label="actor"),
+    FuzzCase("critic-study", ["critic-study", "{bad}", "--updates", "2", "-o", "{out}/s.csv"], suffix=".npz",
+             kinds=("missing", "empty", "binary", "folder", "garbage_npz")),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_malformed_inputs(case, tmp_path, capsys):
+    check_malformed(TOOL, case, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("target,content", [
+    ("config.json", b'{"format": "icmlkit.control.run/1", "env": '),
+    ("config.json", b'{"format": "other"}'),
+    ("config.json", b'{"format": "icmlkit.control.run/1", "env": "Pendulum-v1", "algo": "td3", "config": 3}'),
+    ("actor.safetensors", b"\x00\x01garbage"),
+    ("critic.safetensors", b""),
+])
+def test_corrupt_run_directory(target, content, tmp_path, capsys):
+    run = _valid_run(tmp_path)["run"]
+    (run / target).write_bytes(content)
+    out = tmp_path / "r.csv"
+    code, _, err = run_inprocess(TOOL, ["eval", str(run), "Pendulum-v1", "-o", str(out)], capsys)
+    assert code == 1 and err.startswith("Error:") and target in err and "rerun with --debug" not in err, err
+    assert not out.exists()
+
+
+def test_wrong_shaped_actor_and_mismatched_env(tmp_path, capsys):
+    from icmlkit.lib.core.io import write_safetensors
+
+    run = _valid_run(tmp_path)["run"]
+    code, _, err = run_inprocess(TOOL, ["eval", str(run), "dmc:lqr-6"], capsys)
+    assert code == 2 and "dims" in err
+    write_safetensors(run / "actor.safetensors", {"net.0.weight": np.zeros((2, 2), np.float32)},
+                      {"format": "icmlkit.control.actor/1"})
+    code, _, err = run_inprocess(TOOL, ["eval", str(run), "Pendulum-v1"], capsys)
+    assert code == 1 and "actor.safetensors" in err
+
+
+@pytest.mark.parametrize("arrays,text", [
+    ({"obs": np.zeros((5, 3)), "act": np.zeros((5, 1)), "rew": np.zeros(4), "next_obs": np.zeros((5, 3)),
+      "done": np.zeros(5)}, "'rew'"),
+    ({"obs": np.zeros((5, 3)), "act": np.full((5, 1), 3.0), "rew": np.zeros(5), "next_obs": np.zeros((5, 3)),
+      "done": np.zeros(5)}, "[-1, 1]"),
+    ({"obs": np.full((5, 3), np.nan), "act": np.zeros((5, 1)), "rew": np.zeros(5), "next_obs": np.zeros((5, 3)),
+      "done": np.zeros(5)}, "NaN"),
+    ({"obs": np.zeros((5, 3))}, "missing arrays"),
+])
+def test_wrong_shaped_replay_npz(arrays, text, tmp_path, capsys):
+    p = tmp_path / "b.npz"
+    np.savez(p, **arrays)
+    code, _, err = run_inprocess(TOOL, ["critic-study", str(p), "--updates", "2"], capsys)
+    assert code == 1 and text in err and str(p) in err, err
+
+
+@pytest.mark.parametrize("kw", [dict(critic_constraint="spectral"), dict(critic_constraint="gp"),
+                                dict(lambda_nb=0.5, nb_k=2), dict(ams_center_weight=0.5, ams_resample="batch"),
+                                dict(ams_directions="iid", ams_k=20)])
+@pytest.mark.parametrize("algo", ["ams-td3", "ams-sac"])
+def test_reconstructed_options_update_finitely(kw, algo):
+    agent = Agent(3, 2, AgentConfig(hidden=16, **kw), algo, seed=0)
+    gens = {k: gen(i) for i, k in enumerate(("target", "ams", "actor"))}
+    for _ in range(3):
+        info = agent.update(_batch(), gens)
+    assert math.isfinite(info["critic_loss"]) and agent.updates == 3
+    state = agent.state_dict()
+    clone = Agent(3, 2, AgentConfig(hidden=16, **kw), algo, seed=5)
+    clone.load_state_dict(state)
+    b = _batch()
+    torch.testing.assert_close(clone.critic(b["obs"], b["act"])[0], agent.critic(b["obs"], b["act"])[0])
