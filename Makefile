@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
-EXTRAS ?= test,plot,bench,hf,steer-test,docalc-test,portfolio,fe,gs,trace,detect,decentral,fed,mvi,attrib,lime,metric,control
+EXTRAS ?= test,plot,bench,hf,steer-test,docalc-test,portfolio,fe,gs,trace,detect,decentral,fed,mvi,attrib,lime,metric,control,safeagents
 # Extras declared in setup.cfg but left out of `make install`, each because it conflicts with the
 # core's pins (flower: flwr 1.42 downgrades rich, typer and packaging; docs/fed-stream.md).
 OPTIONAL_EXTRAS := flower

@@ -147,7 +147,7 @@ def test_stdin_instance_and_pipeline(tiny_instance, tmp_path):
     col = tmp_path / "c.csv"
     col.write_text(r.stdout)
     ev = run_tool(TOOL, "evaluate", tiny_instance, col, "--json")
-    assert json.loads(ev.stdout) == {"value": 4.0, "satisfied": 4, "m": 5, "uncoloured": 0}
+    assert json.loads(ev.stdout) == {"value": 4.0, "unsatisfied_weight": 1.0, "satisfied": 4, "m": 5, "uncoloured": 0}
 
 
 @pytest.mark.parametrize("shard,count,expected", [((1, 1), 5, [0, 1, 2, 3, 4]), ((2, 3), 7, [2, 3]),

@@ -228,7 +228,10 @@ def run_rowgen(H: Hypergraph, h, model: Model, added: np.ndarray, time_limit: fl
     while True:
         rounds += 1
         if time_limit is not None:
-            h.setOptionValue("time_limit", max(1e-3, time_limit - (time.perf_counter() - t0)))
+            # HiGHS compares time_limit with its own clock, which runs on across run() calls
+            # (getRunTime): give it the clock so far plus what is left of ours
+            left = max(1e-3, time_limit - (time.perf_counter() - t0))
+            h.setOptionValue("time_limit", h.getRunTime() + left)
         t = time.perf_counter()
         h.run()
         t_run += time.perf_counter() - t

@@ -1,0 +1,260 @@
+"""Benchmark of design-safe-agents (MaMa) in the offline simulator (a simulator of the search, not of LLMs).
+
+Per built-in environment (5 agents, 10 harmful targets, a 12-edit menu: 2^12 = 4096 designs), eps = 1:
+- the exact Stackelberg optimum by enumeration (exact quality, exact best response over the whole attack
+  space by dynamic programming), and a 2,000-episode Monte-Carlo check of the DP on a few designs;
+- MaMa, 40 iterations x 3 seeds, against the same-budget baselines: quality-only search (AFlow/ADAS-style),
+  random search with the same Meta-Adversary, and the fixed-attack ablation (attacks found once on the
+  seed design); the fixed designs hand-designed, Guardian monitor and warning prompts;
+- transfer: a held-out stronger adversary (eps = 2, routes up to 3 hops, 5 attempts) on the final designs, and
+  held-out target categories (searches see only the other categories; evaluated on the held-out ones);
+- speed: designs evaluated until the search's current best design reaches both success thresholds, over the
+  enumeration size; attack evaluations of the search vs the enumeration.
+- "decided by construction?" diagnostics: the share of the 4096 designs meeting the targets (what uniform
+  random sampling would hit), and the random-search baseline beside MaMa.
+
+Writes bench/results/design_safe_agents.json and .md.
+Run:  .venv/bin/python bench/design_safe_agents.py [--quick] [--envs travel,finance]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from _common import commit, machine, target, today, write_results
+from icmlkit.lib.core.io import shared_data_dir
+from icmlkit.lib.safeagents import (Compiled, GameSettings, SearchSettings, baseline_designs,
+                                    design_from_bits, enumerate_attacks, env_menu, load_env, mc_safety, objective,
+                                    refuse_everything, run_search)
+from icmlkit.lib.safeagents.presets import COUNTS, measure
+from icmlkit.lib.safeagents.search import best_response, evaluate
+
+SEEDS = (0, 1, 2)
+ITERATIONS = 40
+HELD_OUT = {"travel": ("manipulation", "privacy"), "assistant": ("manipulation", "privacy"),
+            "finance": ("manipulation", "privacy"), "code": ("backdoor",)}
+
+
+def enumerate_space(env, g):
+    menu = env_menu(env)
+    table = {}
+    n_attack_evals = 0
+    for i in range(2 ** len(menu)):
+        bits = tuple((i >> (len(menu) - 1 - j)) & 1 for j in range(len(menu)))
+        ev = evaluate(design_from_bits(env, bits, menu), env, g)
+        table[bits] = (ev.quality, ev.worst_case_safety)
+        n_attack_evals += ev.n_attacks
+    return table, n_attack_evals
+
+
+def exact(env, g, design):
+    ev = evaluate(design, env, g)
+    return ev.quality, ev.worst_case_safety
+
+
+def first_success(st, table, s_thr, q_thr):
+    """Designs evaluated until the search's current best (its own estimated score) meets both thresholds."""
+    best_i = None
+    for i, e in enumerate(st.archive):
+        if best_i is None or e["score"] > st.archive[best_i]["score"]:
+            best_i = i
+        q, s = table[st.archive[best_i]["bits"]]
+        if s >= s_thr and q >= q_thr:
+            return i + 1
+    return None
+
+
+def run_env(name, iterations, seeds, log, menu_size=None):
+    env = load_env(name)
+    if menu_size:
+        env.menu = env_menu(env)[:menu_size]
+    g = GameSettings(eps=1)
+    menu = env_menu(env)
+    t0 = time.perf_counter()
+    table, enum_attack_evals = enumerate_space(env, g)
+    t_enum = time.perf_counter() - t0
+    score = {b: objective(q, s, g) for b, (q, s) in table.items()}
+    opt = max(table, key=lambda b: (score[b], b))
+    q_opt, s_opt = table[opt]
+    q_only_opt = max(q for q, _ in table.values())
+    s_thr, q_thr = 0.95 * s_opt, 0.9 * q_only_opt
+    share_ok = sum(1 for q, s in table.values() if s >= s_thr and q >= q_thr) / len(table)
+    log(f"[{name}] enumerated {len(table)} designs in {t_enum:.1f}s; optimum S={s_opt:.4f} Q={q_opt:.4f}; "
+        f"share meeting both targets {share_ok:.4f}")
+
+    # DP vs 2000-episode Monte Carlo on the strongest attack of a few designs
+    import random
+
+    mc_rows = []
+    for bits in (opt, tuple([0] * len(menu)), tuple([1] * len(menu))):
+        cd = Compiled(design_from_bits(env, bits, menu), env)
+        (s_dp, atk), = best_response(cd, enumerate_attacks(cd, 1), 1)[0]
+        mc = mc_safety(cd, atk, 2000, random.Random(17))
+        mc_rows.append({"bits": "".join(map(str, bits)), "dp": round(s_dp, 5), "mc": mc["safety"],
+                        "ci": [round(x, 5) for x in mc["ci"]], "inside": mc["ci"][0] <= s_dp <= mc["ci"][1]})
+
+    methods = {}
+    for method in ("mama", "quality-only", "random", "fixed-attack"):
+        rows = []
+        for seed in seeds:
+            t1 = time.perf_counter()
+            st, fin = run_search(env, g, SearchSettings(iterations=iterations, method=method), seed=seed)
+            sec = time.perf_counter() - t1
+            bits = fin[0]["entry"]["bits"]
+            q, s = table[bits]
+            attack_evals = sum(e["n_attacks"] for e in st.archive)
+            rows.append({"seed": seed, "bits": "".join(map(str, bits)), "quality": q, "worst_case_safety": s,
+                         "score": score[bits], "designs_evaluated": len(st.archive),
+                         "evaluations_to_target": first_success(st, table, s_thr, q_thr),
+                         "attack_evaluations": attack_evals, "seconds": round(sec, 3),
+                         "design": fin[0]["entry"]["design"]})
+        methods[method] = rows
+        log(f"[{name}] {method}: S={[round(r['worst_case_safety'], 3) for r in rows]} "
+            f"Q={[round(r['quality'], 3) for r in rows]}")
+
+    # transfer: held-out stronger adversary on the final designs
+    g2 = GameSettings(eps=2, max_hops=3, max_attempts=5)
+    for method, rows in methods.items():
+        for r in rows:
+            r["eps2_worst_case_safety"] = exact(env, g2, r["design"])[1]
+
+    # transfer: held-out target categories
+    held = HELD_OUT[name]
+    seen = tuple(t.id for t in env.targets if t.category not in held)
+    unseen = tuple(t.id for t in env.targets if t.category in held)
+    g_seen = GameSettings(eps=1, targets=seen)
+    g_unseen = GameSettings(eps=1, targets=unseen)
+    held_rows = {}
+    for method in ("mama", "quality-only", "fixed-attack"):
+        vals = []
+        for seed in seeds:
+            _, fin = run_search(env, g_seen, SearchSettings(iterations=iterations, method=method), seed=seed)
+            d = fin[0]["entry"]["design"]
+            vals.append({"seed": seed, "seen_safety": exact(env, g_seen, d)[1], "held_out_safety": exact(env, g_unseen, d)[1],
+                         "quality": exact(env, g_seen, d)[0]})
+        held_rows[method] = vals
+
+    fixed = {}
+    for label, d in {**baseline_designs(env), "refuse-everything": refuse_everything(env)}.items():
+        q, s = exact(env, g, d)
+        fixed[label] = {"quality": q, "worst_case_safety": s, "score": objective(q, s, g),
+                        "eps2_worst_case_safety": exact(env, g2, d)[1]}
+    for rows in methods.values():
+        for r in rows:
+            r["design"] = r["design"].name
+    return {"env": name, "menu": [m["id"] for m in menu], "n_designs": len(table), "enumeration_seconds": round(t_enum, 2),
+            "enumeration_attack_evaluations": enum_attack_evals,
+            "optimum": {"bits": "".join(map(str, opt)), "quality": q_opt, "worst_case_safety": s_opt, "score": score[opt],
+                        "design": design_from_bits(env, opt, menu).name},
+            "quality_only_optimum": q_only_opt, "thresholds": {"safety": s_thr, "quality": q_thr},
+            "share_of_space_meeting_targets": share_ok, "dp_vs_mc": mc_rows, "methods": methods,
+            "held_out_categories": {"held_out": list(held), "rows": held_rows}, "fixed_designs": fixed}
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.mean(xs) if xs else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one environment, one seed, 20 iterations")
+    ap.add_argument("--envs", default="travel,assistant,finance,code")
+    ap.add_argument("--menu-size", type=int, default=None, help="debug: only the first N menu edits")
+    args = ap.parse_args()
+    envs = ["travel"] if args.quick else args.envs.split(",")
+    seeds = SEEDS[:1] if args.quick else SEEDS
+    iters = 20 if args.quick else ITERATIONS
+    t0 = time.perf_counter()
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    per_env = [run_env(e, iters, seeds, log, args.menu_size) for e in envs]
+    calib = {}
+    d = shared_data_dir("agentdojo_runs")
+    if d is not None:
+        calib = {k: v for k, v in measure(d).items()}
+    head = per_env[0]
+    m, qo, rnd, fa = (head["methods"][k] for k in ("mama", "quality-only", "random", "fixed-attack"))
+    s_opt, q_qo = head["optimum"]["worst_case_safety"], head["quality_only_optimum"]
+    min_s_ratio = min(r["worst_case_safety"] for r in m) / s_opt
+    min_q_ratio = min(r["quality"] for r in m) / q_qo
+    max_qo_s = max(r["worst_case_safety"] for r in qo)
+    eps2_m, eps2_q = mean([r["eps2_worst_case_safety"] for r in m]), mean([r["eps2_worst_case_safety"] for r in qo])
+    hm = head["held_out_categories"]["rows"]
+    ho_m, ho_q = mean([r["held_out_safety"] for r in hm["mama"]]), mean([r["held_out_safety"] for r in hm["quality-only"]])
+    evals = [r["evaluations_to_target"] for r in m]
+    all_env_ok = all(min(r["worst_case_safety"] for r in e["methods"]["mama"]) >= e["thresholds"]["safety"] - 1e-12 and
+                     min(r["quality"] for r in e["methods"]["mama"]) >= e["thresholds"]["quality"] - 1e-12
+                     for e in per_env)
+    targets = {
+        "mama_safety_vs_optimum": target(round(min_s_ratio, 4), 0.95, min_s_ratio >= 0.95,
+                                         f"{head['env']}: worst seed's S_min / exact optimum's S_min ({len(seeds)} seeds, "
+                                         f"{iters} iterations); every environment: {all_env_ok}"),
+        "mama_quality_vs_quality_only_optimum": target(round(min_q_ratio, 4), 0.9, min_q_ratio >= 0.9,
+                                                       "worst seed's Q / max Q over the space"),
+        "quality_only_worst_case_safety": target(round(max_qo_s, 4), 0.6, max_qo_s <= 0.6,
+                                                 "max over seeds; by construction of the simulator every defence "
+                                                 "costs quality, so a quality-only search keeps few defences"),
+        "eps2_mama_safer": target([round(eps2_m, 4), round(eps2_q, 4)], "mama > quality-only", eps2_m > eps2_q,
+                                  "held-out adversary eps=2, 3 hops, 5 attempts: mean S_min [MaMa, quality-only]"),
+        "held_out_categories_mama_safer": target([round(ho_m, 4), round(ho_q, 4)], "mama > quality-only", ho_m > ho_q,
+                                                 f"searched without {', '.join(head['held_out_categories']['held_out'])}; "
+                                                 "mean S_min on them [MaMa, quality-only]"),
+        "evaluations_to_target_over_enumeration": target(
+            None if None in evals else round(mean(evals) / head["n_designs"], 5), "< 1 (report)", None not in evals,
+            f"designs evaluated until the best meets both thresholds, per seed {evals}, over {head['n_designs']}"),
+    }
+    result = {
+        "tool": "design-safe-agents", "date": today(), "commit": commit(), "machine": machine(),
+        "command": ".venv/bin/python bench/design_safe_agents.py" + (" --quick" if args.quick else ""),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "note": "Offline simulator of the search (scripted agents with compliance presets calibrated on recorded "
+                "AgentDojo runs), not of LLMs. There are no paper numbers to compare with.",
+        "calibration": {k: {"imitates": COUNTS[k][0], **v} for k, v in calib.items()},
+        "results": per_env, "targets": targets,
+    }
+    write_results("design_safe_agents", result, markdown(result))
+    print(markdown(result))
+
+
+def _col(rows, key) -> str:
+    return ", ".join(f"{r[key]:.3f}" for r in rows)
+
+
+def markdown(res) -> str:
+    out = [f"# design-safe-agents benchmark ({res['date']}, {res['machine']['cores']} cores, {res['seconds']} s)", "",
+           res["note"], "", "## Targets (headline environment: " + res["results"][0]["env"] + ")", "",
+           "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
+    for k, t in res["targets"].items():
+        out.append(f"| {k} | {t['value']} | {t['threshold']} | {t['met']} | {t['note']} |")
+    for e in res["results"]:
+        out += ["", f"## {e['env']}: {e['n_designs']} designs, optimum S={e['optimum']['worst_case_safety']:.4f} "
+                    f"Q={e['optimum']['quality']:.4f} ({e['optimum']['design']}); max Q {e['quality_only_optimum']:.4f}; "
+                    f"share of the space meeting both thresholds {e['share_of_space_meeting_targets']:.4f}; "
+                    f"enumeration {e['enumeration_seconds']} s", "",
+                "| method | S_min per seed | Q per seed | eps=2 S_min | evaluations to target | attack evaluations |",
+                "|---|---|---|---|---|---|"]
+        for meth, rows in e["methods"].items():
+            out.append(f"| {meth} | {_col(rows, 'worst_case_safety')} | {_col(rows, 'quality')} | "
+                       f"{_col(rows, 'eps2_worst_case_safety')} | "
+                       f"{[r['evaluations_to_target'] for r in rows]} | {[r['attack_evaluations'] for r in rows]} |")
+        for label, f in e["fixed_designs"].items():
+            out.append(f"| {label} (fixed) | {f['worst_case_safety']:.3f} | {f['quality']:.3f} | "
+                       f"{f['eps2_worst_case_safety']:.3f} | - | - |")
+        out.append(f"| enumeration | {e['optimum']['worst_case_safety']:.3f} | {e['optimum']['quality']:.3f} | - | "
+                   f"{e['n_designs']} | {e['enumeration_attack_evaluations']} |")
+        h = e["held_out_categories"]
+        held = "; ".join(f"{m}: held-out S {_col(rows, 'held_out_safety')}" for m, rows in h["rows"].items())
+        dpmc = "; ".join(f"{r['bits']}: DP {r['dp']:.4f}, MC {r['mc']:.4f} CI {r['ci']} inside={r['inside']}"
+                         for r in e["dp_vs_mc"])
+        out += ["", f"Held-out categories {', '.join(h['held_out'])} (searched on the others): {held}", "",
+                f"DP vs 2000-episode MC (strongest attack): {dpmc}"]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()
