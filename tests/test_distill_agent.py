@@ -333,7 +333,6 @@ def test_mps_with_stub_endpoint_teacher_gets_one_step_and_student_resumes(stub, 
 
 def test_endpoint_failure_exits_1_naming_the_url_not_the_key(stub, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-xyz")
-    monkeypatch.setattr("time.sleep", lambda s: None)
     tasks = _math_tasks(tmp_path / "t.jsonl")
     out = tmp_path / "m.jsonl"
     code, stdout, err = cli(["mps", tasks, "--student", f"openai://{stub}?model=down", "--teacher", "oracle",

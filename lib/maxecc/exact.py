@@ -29,6 +29,7 @@ import numpy as np
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.maxecc.hypergraph import Hypergraph
 from icmlkit.lib.maxecc.lp import LPSolution, solve_lp
+from icmlkit.lib.maxecc.rounding import X_EPS, _Ctx
 
 MAX_EDGE = 12
 MAX_COLOURS_ORDER = 12
@@ -36,17 +37,26 @@ EXACT_ALGORITHMS = ("scaled", "threshold-order")
 
 
 def _dense_x(H: Hypergraph, lp: LPSolution) -> np.ndarray:
-    from icmlkit.lib.maxecc.rounding import X_EPS
-
     x = np.zeros((H.n, H.k))
     x[lp.pair_v, lp.pair_c] = np.where(lp.x < X_EPS, 0.0, lp.x)
     return x
 
 
 def _majority(H: Hypergraph) -> np.ndarray:
-    from icmlkit.lib.maxecc.rounding import _Ctx
-
     return _Ctx(H).majority.cpu().numpy()
+
+
+def _c_arrivals(U: list[int], col: np.ndarray):
+    """The arrivals of the edge's own colour from state U: for theta in (a_{j-1}, a_j] (a_j the
+    sorted distinct positive LP values ``col`` of U's vertices) the vertices with value >= a_j take
+    the colour; yields (interval length, bitmask of the vertices left uncoloured). The last a_j
+    is returned through StopIteration-free iteration by the caller via ``prev``."""
+    prev = 0.0
+    for a in np.unique(col):
+        if a <= 0.0:
+            continue
+        yield a - prev, sum(1 << U[i] for i in range(len(U)) if col[i] < a)
+        prev = a
 
 
 def _scaled_edge(xe: np.ndarray, c: int, maj: np.ndarray) -> float:
@@ -63,14 +73,7 @@ def _scaled_edge(xe: np.ndarray, c: int, maj: np.ndarray) -> float:
         lam = float(others[U].max(axis=0).sum()) + float(xc.max())
         if lam <= 0.0:
             return float(all(maj[i] == c for i in U))
-        total, prev = 0.0, 0.0
-        for a in np.unique(xc):
-            if a <= 0.0:
-                continue
-            rest = sum(1 << U[i] for i in range(len(U)) if xc[i] < a)
-            total += (a - prev) * p(rest)
-            prev = a
-        return total / lam
+        return sum(rate * p(rest) for rate, rest in _c_arrivals(U, xc)) / lam
 
     return p((1 << r) - 1)
 
@@ -94,14 +97,11 @@ def _threshold_order_edge(xe: np.ndarray, c: int, maj: np.ndarray) -> float:
             if cc != c:
                 total += (1.0 - float(col.max())) * p(mask, nd)
                 continue
-            prev = 0.0
-            for a in np.unique(col):
-                if a <= 0.0:
-                    continue
-                rest = sum(1 << U[i] for i in range(len(U)) if col[i] < a)
-                total += (a - prev) * p(rest, nd)
-                prev = a
-            total += (1.0 - prev) * p(mask, nd)
+            covered = 0.0
+            for rate, rest in _c_arrivals(U, col):
+                total += rate * p(rest, nd)
+                covered += rate
+            total += (1.0 - covered) * p(mask, nd)  # theta above every value: nothing changes
         return total / len(left)
 
     return p((1 << r) - 1, 0)
