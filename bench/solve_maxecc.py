@@ -16,9 +16,12 @@ parts make the roundings differ (issue 29):
   edges, disjoint copies of the adversarial gadgets): every algorithm's value / LP over 1000
   trials (mean, 5 % and 95 % quantiles, best), against its proven factor, lp-argmax, majority,
   local search from the best trial and from lp-argmax, and the HiGHS MIP where it proves optimality;
-- ``lp``: the LP crossover on planted instances (noise 0.9, k = 8, r = 3) of 10^4 to ~10^6
-  incident pairs: HiGHS row generation and HiGHS ipm on the full model (time limit per solve) vs
-  icmlkit's restarted PDHG in torch to a certified 1e-4 relative gap, wall seconds each (PNG);
+- ``lp``: the LP crossover on planted instances (noise 0.9, k = 8, r = 3) of 10^4 to 3.7 x 10^5
+  incident pairs: icmlkit's restarted PDHG in torch to a certified 1e-4 relative gap against HiGHS
+  row generation and ipm at their default tolerances and, at the PDHG's accuracy, HiGHS ipm at 1e-4
+  without crossover and HiGHS's own PDLP at 1e-4 (each HiGHS solve limited to 3.5x the PDHG time:
+  a stopped solve is a lower bound on the ratio), wall seconds each (PNG); ``lp-large`` adds the
+  PDHG alone at 3.7 x 10^6 and 1.1 x 10^7 pairs;
 - ``factor``: the exact expected value / LP of ``scaled`` and ``threshold-order`` (lib/maxecc/exact.py)
   minimised by an adversarial search over small instances, against 1/r, (1-e^-r)/r and 1/(r+1).
 
@@ -211,32 +214,45 @@ def fractional_row(name: str, H, trials: int, ilp_limit: float) -> dict:
 
 
 ILP_MAX_N = 12_000  # the MIP is attempted up to this size (30 s); larger planted ones never close their gap here
-LP_SIZES = (3_000, 10_000, 30_000, 100_000, 300_000)
-HIGHS_MAX_N = 100_000  # HiGHS beyond this would run past its time limit on 2 cores
-HIGHS_LIMIT = 100.0
+LP_SIZES = (3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000, 3_000_000)
+HIGHS_MAX_N = 100_000  # HiGHS beyond this would need more than 10 minutes of the 2 cores per solve
+PDHG_ONLY_FROM = 1_000_000  # sizes from here run only with --parts lp-large (minutes each)
+# Each HiGHS solve gets LIMIT_FACTOR x the PDHG time of the same instance (at least LIMIT_FLOOR s):
+# a HiGHS solve stopped by that limit is at least LIMIT_FACTOR x slower, so the ratio is a lower bound
+LIMIT_FACTOR, LIMIT_FLOOR = 3.5, 10.0
+LP_TOL = 1e-4
+# (key, solve_lp method, tolerance): HiGHS at its default tolerances (crossover on), then at the
+# PDHG's accuracy: ipm with crossover off and HiGHS's own PDLP, the first-order peer
+ALL_PARTS = ["datasets", "fractional", "lp", "lp-large", "factor"]
+HIGHS_RUNS = (("rowgen", "rowgen", None), ("ipm", "ipm", None), ("ipm_1e-4", "ipm", LP_TOL), ("pdlp_1e-4", "pdlp", LP_TOL))
 
 
-def lp_rows(quick: bool) -> list[dict]:
+def lp_rows(quick: bool, sizes) -> list[dict]:
     from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
 
     rows = []
-    for n in LP_SIZES[:3] if quick else LP_SIZES:
+    for n in sizes:
         H = planted(n, 8, 3, 2 * n, 0.9, seed=0, weighted=True)
         row = {"n": n, "m": H.m, "pairs": int(incident_pairs(H).P), "nnz": int(len(H.nodes))}
         t0 = time.perf_counter()
-        sol, info = solve_lp_pdhg(H, tol=1e-4, time_limit=HIGHS_LIMIT * 2)
+        sol, info = solve_lp_pdhg(H, tol=LP_TOL)
         row.update(seconds_pdhg=round(time.perf_counter() - t0, 2), pdhg_gap=info.relative_gap, pdhg_iterations=info.iterations,
                    pdhg_lower=info.lower_bound, pdhg_upper=info.upper_bound)
         if n <= HIGHS_MAX_N:
-            for method in ("rowgen", "ipm"):
+            row["highs_limit"] = limit = round(max(LIMIT_FLOOR, LIMIT_FACTOR * row["seconds_pdhg"]), 1)
+            for key, method, tol in HIGHS_RUNS:
                 t0 = time.perf_counter()
-                ref = solve_lp(H, method=method, time_limit=HIGHS_LIMIT)
-                row[f"seconds_{method}"] = round(time.perf_counter() - t0, 2)
-                row[f"{method}_optimal"] = bool(ref.optimal)
-                row[f"{method}_value"] = ref.value
-                if ref.optimal:
+                ref = solve_lp(H, method=method, time_limit=limit, tolerance=tol)
+                row[f"seconds_{key}"] = round(time.perf_counter() - t0, 2)
+                row[f"{key}_optimal"] = bool(ref.optimal)
+                row[f"{key}_value"] = ref.value
+                if ref.optimal and tol is None:
                     row["pdhg_upper_is_valid"] = bool(info.upper_bound >= ref.value - 1e-6 * abs(ref.value))
                     row["lp_value"] = ref.value
+            if "lp_value" in row:  # the accuracy each 1e-4 route reached, against the proven optimum
+                for key in ("pdhg", "ipm_1e-4", "pdlp_1e-4"):
+                    v = row["pdhg_lower" if key == "pdhg" else f"{key}_value"]
+                    row[f"{key}_rel_error"] = (row["lp_value"] - v) / abs(row["lp_value"])
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     return rows
@@ -250,13 +266,14 @@ def plot_lp(rows: list[dict], path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (("seconds_rowgen", "HiGHS row generation"), ("seconds_ipm", "HiGHS ipm (full model)"),
+                       ("seconds_ipm_1e-4", "HiGHS ipm 1e-4, no crossover"), ("seconds_pdlp_1e-4", "HiGHS PDLP 1e-4"),
                        ("seconds_pdhg", "icmlkit PDHG (torch, 1e-4 certified gap)")):
         pts = [(r["pairs"], r[key]) for r in rows if key in r]
         if pts:
             ax.loglog(*zip(*pts), marker="o", label=label)
     ax.set_xlabel("incident (vertex, colour) pairs")
     ax.set_ylabel("wall seconds (2 CPU cores)")
-    ax.set_title(f"MaxECC LP, planted noise 0.9 (HiGHS limit {HIGHS_LIMIT:.0f} s)")
+    ax.set_title(f"MaxECC LP, planted noise 0.9 (HiGHS limit {LIMIT_FACTOR}x PDHG)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     save_png(fig, path)
@@ -286,7 +303,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="100 trials, no ILP, no cvxpy on MAG-10 (smoke run)")
     ap.add_argument("--only", nargs="*", default=None, help="data set names to run")
     ap.add_argument("--parts", nargs="*", default=["datasets", "fractional", "lp", "factor"],
-                    choices=["datasets", "fractional", "lp", "factor"], help="parts of the benchmark to run")
+                    choices=ALL_PARTS,
+                    help="parts of the benchmark to run (lp-large: the PDHG-only sizes of 3.7e6 and 1.1e7 pairs, "
+                         "several minutes each; merged into the LP curve)")
     args = ap.parse_args()
     root = shared_data_dir("maxecc")
     rows, skipped = [], {}
@@ -306,17 +325,21 @@ def main() -> None:
             print(f"{name} ...", file=sys.stderr, flush=True)
             frac.append(fractional_row(name, build(), 100 if args.quick else TRIALS, 5.0 if args.quick else 30.0))
             print(json.dumps({k: v for k, v in frac[-1].items() if k != "algorithms"}), file=sys.stderr)
-    lps = lp_rows(args.quick) if "lp" in args.parts else []
+    small = [n for n in LP_SIZES if n < PDHG_ONLY_FROM][:3 if args.quick else None]
+    lps = lp_rows(args.quick, small) if "lp" in args.parts else []
+    large = lp_rows(args.quick, [n for n in LP_SIZES if n >= PDHG_ONLY_FROM]) if "lp-large" in args.parts else []
     fact = factor_rows(args.quick) if "factor" in args.parts else []
     # a run of some parts keeps the other parts of the last full results (each part says its date)
     prev = Path(__file__).parent / "results" / "solve_maxecc.json"
-    if set(args.parts) != {"datasets", "fractional", "lp", "factor"} and prev.exists() and not args.quick:
+    if set(args.parts) != set(ALL_PARTS) and prev.exists() and not args.quick:
         old = json.loads(prev.read_text())
         rows = rows if "datasets" in args.parts else old.get("results", [])
         skipped = skipped if "datasets" in args.parts else old.get("skipped", {})
         frac = frac if "fractional" in args.parts else old.get("fractional", [])
-        lps = lps if "lp" in args.parts else old.get("lp_crossover", [])
+        lps = lps if "lp" in args.parts else [r for r in old.get("lp_crossover", []) if r["n"] < PDHG_ONLY_FROM]
+        large = large if "lp-large" in args.parts else [r for r in old.get("lp_crossover", []) if r["n"] >= PDHG_ONLY_FROM]
         fact = fact if "factor" in args.parts else old.get("factor_search", [])
+    lps = lps + large
     report(rows, skipped, args, frac, fact, lps)
 
 
@@ -325,15 +348,24 @@ def fractional_targets(frac: list[dict], fact: list[dict], lps: list[dict]) -> d
     timed = [r for r in lps if "seconds_rowgen" in r]
     if timed:
         big = timed[-1]
-        for method in ("rowgen", "ipm"):
-            ratio = round(big[f"seconds_{method}"] / big["seconds_pdhg"], 2)
-            done = "" if big[f"{method}_optimal"] else f" (HiGHS stopped at its {HIGHS_LIMIT:.0f} s limit: a lower bound on the ratio)"
-            targets[f"pdhg_speedup_vs_{method}_at_{big['pairs']}_pairs"] = target(
-                ratio, 3.0, ratio >= 3.0 and big["pdhg_gap"] <= 1e-4,
-                f"HiGHS {method} seconds / PDHG seconds to a certified 1e-4 relative gap, largest size both ran{done}")
+        for key, _, tol in HIGHS_RUNS:
+            ratio = round(big[f"seconds_{key}"] / big["seconds_pdhg"], 2)
+            done = "" if big[f"{key}_optimal"] else (f" (HiGHS stopped at its {big['highs_limit']:.0f} s limit, "
+                                                     f"{LIMIT_FACTOR}x the PDHG time: a lower bound on the ratio)")
+            accuracy = "its default tolerances" if tol is None else f"tolerance {tol:g}"
+            targets[f"pdhg_speedup_vs_{key}_at_{big['pairs']}_pairs"] = target(
+                ratio, 3.0, ratio >= 3.0 and big["pdhg_gap"] <= LP_TOL,
+                f"HiGHS {key} ({accuracy}) seconds / PDHG seconds to a certified 1e-4 relative gap, largest size "
+                f"both ran, on the CPU{done}")
         valid = [r["pdhg_upper_is_valid"] for r in timed if "pdhg_upper_is_valid" in r]
         targets["pdhg_dual_bound_valid"] = target(sum(valid), len(valid), all(valid),
                                                   "PDHG's certified upper bound >= HiGHS's optimum, sizes where HiGHS proved it")
+    largest = max(lps, key=lambda r: r["pairs"], default=None)
+    if largest is not None:
+        targets["pdhg_largest_pairs_certified"] = target(
+            largest["pairs"], 10**7, largest["pairs"] >= 10**7 and largest["pdhg_gap"] <= LP_TOL,
+            f"incident pairs of the largest planted LP solved to a certified {LP_TOL:g} gap "
+            f"({largest['seconds_pdhg']:.0f} s; HiGHS not run at that size)")
     for row in frac:
         for alg in RANDOMIZED:
             a = row["algorithms"][alg]
@@ -427,7 +459,7 @@ def report(rows: list[dict], skipped: dict, args, frac: list[dict], fact: list[d
         "commit": commit(),
         "machine": machine(),
         "command": "make bench TOOL=solve-maxecc" + (" (with --quick)" if args.quick else "")
-                   + ("" if len(args.parts) == 4 else f" (this run: --parts {' '.join(args.parts)}; the rest kept from the last run)"),
+                   + ("" if set(args.parts) == set(ALL_PARTS) else f" (this run: --parts {' '.join(args.parts)}; the rest kept from the last run)"),
         "results": rows,
         "fractional": frac,
         "factor_search": fact,
@@ -492,19 +524,19 @@ def markdown(rows: list[dict], targets: dict, out: dict) -> str:
                          f"{g('veldt-threshold', 'mean_min_cost_over_lp')} | {g('veldt-threshold')} | {g('combinatorial')} | "
                          f"{cert:.4f} | {g(ls) if ls else '—'} |")
     if out["lp_crossover"]:
-        lines += ["", f"LP crossover (planted, noise 0.9, k 8, r 3; HiGHS time limit {HIGHS_LIMIT:.0f} s; wall seconds; "
-                  f"plot {out['lp_plot']}):", "",
-                  "| n | pairs | nnz | HiGHS rowgen s | HiGHS ipm s | PDHG s | PDHG certified gap | PDHG iterations | rowgen / PDHG | ipm / PDHG |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", f"LP crossover (planted, noise 0.9, k 8, r 3; each HiGHS solve limited to {LIMIT_FACTOR}x the PDHG time "
+                  f"of the same instance, at least {LIMIT_FLOOR:.0f} s; wall seconds, ratio = HiGHS / PDHG; plot {out['lp_plot']}):", "",
+                  "| n | pairs | PDHG s | PDHG certified gap | PDHG iterations | "
+                  + " | ".join(f"HiGHS {k} s (ratio)" for k, _, _ in HIGHS_RUNS) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(HIGHS_RUNS)]
         for r in out["lp_crossover"]:
             def cell(m):
                 if f"seconds_{m}" not in r:
-                    return "not run", "—"
-                mark = "" if r[f"{m}_optimal"] else " (limit)"
-                return f"{r[f'seconds_{m}']:.1f}{mark}", f"{r[f'seconds_{m}'] / r['seconds_pdhg']:.1f}"
-            (rg, rr), (ip, ir) = cell("rowgen"), cell("ipm")
-            lines.append(f"| {r['n']} | {r['pairs']} | {r['nnz']} | {rg} | {ip} | {r['seconds_pdhg']:.1f} | {r['pdhg_gap']:.1e} | "
-                         f"{r['pdhg_iterations']} | {rr} | {ir} |")
+                    return "not run"
+                mark = "" if r[f"{m}_optimal"] else " limit"
+                return f"{r[f'seconds_{m}']:.1f}{mark} ({r[f'seconds_{m}'] / r['seconds_pdhg']:.1f})"
+            lines.append(f"| {r['n']} | {r['pairs']} | {r['seconds_pdhg']:.1f} | {r['pdhg_gap']:.1e} | {r['pdhg_iterations']} | "
+                         + " | ".join(cell(k) for k, _, _ in HIGHS_RUNS) + " |")
     if out["factor_search"]:
         lines += ["", "Adversarial search for the factor (exact expectations, HiGHS LP optima; smallest E[value]/LP found):", "",
                   "| algorithm | r | min E/LP | 1/r | (1-e^-r)/r | 1/(r+1) | evaluations | worst instance (n, m, k) | s |",

@@ -179,15 +179,23 @@ def colouring_from_x(H: Hypergraph, pair_v: np.ndarray, pair_c: np.ndarray, x: n
     return np.where(sigma >= 0, sigma, fallback)
 
 
-def highs_options(method: str | None, time_limit: float | None, threads: int | None) -> dict:
+def highs_options(method: str | None, time_limit: float | None, threads: int | None,
+                  tolerance: float | None = None) -> dict:
     """HiGHS options for the LP (``method`` one of :data:`METHODS`) or, with ``method=None``, the
-    ILP (exact: mip_rel_gap 0); a positive time limit and a thread count when given."""
+    ILP (exact: mip_rel_gap 0); a positive time limit and a thread count when given. ``tolerance``
+    loosens the optimality tolerance of ``ipm`` (crossover off: the interior point is returned) or
+    ``pdlp`` to that value, for comparisons at an equal accuracy with a first-order solver."""
     if method is None:
         opts: dict = {"mip_rel_gap": 0.0}
     elif method not in METHODS or method == "rowgen":
         raise UsageError(f"LP method must be one of {', '.join(METHODS)}, not {method!r}")
     else:
         opts = {"solver": method}
+    if tolerance is not None:
+        if method not in ("ipm", "pdlp") or not tolerance > 0:
+            raise UsageError("a tolerance needs method ipm or pdlp and a positive value")
+        opts.update({"ipm_optimality_tolerance": float(tolerance), "run_crossover": "off"} if method == "ipm"
+                    else {"pdlp_optimality_tolerance": float(tolerance)})
     if time_limit is not None:
         if time_limit <= 0:
             raise UsageError("the time limit must be positive")
@@ -254,6 +262,7 @@ def solve_lp(
     time_limit: float | None = None,
     threads: int | None = None,
     device="cpu",
+    tolerance: float | None = None,
 ) -> LPSolution:
     """Solve the LP with HiGHS.
 
@@ -268,14 +277,15 @@ def solve_lp(
 
     When HiGHS stops early (time limit) the best primal point it has is returned with its status;
     ``z`` is then lowered to min_v x_{v,c(e)} so (x, z) stays feasible and ``value`` is honest.
-    ``seconds_solve`` is the bare ``Highs.run()`` time (summed over rowgen's rounds).
+    ``seconds_solve`` is the bare ``Highs.run()`` time (summed over rowgen's rounds). ``tolerance``
+    (ipm, pdlp): see :func:`highs_options`.
     """
     if method == "pdhg":
         from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
 
         return solve_lp_pdhg(H, time_limit=time_limit, device=device)[0]
     rowgen = method == "rowgen"
-    opts = highs_options("simplex" if rowgen else method, time_limit, threads)
+    opts = highs_options("simplex" if rowgen else method, time_limit, threads, tolerance)
     t0 = time.perf_counter()
     pairs = incident_pairs(H)
     added = first_rows(H, pairs) if rowgen else None

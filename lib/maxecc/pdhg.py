@@ -4,8 +4,10 @@ style of PDLP (Applegate et al. 2021), with a CERTIFIED bound from its dual at e
 The LP (lib/maxecc/lp.py) as a minimisation over u = (x, z) in [0, 1]:
     min  -w.z   s.t.  z_e - x_{p(e,v)} <= 0  (dual a_{ev} >= 0, one per incidence),
                       sum_{p at v} x_p <= 1   (dual b_v >= 0, one per vertex)
-K and K^T are never formed: they are gathers and index_adds over the incidence arrays, so one
-iteration costs O(nnz) and runs unchanged on a GPU (``device``).
+K and K^T are never formed: they are gathers (index_select) and index_adds over the incidence
+arrays, so one iteration costs O(nnz) and runs unchanged on a GPU (``device``). The iterations run
+in float32 by default (``dtype``; half the memory traffic: 2.4x faster than float64 with advanced
+indexing on one core at 1.1e5 pairs, the same iteration count), every certificate in float64.
 
 Steps (PDLP's ingredients that matter here):
 1. diagonal (Pock-Chambolle, alpha = 1) preconditioning: tau_j = 1 / sum_i |K_ij| per column,
@@ -51,11 +53,15 @@ class PDHGInfo:
 
 
 class _Problem:
-    def __init__(self, H: Hypergraph, device):
+    """K as incidence arrays on ``device``; the iteration runs in ``dtype`` (float32 by default: half
+    the memory traffic), every certificate in float64 from the iterates cast up, so the bounds are
+    those of the float64 point whatever precision the iterations used."""
+
+    def __init__(self, H: Hypergraph, device, dtype=torch.float32):
         dev = torch.device(device)
         pairs = incident_pairs(H)
         t = lambda a: torch.as_tensor(np.ascontiguousarray(a), device=dev)  # noqa: E731
-        self.dev, self.n, self.P, self.m = dev, H.n, pairs.P, H.m
+        self.dev, self.dtype, self.n, self.P, self.m = dev, dtype, H.n, pairs.P, H.m
         self.pairs = pairs
         self.ent_pair, self.ent_edge, self.pair_v = t(pairs.of_entry), t(H.edge_of), t(pairs.pair_v)
         self.w = t(H.weight).to(torch.float64)
@@ -65,22 +71,25 @@ class _Problem:
         self.tau_x = 1.0 / (torch.zeros(self.P, **f64).index_add_(0, self.ent_pair, ones_e) + 1.0)
         self.tau_z = 1.0 / torch.zeros(self.m, **f64).index_add_(0, self.ent_edge, ones_e)
         # row sums: an incidence row has two entries, a vertex row one per pair of the vertex
-        self.sig_a = torch.full((len(H.nodes),), 0.5, **f64)
+        self.sig_a = 0.5
         deg = torch.zeros(self.n, **f64).index_add_(0, self.pair_v, torch.ones(self.P, **f64))
         self.sig_b = 1.0 / torch.clamp(deg, min=1.0)
+        self.w_it, self.tau_x_it, self.tau_z_it, self.sig_b_it = (
+            v.to(dtype) for v in (self.w, self.tau_x, self.tau_z, self.sig_b))
 
-    def grad(self, a, b):
-        """(c + K^T y) for x and z."""
-        gx = b[self.pair_v] - torch.zeros(self.P, dtype=a.dtype, device=self.dev).index_add_(0, self.ent_pair, a)
-        gz = torch.zeros(self.m, dtype=a.dtype, device=self.dev).index_add_(0, self.ent_edge, a) - self.w
-        return gx, gz
+    def grad(self, a, b, w=None):
+        """(c + K^T y) for x and z, in the dtype of (a, b)."""
+        gx = b.index_select(0, self.pair_v).sub_(torch.zeros(self.P, dtype=a.dtype, device=self.dev).index_add_(0, self.ent_pair, a))
+        gz = torch.zeros(self.m, dtype=a.dtype, device=self.dev).index_add_(0, self.ent_edge, a)
+        return gx, gz.sub_(self.w if w is None else w)
 
     def upper_bound(self, a, b) -> float:
+        a, b = a.to(torch.float64), b.to(torch.float64)
         gx, gz = self.grad(a, b)
         return float(b.sum() - torch.clamp(gx, max=0).sum() - torch.clamp(gz, max=0).sum())
 
     def feasible(self, x):
-        x = torch.clamp(x, 0.0, 1.0)
+        x = torch.clamp(x.to(torch.float64), 0.0, 1.0)
         load = torch.zeros(self.n, dtype=x.dtype, device=self.dev).index_add_(0, self.pair_v, x)
         x = x / torch.clamp(load, min=1.0)[self.pair_v]
         z = torch.full((self.m,), math.inf, dtype=x.dtype, device=self.dev)
@@ -95,7 +104,8 @@ class _Problem:
 
 
 def solve_lp_pdhg(H: Hypergraph, tol: float = 1e-4, max_iter: int = 200_000, check_every: int = 64,
-                  time_limit: float | None = None, device="cpu") -> tuple[LPSolution, PDHGInfo]:
+                  time_limit: float | None = None, device="cpu",
+                  dtype=torch.float32) -> tuple[LPSolution, PDHGInfo]:
     """Solve the MaxECC LP by restarted PDHG (module docstring, steps 1-5); returns the feasible
     primal point as an :class:`LPSolution` (``method`` 'pdhg', ``optimal`` False: its value is
     within ``relative_gap`` of the optimum, certified by ``info.upper_bound``) and the run's info."""
@@ -104,10 +114,10 @@ def solve_lp_pdhg(H: Hypergraph, tol: float = 1e-4, max_iter: int = 200_000, che
     if H.m == 0:
         raise UsageError("the instance has no edges")
     t0 = time.perf_counter()
-    pr = _Problem(H, device)
-    f64 = dict(dtype=torch.float64, device=pr.dev)
-    x, z = torch.zeros(pr.P, **f64), torch.zeros(pr.m, **f64)
-    a, b = torch.zeros(len(pr.ent_pair), **f64), torch.zeros(pr.n, **f64)
+    pr = _Problem(H, device, dtype)
+    fit = dict(dtype=dtype, device=pr.dev)
+    x, z = torch.zeros(pr.P, **fit), torch.zeros(pr.m, **fit)
+    a, b = torch.zeros(len(pr.ent_pair), **fit), torch.zeros(pr.n, **fit)
     omega = 1.0
     sx, sz, sa, sb, count = torch.zeros_like(x), torch.zeros_like(z), torch.zeros_like(a), torch.zeros_like(b), 0
     last = (x.clone(), z.clone(), a.clone(), b.clone())
@@ -118,13 +128,13 @@ def solve_lp_pdhg(H: Hypergraph, tol: float = 1e-4, max_iter: int = 200_000, che
     best = (math.inf, None)
     t_build = time.perf_counter() - t0
     while it < max_iter:
-        gx, gz = pr.grad(a, b)
-        x1 = torch.clamp(x - pr.tau_x / omega * gx, 0.0, 1.0)
-        z1 = torch.clamp(z - pr.tau_z / omega * gz, 0.0, 1.0)
-        xb, zb = 2 * x1 - x, 2 * z1 - z
-        a = torch.clamp(a + pr.sig_a * omega * (zb[pr.ent_edge] - xb[pr.ent_pair]), min=0.0)
-        load = torch.zeros(pr.n, **f64).index_add_(0, pr.pair_v, xb)
-        b = torch.clamp(b + pr.sig_b * omega * (load - 1.0), min=0.0)
+        gx, gz = pr.grad(a, b, pr.w_it)
+        x1 = torch.addcmul(x, pr.tau_x_it, gx, value=-1.0 / omega).clamp_(0.0, 1.0)
+        z1 = torch.addcmul(z, pr.tau_z_it, gz, value=-1.0 / omega).clamp_(0.0, 1.0)
+        xb, zb = torch.sub(x1, x, alpha=0.5).mul_(2.0), torch.sub(z1, z, alpha=0.5).mul_(2.0)  # 2 u' - u
+        a = zb.index_select(0, pr.ent_edge).sub_(xb.index_select(0, pr.ent_pair)).mul_(pr.sig_a * omega).add_(a).clamp_(min=0.0)
+        load = torch.zeros(pr.n, **fit).index_add_(0, pr.pair_v, xb)
+        b = torch.addcmul(b, pr.sig_b_it, load.sub_(1.0), value=omega).clamp_(min=0.0)
         x, z = x1, z1
         sx += x; sz += z; sa += a; sb += b  # noqa: E702
         count += 1
