@@ -230,7 +230,7 @@ def sft(run, data, output, checkpoint_every, resume, cfg):
     under torchrun each rank takes its share of every batch (rank 0 writes).
 
     \b
-    JSON keys: steps, sequences, trained_tokens, final_loss, vocab, parameters.
+    JSON keys: steps, sequences, trained_tokens, final_loss, vocab, parameters, world_size.
     Example:  distill-agent sft score_sft.jsonl --init student_bc --epochs 3 -o student_score --json
     """
     from icmlkit.lib.distill.api import sft as go
@@ -261,7 +261,8 @@ def rl(run, items, init, output, checkpoint_every, resume, search_file, cfg, age
     teacher / observation tokens masked, KL 0 by default.
 
     \b
-    JSON keys: steps, mean_reward, reward_std, reward_curve_var, final_reward, groups_dropped, rollouts, reward.
+    JSON keys: steps, mean_reward, reward_std, reward_curve_var, final_reward, groups_dropped, rollouts, reward,
+    world_size.
     Example:  distill-agent rl rl.json --init student_score --group 8 --steps 30 -o student_rl --json
     """
     from icmlkit.lib.distill.api import rl as go

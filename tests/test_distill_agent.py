@@ -411,6 +411,37 @@ def test_sft_resume_gives_the_same_bytes(tiny_student, tmp_path, interrupting_ch
         assert k == k2 and torch.equal(v, v2)
 
 
+def test_sft_under_torchrun_matches_one_process(tiny_student, tmp_path):
+    """Two gloo ranks, each with half of every batch (DDP averaging, the loss normalised by the
+    global batch's tokens), train the same student as one process does."""
+    import os
+    import subprocess
+
+    import torch
+
+    from conftest import BIN, exe
+    from icmlkit.lib.distill.model import load_student
+
+    torchrun = BIN / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed")
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join((tiny_student / "sft.jsonl").read_text().splitlines(keepends=True)[:8]))
+    opts = ["sft", str(data), "--epochs", "1", "--batch", "4", "--layers", "1", "--d-model", "32", "--heads", "2",
+            "--device", "cpu", "--checkpoint-every", "0", "--json", "--no-progress"]
+    one = run_tool("distill-agent", *opts, "-o", tmp_path / "one")
+    assert one.returncode == 0, one.stderr
+    env = {**os.environ, "ICMLKIT_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--standalone", exe("distill-agent"), *opts,
+                          "-o", str(tmp_path / "two")], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert json.loads(two.stdout)["world_size"] == 2
+    a, b = load_student(tmp_path / "one")[0], load_student(tmp_path / "two")[0]
+    for (k, v), (k2, v2) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert k == k2 and torch.allclose(v, v2, atol=1e-5), k
+
+
 def test_tiny_pipeline_mps_rl_eval_cli(tiny_student, tmp_path, capsys):
     d = tiny_student
     model, tasks = d / "model", d / "tasks.jsonl"

@@ -172,7 +172,8 @@ def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpoin
     model.eval()
     summary = {"steps": total, "sequences": n, "trained_tokens": int(sum(sum(d[1][1:]) for d in data)),
                "final_loss": round(losses[-1], 6) if losses else None,
-               "vocab": len(tokenizer), "parameters": int(sum(p.numel() for p in model.parameters()))}
+               "vocab": len(tokenizer), "parameters": int(sum(p.numel() for p in model.parameters())),
+               "world_size": dist.world}
     return TrainResult(model, tokenizer, summary, losses)
 
 
@@ -361,5 +362,5 @@ def rl(cfg, items: list[dict], model, tok, agent_cfg, *, seed: int, device, dist
                "reward_std": round(statistics.pstdev(all_rewards), 6) if all_rewards else 0.0,
                "reward_curve_var": round(statistics.pvariance(curve), 8) if len(curve) > 1 else 0.0,
                "final_reward": curve[-1] if curve else 0.0, "groups_dropped": dropped_total,
-               "rollouts": len(all_rewards), "reward": cfg.reward}
+               "rollouts": len(all_rewards), "reward": cfg.reward, "world_size": dist.world}
     return TrainResult(model, tok, summary, curve)
