@@ -5,13 +5,14 @@ import click
 
 from icmlkit.cli._common import (CommaList, ToolGroup, add_demo, config_options, make_main, output_option,
                                 shard_option, shard_slice)
-from icmlkit.lib.trace.config import DetectConfig, ExplainConfig, FitConfig, GenerateConfig
+from icmlkit.lib.trace.config import DetectConfig, ExplainConfig, FitConfig, GenerateConfig, ReadConfig
 
 TOOL = "trace-injection"
 RECONSTRUCTED = (
-    "RECONSTRUCTED (the paper text is not known): the noisy-OR structural equations and the edge "
-    "confidences of each inference strategy, the segmentation of untrusted text into injection "
-    "candidates, and the attack templates of generate."
+    "RECONSTRUCTED (the paper text is not known): the noisy-OR structural equations, the hand-set edge "
+    "confidences (the prior) and their EM fit, every untrusted span as a treatment with the task's demands "
+    "as the competing cause, the instruction score as a weak feature, the online gate, and the attack "
+    "templates of generate."
 )
 
 cli = ToolGroup(
@@ -31,14 +32,17 @@ reachability verdict is reported beside it. No LLM is called unless --judge-url 
 
 \b
 Trace formats (per file; '-' is stdin, .gz is read as is): CausalBench JSON, AgentDojo
-message lists ({{"messages": [...]}} per line or a JSON list), generic JSONL steps
-{{step, role, tool, args, output}}.
+message lists ({{"messages": [...]}} per line or a JSON list), recorded AgentDojo runs
+(header line, then {{index, messages, metadata, annotations}}; --label compromised|attacked),
+generic JSONL steps {{step, role, tool, args, output}}.
 
 \b
 Examples:
   trace-injection generate -o traces.jsonl --seed 1
   trace-injection detect traces.jsonl -o verdicts.jsonl
   trace-injection detect traces.jsonl --shard 2/4 -o - | jq -c 'select(.attack)'
+  trace-injection fit runs/*.jsonl --head em -o scm.json
+  trace-injection detect run.jsonl --online --model scm.json -o gate.jsonl
   trace-injection explain run.json --format dot -o run.dot --png run.png
   trace-injection fit traces.jsonl --head forest -o head.json
   trace-injection eval traces.jsonl --json""",
@@ -49,10 +53,19 @@ sinks_option = click.option("--sinks", "sinks_file", default=None,
                             "replacing the built-in one.")
 
 
-def _load(run, paths):
+def _load(run, paths, read):
+    """The traces of ``paths`` and what the readers repaired or skipped (the summary's ``read``)."""
     from icmlkit.lib.trace.pipeline import load_traces
+    from icmlkit.lib.trace.readers import ReadStats
 
-    return load_traces([run.input(p) for p in paths])
+    stats = ReadStats()
+    items = load_traces([run.input(p) for p in paths], read, stats)
+    if stats.repaired_ids or stats.skipped_empty:
+        from icmlkit.lib.core.console import log
+
+        log.warning("paired %d tool results with an empty tool_call_id by position; skipped %d runs without "
+                    "messages", stats.repaired_ids, stats.skipped_empty)
+    return items, stats.as_dict()
 
 
 def _sinks(run, sinks_file):
@@ -75,19 +88,24 @@ def _head(run, model_file):
 @click.argument("traces", nargs=-1, required=True)
 @output_option("Write one JSON verdict per line.", suffixes=(".jsonl",))
 @config_options(DetectConfig)
-@click.option("--model", "model_file", default=None, help="A head saved by `fit` (threshold, logreg or forest); "
-              "it decides `attack` from the causal features.")
+@config_options(ReadConfig, arg="read")
+@click.option("--model", "model_file", default=None, help="A model saved by `fit` (threshold, em, logreg or "
+              "forest); it decides `attack` (an em model also sets the SCM's fitted confidences).")
 @sinks_option
 @shard_option()
-def detect(run, traces, output, cfg, model_file, sinks_file, shard):
+def detect(run, traces, output, cfg, read, model_file, sinks_file, shard):
     """Verdict per trajectory: id, attack, effect, p_blocked, reachability, chain, llm_calls.
 
     \b
-    Each JSONL record: id, attack, effect (ATE), p_blocked (P(sink | do(I = blocked))),
-    reachability (the repository's reachability verdict), reachability_effect, chain (typed
-    edges {source, target, type, confidence, strategy}), llm_calls, sink, exact (+ score with
-    --model).
-    JSON keys: n, attacks, llm_calls, seconds, traces_per_second, output.
+    Each JSONL record: id, attack, effect (ATE), p_compromised (the SCM's probability that a sink
+    depends on untrusted content), p_blocked (P(sink | do(I = blocked))), reachability (the
+    repository's reachability verdict), reachability_effect, chain (typed edges {source, target,
+    type, confidence, strategy}), llm_calls, sink, exact (+ score with --model).
+    --online (reconstructed gate): one record per sink call instead, scored from the events
+    before it: id, call, index, function, score, effect, p_compromised, latency_ms, blocked.
+    JSON keys: n, attacks, llm_calls, seconds, traces_per_second, read (repaired_ids,
+    skipped_empty, runs), output; with --online: n, calls, blocked, traces_with_block,
+    latency_ms_median, latency_ms_p99, llm_calls, read, output.
     Examples:
       trace-injection detect runs/*.json -o verdicts.jsonl
       cat traces.jsonl | trace-injection detect - -o - --shard 1/8
@@ -99,25 +117,26 @@ def detect(run, traces, output, cfg, model_file, sinks_file, shard):
     run.output(output)
     sinks = _sinks(run, sinks_file)
     head = _head(run, model_file)
-    items = _load(run, traces)
+    items, stats = _load(run, traces, read)
     items = [items[i] for i in shard_slice(len(items), shard)]
     res = detect_traces(cfg, items, sinks=sinks, head=head,
                         progress=lambda xs: progress(xs, total=len(xs), desc="detect"))
     if output is not None:
         write_rows(output, res.records, fmt=".jsonl")
         run.wrote(output)
-    return {**res.summary, "output": output}
+    return {**res.summary, "read": stats, "output": output}
 
 
 @cli.command(seed=False)
 @click.argument("trace")
 @click.option("--id", "trace_id", default=None, help="Which trace of a multi-trace file (default: the first).")
 @config_options(ExplainConfig)
+@config_options(ReadConfig, arg="read")
 @output_option("Write the explanation or graph here (default: stdout).")
 @output_option("Also render the graph to PNG with graphviz's `dot` (when installed).", suffixes=(".png",),
                stdout=False, flags=("--png",), name="png")
 @sinks_option
-def explain(run, trace, trace_id, cfg, output, png, sinks_file):
+def explain(run, trace, trace_id, cfg, read, output, png, sinks_file):
     """Explain one trajectory: the attack chain as text, or the typed graph (dot, graphml, json).
 
     \b
@@ -140,7 +159,7 @@ def explain(run, trace, trace_id, cfg, output, png, sinks_file):
         run.output(png)
         if shutil.which("dot") is None:
             raise EnvironmentProblem("--png needs graphviz's `dot`; install it with: apt-get install graphviz")
-    res = explain_trace(cfg, _load(run, [trace]), trace_id=trace_id, sinks=_sinks(run, sinks_file))
+    res = explain_trace(cfg, _load(run, [trace], read)[0], trace_id=trace_id, sinks=_sinks(run, sinks_file))
     picture = None
     if png:
         proc = subprocess.run(["dot", "-Tpng"], input=res.dot.encode(), capture_output=True)
@@ -160,44 +179,52 @@ def explain(run, trace, trace_id, cfg, output, png, sinks_file):
 @cli.command()
 @click.argument("traces", nargs=-1, required=True)
 @config_options(FitConfig)
+@config_options(ReadConfig, arg="read")
 @output_option("Write the fitted model.", suffixes=(".json",), required=True)
 @sinks_option
-def fit(run, traces, cfg, output, sinks_file):
-    """Learn the effect threshold, or a logistic-regression / random-forest head, on labelled traces.
+def fit(run, traces, cfg, read, output, sinks_file):
+    """Learn the effect threshold, the SCM by EM, or a logistic-regression / random-forest head.
 
-    The seed is the random forest's.
+    The seed is the random forest's. --head em (reconstructed) fits the noisy-OR edge
+    confidences per inference strategy and the action leak by maximum likelihood on the labels,
+    with the hand-set confidences as a Beta prior, then the threshold on P(compromised).
 
     \b
-    JSON keys: n, head, threshold, train_macro_f1, train_auroc, features, output.
-    Example:  trace-injection fit train.jsonl --head forest -o head.json
+    JSON keys: n, head, threshold, train_macro_f1, train_auroc, features, train_calibration
+    (ece, brier, bins), theta, leak, em_iterations (em only), read, output.
+    Examples:
+      trace-injection fit train.jsonl --head forest -o head.json
+      trace-injection fit ../shared/data/agentdojo_runs/*.jsonl --head em -o scm.json
     """
     from icmlkit.lib.core.io import write_json
     from icmlkit.lib.trace.pipeline import fit as fit_head
 
     run.output(output)
     sinks = _sinks(run, sinks_file)
-    res = fit_head(cfg, _load(run, traces), sinks=sinks, seed=run.seed)
+    items, stats = _load(run, traces, read)
+    res = fit_head(cfg, items, sinks=sinks, seed=run.seed)
     write_json(output, res.head.to_json())
     run.wrote(output)
-    return {**res.summary, "output": output}
+    return {**res.summary, "read": stats, "output": output}
 
 
 @cli.command(name="eval", seed=False)
 @click.argument("traces", nargs=-1, required=True)
 @click.option("--model", "model_file", default=None, help="A model from `fit`; without it the default causal "
               "detector (effect threshold --threshold, no fitting).")
-@config_options(DetectConfig)
+@config_options(DetectConfig, exclude=("online",))
+@config_options(ReadConfig, arg="read")
 @sinks_option
 @click.option("--fail-under", type=click.FloatRange(min=0), default=None, help="Exit 3 when macro-F1 is below this.")
 @output_option("Also write one row per trace (id, class, label, score, attack, effect, reachability_effect).",
                suffixes=(".csv", ".jsonl", ".parquet"))
-def evaluate(run, traces, model_file, cfg, sinks_file, fail_under, output):
+def evaluate(run, traces, model_file, cfg, read, sinks_file, fail_under, output):
     """Score labelled traces: macro-F1, AUROC, precision, recall, attack-chain edge recall.
 
     \b
     JSON keys: macro_f1, auroc, precision, recall, edge_recall, llm_calls, n, n_attack,
     threshold, reachability_macro_f1, by_class (detection rate per class when traces carry
-    one), output.
+    one), calibration (ece, brier, reliability bins of p_compromised), read, output.
     Examples:
       trace-injection eval test.jsonl --model head.json --json
       trace-injection eval test.jsonl --fail-under 0.9 -o per-trace.csv
@@ -208,14 +235,15 @@ def evaluate(run, traces, model_file, cfg, sinks_file, fail_under, output):
     run.output(output)
     head = _head(run, model_file)
     sinks = _sinks(run, sinks_file)
-    res = evaluate_traces(cfg, _load(run, traces), sinks=sinks, head=head)
+    items, stats = _load(run, traces, read)
+    res = evaluate_traces(cfg, items, sinks=sinks, head=head)
     if output is not None:
         write_rows(output, res.rows)
         run.wrote(output)
     macro = res.summary["macro_f1"]
     if fail_under is not None and macro < fail_under:
         run.fail_check(f"macro-F1 {macro:.4f} is below --fail-under {fail_under}")
-    return {**res.summary, "output": output}
+    return {**res.summary, "read": stats, "output": output}
 
 
 @cli.command()

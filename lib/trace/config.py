@@ -34,15 +34,14 @@ DEFAULT_SINKS: dict[str, str] = {
 # content are untrusted unless the trace says otherwise.
 TRUSTED_ROLES = ("system", "user", "developer")
 
-# Instruction-likeness cues (content only; never the trace's ground-truth flags).
+# Instruction-likeness cues (content only; never the trace's ground-truth flags): generic cues from
+# the prompt-injection literature and AgentDojo's published attacks, none taken from make-dataset's
+# own templates. A weak feature only (piece scores; see graph.py), never the gate of a treatment.
 MARKERS = (
     r"<information>", r"</information>", r"\bignore (all |your |the )?(previous|prior|earlier|above)",
-    r"\bdisregard\b", r"\binstead\b", r"###\s*\(?system", r"\bsystem[_ ]message\b", r"\btodo\s*:",
+    r"\bdisregard\b", r"###\s*\(?system", r"\bsystem[_ ]message\b", r"\btodo\s*:",
     r"\bimportant\s*!+", r"\bbefore you (can )?(solve|do|continue|answer)", r"\b(ai|the) (assistant|model|agent)\b",
-    r"\bnote (for|to) the (assistant|ai|agent|model)\b", r"\bfollow (this|these|the following)\b",
-    r"\bnew instructions?\b", r"\bautomated notice\b", r"\bmaintenance step\b", r"\bon behalf of\b",
-    r"\bcould you\b", r"\bplease do\b", r"\bthe task (that )?i gave you\b", r"\basked for this\b",
-    r"\bone more thing\b",
+    r"\bnew instructions?\b",
 )
 MARKER_RE = re.compile("|".join(MARKERS), re.IGNORECASE)
 
@@ -74,6 +73,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "info": ("info", "information", "address", "details"),
     "post": ("post", "publish", "upload"),
     "invite": ("invite", "add"),
+    "create": ("create", "add", "make", "schedule", "new", "set"),
+    "add": ("add", "create", "invite", "include", "put"),
 }
 GENERIC_TOKENS = {"get", "read", "list", "search", "all", "by", "to", "from", "for", "the", "of", "user", "info",
                   "direct", "current", "id", "ids", "day", "a", "in", "on", "with", "and"}
@@ -86,6 +87,8 @@ DEFAULTS = {
     "leak": 0.05,              # noisy-OR leak of every action (beta_task of the repository's SCM)
     "max_depth": 50,           # slicing depth
     "max_frontier": 20,        # exact propagation keeps a joint over at most 2^20 frontier states
+    "candidates": "untrusted",
+    "answer_sink": False,      # the final answer counts as a sink of the verdict (off: it has no side effect)  # treatments: every untrusted span ("markers": instruction-like segments only)
 }
 
 # Confidence of each edge inference strategy (reconstructed; the paper's values are not known).
@@ -97,6 +100,9 @@ CONFIDENCE = {
     "fuzzy": 0.8,              # (d) similarity >= threshold (scaled by the similarity)
     "delegation": 0.9,         # (c) orchestrator -> sub-agent
     "instruction": 0.95,       # trust_transfer: j's call pattern is spelled out in i's text
+    "marked_overlap": 0.95,    # the same three out of an instruction-like segment (the weak feature:
+    "marked_fuzzy": 0.8,       # the same prior, fitted apart by EM)
+    "marked_instruction": 0.95,
     "sequence": 0.9,           # (b) the trusted task -> a compatible action (scaled by support)
     "state": 0.9,              # state_enablement (login -> protected call); never a trigger
 }
@@ -157,6 +163,18 @@ JUDGE_URL_HELP = {"help": "Base URL of an OpenAI-compatible endpoint for the opt
 
 
 @dataclass
+class ReadConfig:
+    """How traces are read (every subcommand that reads traces)."""
+
+    label: str = field(default="compromised", metadata={
+        "help": "Label of recorded AgentDojo runs: compromised (attacked and security true) or attacked "
+                "(an injection task present).", "choices": ("compromised", "attacked")})
+    strict_ids: bool = field(default=False, metadata={
+        "help": "Refuse tool results with an empty tool_call_id (default: pair them with the pending calls "
+                "by position and count the repairs)."})
+
+
+@dataclass
 class DetectConfig:
     """Settings of ``detect`` and ``eval`` (the causal detector and the optional LLM judge).
 
@@ -166,6 +184,9 @@ class DetectConfig:
     threshold: float = field(default=DEFAULTS["threshold"], metadata=THRESHOLD_HELP)
     judge_url: str | None = field(default=None, metadata=JUDGE_URL_HELP)
     judge_model: str = field(default="default", metadata={"help": "Model name sent to the judge endpoint."})
+    online: bool = field(default=False, metadata={
+        "help": "Online mode (detect only): score every sink call from the events before it, as a gate in an "
+                "agent loop would; one record per call."})
 
 
 @dataclass
@@ -183,8 +204,10 @@ class FitConfig:
     """Settings of ``fit``."""
 
     head: str = field(default="threshold", metadata={
-        "help": "threshold: learn the effect threshold only; logreg / forest: a learned head on the causal "
-                "features.", "choices": ("threshold", "logreg", "forest")})
+        "help": "threshold: learn the effect threshold only; em: fit the SCM's edge confidences and leak by "
+                "maximum likelihood (EM, hand-set values as the prior; reconstructed), then the threshold on "
+                "P(compromised); logreg / forest: a learned head on the causal features.",
+        "choices": ("threshold", "em", "logreg", "forest")})
 
 
 @dataclass
@@ -195,6 +218,9 @@ class GenerateConfig:
         "help": "Comma-separated AgentDojo suites (benchmark v1.2.2)."})
     max_pairs: int | None = field(default=None, metadata={
         "help": "Keep a seeded random subset of this many (user task, injection task) pairs per suite.", "min": 1})
+    family: str = field(default="default", metadata={
+        "help": "Attack templates: default (8 templates) or paraphrase (a held-out family of plain "
+                "paraphrases, for testing unseen phrasings).", "choices": ("default", "paraphrase")})
 
     def check(self) -> None:
         known = _suites()

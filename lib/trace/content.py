@@ -67,6 +67,15 @@ def instruction_score(piece: str) -> float:
     return min(1.0, score)
 
 
+def scored_pieces(text: str, scorer=None) -> list[tuple[tuple[int, int], float]]:
+    """((start, end), instruction score) of every line/sentence piece of ``text``; ``scorer(piece,
+    score)`` (optional, the LLM judge) rescores them."""
+    out = [((a, b), instruction_score(text[a:b])) for a, b in _pieces(text)]
+    if scorer is not None:
+        out = [(sp, scorer(text[sp[0]:sp[1]], sc)) for sp, sc in out]
+    return out
+
+
 def _pieces(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the lines and sentences of ``text``."""
     out = []
@@ -115,17 +124,16 @@ def unwrap(text: str) -> str:
     return "\n".join(out)
 
 
-def segments(text: str, threshold: float = 0.5, scorer=None) -> list[dict]:
+def segments(text: str, threshold: float = 0.5, scorer=None, scored=None) -> list[dict]:
     """Injection-candidate segments of an untrusted text: a run starts at a piece scoring >=
     ``threshold`` and extends forward over pieces scoring >= 0.3 and short filler lines (hysteresis,
     so the goal sentence inside a marked block joins it); a strong piece carries the rest of its line. Returns [{"start", "end", "text", "score"}]. ``scorer`` (optional) rescores ambiguous pieces
-    (the LLM judge)."""
-    spans = _pieces(text)
-    if not spans:
+    (the LLM judge); ``scored`` passes the pieces of :func:`scored_pieces` already computed."""
+    scored = scored if scored is not None else scored_pieces(text, scorer)
+    if not scored:
         return []
-    scores = [instruction_score(text[a:b]) for a, b in spans]
-    if scorer is not None:
-        scores = [scorer(text[a:b], s) for (a, b), s in zip(spans, scores)]
+    spans = [sp for sp, _ in scored]
+    scores = [sc for _, sc in scored]
     out, run = [], []
 
     def close():

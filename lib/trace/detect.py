@@ -13,20 +13,31 @@ from collections import deque
 
 from icmlkit.lib.trace import scm
 from icmlkit.lib.trace.config import DEFAULTS
-from icmlkit.lib.trace.graph import TRIGGER_TYPES, TraceGraph, build_graph
+from icmlkit.lib.trace.graph import TRIGGER_TYPES, TraceGraph, build_graph, reweight
 
-FEATURES = ("effect", "p_blocked", "reach_effect", "max_candidate_effect", "n_candidates", "max_candidate_score",
+FEATURES = ("effect", "p_compromised", "p_blocked", "reach_effect", "max_candidate_effect", "n_candidates", "max_candidate_score",
             "n_sinks_after", "cross_domain_data_dependency", "num_cross_domain_edges", "chain_depth",
             "max_bottleneck_score", "min_sequence_support")
 
 
-def _node_params(g: TraceGraph, include_state: bool = False):
+def verdict_sinks(g: TraceGraph, p: dict) -> list[str]:
+    """The sinks the verdict looks at: sink calls after the first treatment (the final answer only with
+    ``answer_sink``); with ``sink_id`` (online mode) that one call only."""
+    cands = [v.order for v in g.nodes.values() if v.candidate]
+    first = min(cands, default=math.inf)
+    out = [n for n, v in g.nodes.items() if v.sink and v.order > first and (v.sink != "answer" or p["answer_sink"])]
+    if p.get("sink_id") is not None:
+        out = [n for n in out if n == p["sink_id"]]
+    return out
+
+
+def _node_params(g: TraceGraph, include_state: bool = False, action_leak: float = scm.LEAK_ACTION):
     parents = g.trigger_parents(include_state)
     leak, order = {}, {}
     for n, v in g.nodes.items():
         order[n] = v.order
         if v.kind == "ACTION":
-            leak[n] = scm.LEAK_ACTION
+            leak[n] = action_leak
         elif not parents[n]:
             leak[n] = -1.0  # exogenous content / the task: present
         else:
@@ -68,7 +79,8 @@ def slice_and_chain(g: TraceGraph, parents: dict, candidates: list, sink: str, m
             if u in sl:
                 G.add_edge(u, v, weight=-math.log(max(c, 1e-9)))
     best, chain_nodes = math.inf, []
-    for c in candidates:
+    # on equal weight the most specific treatment wins: a segment before the span that holds it
+    for c in sorted(candidates, key=lambda n: g.nodes[n].kind != "SEGMENT"):
         if c in G and sink in G:
             try:
                 d, path = nx.single_source_dijkstra(G, c, sink, weight="weight")
@@ -97,14 +109,19 @@ def slice_and_chain(g: TraceGraph, parents: dict, candidates: list, sink: str, m
             "bottlenecks": bottlenecks}
 
 
-def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer=None) -> dict:
-    """Run CausalTrace on one trace; returns the verdict with graph, chain and features."""
+def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer=None, graph=None) -> dict:
+    """Run CausalTrace on one trace; returns the verdict with graph, chain and features.
+
+    ``params`` override :data:`.config.DEFAULTS`; ``confidence`` (strategy -> theta, e.g. from
+    :func:`.em.fit_em`) and ``leak`` set the SCM; ``sink_id`` restricts the verdict to one sink call
+    and ``light`` skips what a gate does not need (per-candidate effects, the reachability verdict,
+    slicing; online mode). ``graph`` reuses a graph built by :func:`.graph.build_graph` for this trace."""
+    from icmlkit.lib.trace import em
     p = {**DEFAULTS, **(params or {})}
-    g = build_graph(trace, sinks, p, scorer)
-    parents, leak, order = _node_params(g, bool(p.get("include_state", False)))
+    g = reweight(graph if graph is not None else build_graph(trace, sinks, p, scorer), p.get("confidence"))
+    parents, leak, order = _node_params(g, bool(p.get("include_state", False)), p["leak"])
     cands = [n for n, v in g.nodes.items() if v.candidate]
-    first = min((g.nodes[c].order for c in cands), default=math.inf)
-    sinks_after = [n for n, v in g.nodes.items() if v.sink and v.order > first]
+    sinks_after = verdict_sinks(g, p)
     best = {"sink": None, "ate": 0.0, "p_blocked": None, "p_do1": None, "per_candidate": {}, "exact": True}
     reach_best, reach_pair = 0.0, None
     roots = [n for n, v in g.nodes.items() if v.kind == "TASK" and v.trusted] + cands
@@ -113,17 +130,17 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
         cs = [c for c in cands if c in anc]
         if not cs:
             continue
-        r = scm.effects(parents, leak, order, s, cs, p["max_frontier"])
+        r = scm.effects(parents, leak, order, s, cs, p["max_frontier"], not p.get("light"))
         if best["sink"] is None or r["ate"] > best["ate"]:
             best = {"sink": s, **r}
-        for c in cs:
+        for c in (() if p.get("light") else cs):
             re_ = scm.reachability_effect(parents, roots, c, s)
             if re_ > reach_best:
                 reach_best, reach_pair = re_, (c, s)
     threshold = p["threshold"]
     effect = max(0.0, best["ate"])
     chain_info = {"chain": [], "chain_nodes": [], "bottlenecks": [], "slice": []}
-    if best["sink"] is not None:
+    if best["sink"] is not None and not p.get("light"):
         cs = [c for c, v in best["per_candidate"].items()]
         chain_info = slice_and_chain(g, parents, cs, best["sink"], p["max_depth"])
     # features of the learned head (the repository's feature names where they exist)
@@ -133,8 +150,11 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
     cross_sink = max((e.confidence for e in cross if e.type == "data_dependency" and g.nodes[e.dst].sink
                       and (g.nodes[e.src].candidate)), default=0.0)
     seq = [e.confidence for e in g.edges if e.strategy == "sequence" and g.nodes[e.dst].sink]
+    theta = em.theta_vector(p.get("confidence"))
+    p_comp = float(em.probability(em.sink_factors([g], [sinks_after]), theta, p["leak"])[0][0])
     feats = {
         "effect": effect,
+        "p_compromised": p_comp,
         "p_blocked": best["p_blocked"] if best["p_blocked"] is not None else 0.0,
         "reach_effect": reach_best,
         "max_candidate_effect": max(best["per_candidate"].values(), default=0.0),
@@ -151,6 +171,7 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
         "id": trace.id,
         "attack": bool(effect >= threshold),
         "effect": round(effect, 6),
+        "p_compromised": round(p_comp, 6),
         "p_blocked": None if best["p_blocked"] is None else round(best["p_blocked"], 6),
         "p_do1": None if best["p_do1"] is None else round(best["p_do1"], 6),
         "sink": best["sink"],
@@ -170,12 +191,44 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
 def verdict_record(res: dict, llm_calls: int = 0, score: float | None = None) -> dict:
     """The JSONL record of ``detect``: id, attack, effect, p_blocked, reachability, chain, llm_calls
     (+ sink, score when a learned head is used)."""
-    rec = {"id": res["id"], "attack": res["attack"], "effect": res["effect"], "p_blocked": res["p_blocked"],
+    rec = {"id": res["id"], "attack": res["attack"], "effect": res["effect"], "p_compromised": res["p_compromised"],
+           "p_blocked": res["p_blocked"],
            "reachability": res["reachability"]["attack"], "reachability_effect": res["reachability"]["effect"],
            "chain": res["chain"], "llm_calls": llm_calls, "sink": res["sink"], "exact": res["exact"]}
     if score is not None:
         rec["score"] = round(float(score), 6)
     return rec
+
+
+def online_scores(trace, sinks: dict | None = None, params: dict | None = None, scorer=None,
+                  score_key: str = "effect") -> list[dict]:
+    """Online mode (a gate inside the agent loop): every sink call of ``trace`` scored from the events
+    *before* it (the trace cut right after the call, its own result and everything later dropped, the
+    labels never passed on). One record per call: call (event id), index, function, score (the
+    ``score_key`` of the verdict: effect, or p_compromised for a fitted SCM), effect, p_compromised,
+    latency_ms (the wall time of that one decision)."""
+    import time
+
+    from icmlkit.lib.trace.schema import Trace
+
+    p = {**DEFAULTS, **(params or {})}
+    out = []
+    for k, ev in enumerate(trace.events):
+        if ev.kind != "ACTION":
+            continue
+        from icmlkit.lib.trace.config import sink_category
+
+        cat = sink_category(ev.function, sinks)
+        if cat is None or (cat == "answer" and not p["answer_sink"]):
+            continue
+        t0 = time.perf_counter()
+        prefix = Trace(trace.id, trace.events[: k + 1], {}, trace.source)
+        res = analyse(prefix, sinks, {**p, "sink_id": ev.id, "light": True}, scorer)
+        ms = (time.perf_counter() - t0) * 1000.0
+        out.append({"id": trace.id, "call": ev.id, "index": ev.index, "function": ev.function,
+                    "score": res["features"][score_key] if score_key != "effect" else res["effect"],
+                    "effect": res["effect"], "p_compromised": res["p_compromised"], "latency_ms": round(ms, 3)})
+    return out
 
 
 def edge_recall_counts(trace, res: dict) -> tuple[int, int]:

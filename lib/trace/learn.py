@@ -6,8 +6,9 @@
   features (``detect.FEATURES``); saved as JSON (coefficients, or the forest's tree arrays), so no
   pickle is ever loaded.
 - Baselines: :func:`keyword_scores` (regex/keyword injection detector over tool outputs),
-  :class:`TfidfBaseline` (TF-IDF + logistic regression on the flattened trace), :func:`sink_scores`
-  (the "sink present" rule).
+  :class:`TfidfBaseline` (TF-IDF + logistic regression on the flattened trace or the tool outputs),
+  :func:`sink_scores` (the "sink present" rule); ablations on the typed graph: :func:`chain_product`
+  and :func:`copy_rule`.
 """
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ class Head:
 
     def fit(self, feats: list[dict], y) -> "Head":
         y = np.asarray(y, dtype=int)
-        if self.kind == "threshold":
-            self.threshold = fit_threshold(y, [f["effect"] for f in feats])
+        if self.kind in ("threshold", "em"):  # em: theta and leak come from .em.fit_em (pipeline.fit)
+            self.threshold = fit_threshold(y, self.score(feats))
             return self
         X = self._X(feats)
         if self.kind == "logreg":
@@ -107,6 +108,8 @@ class Head:
     def score(self, feats: list[dict]) -> np.ndarray:
         if self.kind == "threshold":
             return np.array([float(f["effect"]) for f in feats])
+        if self.kind == "em":
+            return np.array([float(f["p_compromised"]) for f in feats])
         X = self._X(feats)
         if self.kind == "logreg":
             z = (X - np.array(self.params["mean"])) / np.array(self.params["scale"])
@@ -126,6 +129,12 @@ class Head:
             out += p[node]
         return out / len(self.params["trees"])
 
+    def analysis_params(self) -> dict:
+        """Settings the analysis needs for this head: a fitted SCM's confidences and leak (em)."""
+        if self.kind != "em":
+            return {}
+        return {"confidence": dict(self.params["theta"]), "leak": float(self.params["leak"])}
+
     def to_json(self) -> dict:
         return {"format": "icmlkit-trace-head/1", "kind": self.kind, "features": self.features,
                 "threshold": self.threshold, "seed": self.seed, "params": self.params}
@@ -137,8 +146,8 @@ class Head:
         for k in ("kind", "features", "threshold", "params"):
             if k not in data:
                 raise InputError(f"field {k!r}: missing", path)
-        if data["kind"] not in ("threshold", "logreg", "forest"):
-            raise InputError(f"field 'kind': expected threshold, logreg or forest, got {data['kind']!r}", path)
+        if data["kind"] not in ("threshold", "logreg", "forest", "em"):
+            raise InputError(f"field 'kind': expected threshold, logreg, forest or em, got {data['kind']!r}", path)
         from icmlkit.lib.trace.detect import FEATURES
 
         feats = data["features"]
@@ -147,13 +156,22 @@ class Head:
         if isinstance(data["threshold"], bool) or not isinstance(data["threshold"], (int, float)):
             raise InputError("field 'threshold': expected a number", path)
         params = data["params"]
-        need = {"threshold": (), "logreg": ("mean", "scale", "coef", "intercept"), "forest": ("trees",)}[data["kind"]]
+        need = {"threshold": (), "logreg": ("mean", "scale", "coef", "intercept"), "forest": ("trees",),
+                "em": ("theta", "leak")}[data["kind"]]
         if not isinstance(params, dict) or any(k not in params for k in need):
             raise InputError(f"field 'params': expected an object with {', '.join(need) or 'any fields'}", path)
         head = cls(data["kind"], feats, float(data["threshold"]), int(data.get("seed", 0) or 0), params)
         try:  # the arrays must fit the features: score one all-zero sample
-            if not np.isfinite(head.score([dict.fromkeys(feats + ["effect"], 0.0)])).all():
+            if not np.isfinite(head.score([dict.fromkeys(feats + ["effect", "p_compromised"], 0.0)])).all():
                 raise ValueError("non-finite score")
+            if data["kind"] == "em":
+                from icmlkit.lib.trace.em import STRATEGIES
+
+                th = params["theta"]
+                if (not isinstance(th, dict) or set(th) - set(STRATEGIES)
+                        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
+                               for v in list(th.values()) + [params["leak"]])):
+                    raise ValueError(f"theta must map strategies of {', '.join(STRATEGIES)} and leak to [0, 1]")
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise InputError(f"field 'params': does not fit the {len(feats)} features ({exc})", path) from None
         return head
@@ -183,6 +201,27 @@ def sink_scores(traces, sinks: dict | None = None) -> np.ndarray:
                                for e in t.events if e.kind == "ACTION")) for t in traces])
 
 
+def chain_product(g, sinks: list[str]) -> float:
+    """Ablation "product along the chain": the largest product of edge confidences over trigger paths
+    from a treatment (untrusted span) to one of ``sinks`` (no competing cause, no noisy-OR)."""
+    best = {n: (1.0 if v.candidate else 0.0) for n, v in g.nodes.items()}
+    into: dict = {}
+    for e in g.trigger_edges():
+        into.setdefault(e.dst, []).append(e)
+    for n in g.order():
+        for e in into.get(n, ()):
+            best[n] = max(best[n], best[e.src] * e.confidence)
+    return max((best[s] for s in sinks), default=0.0)
+
+
+def copy_rule(g, sinks: list[str]) -> float:
+    """Ablation "copy rule": the strongest content-overlap edge (an argument value copied) from an
+    untrusted span into one of ``sinks``."""
+    ss = set(sinks)
+    return max((e.weight for e in g.edges if e.dst in ss and e.strategy.removeprefix("marked_") in ("overlap", "fuzzy")
+                and g.nodes[e.src].candidate), default=0.0)
+
+
 def flatten(trace) -> str:
     parts = []
     for e in trace.events:
@@ -194,17 +233,24 @@ def flatten(trace) -> str:
 
 
 class TfidfBaseline:
-    """TF-IDF (word 1-2 grams) + class-balanced logistic regression on the flattened trace (decision
+    """TF-IDF (word 1-2 grams) + class-balanced logistic regression on the flattened trace, or with
+    ``text="tools"`` on the tool outputs only (the content classifier a user would pick; decision
     threshold 0.5 on its probability)."""
+
+    def __init__(self, text: str = "trace"):
+        self.text = text
+
+    def _docs(self, traces):
+        return [flatten(t) if self.text == "trace" else _tool_text(t) for t in traces]
 
     def fit(self, traces, y):
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
 
         self.vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, max_features=50000, sublinear_tf=True)
-        X = self.vec.fit_transform([flatten(t) for t in traces])
+        X = self.vec.fit_transform(self._docs(traces))
         self.clf = LogisticRegression(max_iter=2000, C=4.0, class_weight="balanced").fit(X, np.asarray(y, dtype=int))
         return self
 
     def score(self, traces) -> np.ndarray:
-        return self.clf.predict_proba(self.vec.transform([flatten(t) for t in traces]))[:, 1]
+        return self.clf.predict_proba(self.vec.transform(self._docs(traces)))[:, 1]

@@ -19,17 +19,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.trace.config import DetectConfig, ExplainConfig, FitConfig, GenerateConfig
-from icmlkit.lib.trace.detect import analyse, edge_recall_counts, verdict_record
+from icmlkit.lib.trace.config import DetectConfig, ExplainConfig, FitConfig, GenerateConfig, ReadConfig
+from icmlkit.lib.trace.detect import analyse, edge_recall_counts, online_scores, verdict_record
 from icmlkit.lib.trace.learn import Head, metrics
 
 
-def load_traces(paths) -> list:
-    """Every trace of ``paths`` (each read by :func:`.readers.read_traces`); an id that two files
-    share becomes ``<file>:<id>``."""
-    from icmlkit.lib.trace.readers import read_traces
+def load_traces(paths, read: ReadConfig | None = None, stats=None) -> list:
+    """Every trace of ``paths`` (each read by :func:`.readers.read_traces` with the label and id policy
+    of ``read``); an id that two files share becomes ``<file>:<id>``. ``stats`` (a
+    :class:`.readers.ReadStats`) collects the repairs and skipped runs."""
+    from icmlkit.lib.trace.readers import ReadOptions, ReadStats, read_traces
 
-    traces = [t for p in paths for t in read_traces(p)]
+    read = read or ReadConfig()
+    opts = ReadOptions(read.label, read.strict_ids, stats if stats is not None else ReadStats())
+    traces = [t for p in paths for t in read_traces(p, opts)]
     seen: set = set()
     if len({t.id for t in traces}) != len(traces):
         for t in traces:
@@ -78,13 +81,18 @@ class DetectResult:
 def detect(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head | None = None,
            progress=None) -> DetectResult:
     """Verdict per trajectory. With ``head`` (a model from :func:`fit`) the head's score on the
-    causal features decides ``attack``; ``progress`` wraps the loop (e.g. a progress bar)."""
+    causal features decides ``attack`` (an ``em`` head also sets the SCM's confidences); ``progress``
+    wraps the loop (e.g. a progress bar). With ``cfg.online`` one record per sink call instead
+    (:func:`online`)."""
+    if cfg.online:
+        return online(cfg, traces, sinks=sinks, head=head, progress=progress)
     scorer = make_scorer(cfg)
+    params = {"threshold": cfg.threshold, **(head.analysis_params() if head else {})}
     t0 = time.perf_counter()
     records = []
     for t in (progress(traces) if progress else traces):
         before = scorer.calls if scorer else 0
-        res = analyse(t, sinks, {"threshold": cfg.threshold}, scorer)
+        res = analyse(t, sinks, params, scorer)
         calls = (scorer.calls - before) if scorer else 0
         score = None
         if head is not None:
@@ -95,6 +103,35 @@ def detect(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head |
     summary = {"n": len(records), "attacks": sum(r["attack"] for r in records),
                "llm_calls": sum(r["llm_calls"] for r in records), "seconds": round(secs, 3),
                "traces_per_second": round(len(records) / secs, 2) if secs > 0 else None}
+    return DetectResult(records, summary)
+
+
+def online(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head | None = None,
+           progress=None) -> DetectResult:
+    """Online mode: every sink call scored from the events before it (:func:`.detect.online_scores`);
+    ``blocked`` when the score reaches the threshold (``cfg.threshold`` on the effect, or the head's
+    threshold on P(compromised) for an ``em`` head). Summary: calls, blocked, traces_with_block,
+    latency_ms_median / latency_ms_p99 (one decision), llm_calls."""
+    import numpy as np
+
+    if head is not None and head.kind not in ("threshold", "em"):
+        raise InputError("--online takes a threshold or em model (a learned head needs the whole trace)",
+                         "--model")
+    scorer = make_scorer(cfg)
+    key = "p_compromised" if head is not None and head.kind == "em" else "effect"
+    thr = head.threshold if head is not None else cfg.threshold
+    params = {"threshold": thr, **(head.analysis_params() if head else {})}
+    records = []
+    before = scorer.calls if scorer else 0
+    for t in (progress(traces) if progress else traces):
+        for r in online_scores(t, sinks, params, scorer, key):
+            records.append({**r, "blocked": bool(r["score"] >= thr)})
+    lat = np.array([r["latency_ms"] for r in records]) if records else np.zeros(1)
+    summary = {"n": len(traces), "calls": len(records), "blocked": sum(r["blocked"] for r in records),
+               "traces_with_block": len({r["id"] for r in records if r["blocked"]}),
+               "latency_ms_median": round(float(np.median(lat)), 3),
+               "latency_ms_p99": round(float(np.percentile(lat, 99)), 3),
+               "llm_calls": (scorer.calls - before) if scorer else 0}
     return DetectResult(records, summary)
 
 
@@ -138,15 +175,38 @@ class FitResult:
 
 
 def fit(cfg: FitConfig, traces, *, sinks: dict | None = None, seed: int = 0) -> FitResult:
-    """Fit the effect threshold (``head="threshold"``) or a logistic-regression / random-forest head
-    on the causal features of labelled traces (macro-F1-optimal decision threshold)."""
+    """Fit the effect threshold (``head="threshold"``), the SCM's edge confidences and leak by EM
+    (``head="em"``, :func:`.em.fit_em`; then the threshold on P(compromised)), or a logistic-regression /
+    random-forest head on the causal features of labelled traces (macro-F1-optimal decision threshold)."""
+    from icmlkit.lib.trace.em import calibration
+
     y = labels_of(traces)
-    feats = [analyse(t, sinks)["features"] for t in traces]
-    head = Head(cfg.head, seed=seed).fit(feats, y)
+    extra = {}
+    if cfg.head == "em":
+        head, fitted = fit_scm(traces, y, sinks=sinks)
+        extra = {"theta": fitted.theta, "leak": fitted.leak, "em_iterations": fitted.iterations}
+    else:
+        head = Head(cfg.head, seed=seed)
+    feats = [analyse(t, sinks, head.analysis_params())["features"] for t in traces]
+    head.fit(feats, y)
     m = metrics(y, head.score(feats), head.threshold)
     summary = {"n": len(traces), "head": cfg.head, "threshold": head.threshold, "train_macro_f1": m["macro_f1"],
-               "train_auroc": m["auroc"], "features": head.features}
+               "train_auroc": m["auroc"], "features": head.features, **extra,
+               "train_calibration": calibration([f["p_compromised"] for f in feats], y)}
     return FitResult(head, summary)
+
+
+def fit_scm(traces, y, *, sinks: dict | None = None, graphs=None, strength: float = 5.0):
+    """EM fit of the SCM (:func:`.em.fit_em`) on labelled traces (graphs built with the prior unless
+    given) -> (an ``em`` :class:`.learn.Head` without its threshold yet, the :class:`.em.EMFit`)."""
+    from icmlkit.lib.trace.config import DEFAULTS
+    from icmlkit.lib.trace.detect import verdict_sinks
+    from icmlkit.lib.trace.em import fit_em, sink_factors
+    from icmlkit.lib.trace.graph import build_graph
+
+    graphs = graphs if graphs is not None else [build_graph(t, sinks) for t in traces]
+    fitted = fit_em(sink_factors(graphs, [verdict_sinks(g, DEFAULTS) for g in graphs]), y, strength=strength)
+    return Head("em", params={"theta": fitted.theta, "leak": fitted.leak}), fitted
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -171,11 +231,13 @@ class EvalResult:
 
 def evaluate(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head | None = None) -> EvalResult:
     """Score labelled traces with the default causal detector (effect >= ``cfg.threshold``) or ``head``."""
+    from icmlkit.lib.trace.em import calibration
+
     y = labels_of(traces)
     head = head or Head("threshold", threshold=cfg.threshold)
     scorer = make_scorer(cfg)
     t0 = time.perf_counter()
-    res = [analyse(t, sinks, None, scorer) for t in traces]
+    res = [analyse(t, sinks, head.analysis_params(), scorer) for t in traces]
     secs = time.perf_counter() - t0
     scores = head.score([r["features"] for r in res])
     m = metrics(y, scores, head.threshold)
@@ -195,7 +257,8 @@ def evaluate(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head
                "edge_recall": (found / total) if total else None, "llm_calls": scorer.calls if scorer else 0,
                "n": len(traces), "n_attack": int(sum(y)), "threshold": head.threshold,
                "reachability_macro_f1": reach["macro_f1"],
-               "by_class": {c: round(a / b, 4) for c, (a, b) in sorted(by.items())}}
+               "by_class": {c: round(a / b, 4) for c, (a, b) in sorted(by.items())},
+               "calibration": calibration([r["p_compromised"] for r in res], y)}
     rows = [{"id": t.id, "class": t.meta.get("class"), "label": t.label, "score": float(s),
              "attack": bool(s >= head.threshold), "effect": r["effect"],
              "reachability_effect": r["reachability"]["effect"]} for t, r, s in zip(traces, res, scores)]
@@ -219,7 +282,7 @@ def generate(cfg: GenerateConfig, *, seed: int = 0) -> GenerateResult:
     :func:`.agentdojo_data.generate`); deterministic for a seed."""
     from icmlkit.lib.trace.agentdojo_data import generate as replay
 
-    items = list(replay(seed=seed, suites=tuple(cfg.suites), max_pairs_per_suite=cfg.max_pairs))
+    items = list(replay(seed=seed, suites=tuple(cfg.suites), max_pairs_per_suite=cfg.max_pairs, family=cfg.family))
     stats = items.pop()
     summary = {"n": len(items), "counts": stats.counts, "dropped": stats.dropped, "values_varied": stats.values_varied,
                "suites": list(cfg.suites)}

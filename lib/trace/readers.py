@@ -9,8 +9,17 @@ Formats, detected per record:
 - **AgentDojo-style message lists**: a JSON list of messages, or ``{"messages": [...], ...}``; roles
   system / user (trusted), assistant (with ``tool_calls`` [{id, function, args}]), tool (results,
   untrusted external content; ``tool_call_id`` names the call).
+- **Recorded AgentDojo runs** (``agentdojo_runs`` exports): line 1 is a header ``{"metadata": {...}}``
+  (no messages), each later line ``{index, messages, metadata, annotations}`` with messages in the
+  OpenAI chat format. Labels come from ``metadata`` (:data:`LABELS`: ``compromised`` = an
+  injection task and ``security`` true; ``attacked`` = an injection task); class P / N2 / N1.
+  A run without messages is skipped and counted (:class:`ReadStats`).
 - **Generic JSONL steps**: one ``{step, role, tool, args, output}`` record per line (optional
   ``trace`` to hold several trajectories in one file, ``trust``, ``agent``, ``produced``, ``consumed``).
+
+Tool results whose ``tool_call_id`` is empty or missing (several pipelines export them so) are
+paired with the pending calls of the last assistant turns **by position** (first unanswered call
+first) and counted in :class:`ReadStats`; ``strict_ids=True`` refuses them instead.
 
 A file may be one JSON document (a trace or a list of traces) or JSONL (one trace per line, or one
 step per line). Every malformed record raises :class:`InputError` naming the file, the line and the
@@ -19,6 +28,8 @@ field. Labels and ground truth go to ``Trace.meta`` only.
 from __future__ import annotations
 
 import json
+from collections import deque
+from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.io import display_name, open_text, parse_json
@@ -29,9 +40,33 @@ META_KEYS = ("label", "class", "suite", "user_task", "injection_task", "template
              "attack_type", "vectors")
 
 
+LABELS = ("compromised", "attacked")
+
+
+@dataclass
+class ReadStats:
+    """What the readers repaired or skipped: ``repaired_ids`` (tool results paired with their call by
+    position), ``skipped_empty`` (recorded runs without messages), ``runs`` (recorded-run records read)."""
+
+    repaired_ids: int = 0
+    skipped_empty: int = 0
+    runs: int = 0
+
+    def as_dict(self) -> dict:
+        return {"repaired_ids": self.repaired_ids, "skipped_empty": self.skipped_empty, "runs": self.runs}
+
+
+@dataclass
+class ReadOptions:
+    label: str = "compromised"     # compromised | attacked (recorded runs)
+    strict_ids: bool = False       # refuse tool results with an empty tool_call_id
+    stats: ReadStats = field(default_factory=ReadStats)
+
+
 class _Where:
-    def __init__(self, path, line=None):
+    def __init__(self, path, line=None, opts: ReadOptions | None = None):
         self.path, self.line = display_name(path), line
+        self.opts = opts or ReadOptions()
 
     def fail(self, field: str, msg: str):
         raise InputError(f"{field}: {msg}", self.path, self.line)
@@ -66,6 +101,7 @@ def from_messages(messages, tid: str, where: _Where, meta: dict | None = None, b
     events: list[Event] = []
     calls: dict[str, str] = {}
     last_call: list[str] = []
+    pending: deque = deque()  # calls not answered yet, oldest first (pairing by position)
     n = 0
     for i, m in enumerate(messages):
         f = f"{base}messages[{i}]"
@@ -107,6 +143,7 @@ def from_messages(messages, tid: str, where: _Where, meta: dict | None = None, b
                 cid = str(tc.get("id") or f"_call{n}")
                 calls[cid] = eid
                 last_call.append(eid)
+                pending.append(eid)
                 events.append(Event(id=eid, kind="ACTION", trusted=False, function=fn, args=args, index=i,
                                     agent=m.get("agent")))
             if not tcs and content.strip():
@@ -114,18 +151,26 @@ def from_messages(messages, tid: str, where: _Where, meta: dict | None = None, b
                                     args={"text": content}, index=i, agent=m.get("agent")))
         else:  # tool result
             cid = m.get("tool_call_id")
-            parent = None
-            if cid is not None:
+            linked = m.get("tool_call") if isinstance(m.get("tool_call"), dict) else {}
+            if cid not in (None, ""):
                 if str(cid) not in calls:
                     where.fail(f"{f}.tool_call_id", f"{cid!r} names no earlier tool call")
                 parent = calls[str(cid)]
-            elif isinstance(m.get("tool_call"), dict) and m["tool_call"].get("id") in calls:
-                parent = calls[m["tool_call"]["id"]]
-            elif last_call:
-                parent = last_call[-1]
+            elif linked.get("id") not in (None, "") and str(linked["id"]) in calls:
+                parent = calls[str(linked["id"])]
+            elif where.opts.strict_ids:
+                where.fail(f"{f}.tool_call_id", "empty: names no tool call (without --strict-ids such results are "
+                           "paired with the pending calls by position)")
+            elif pending:
+                parent = pending.popleft()
+                where.opts.stats.repaired_ids += 1
+            else:
+                parent = last_call[-1] if last_call else None
+            if parent in pending:
+                pending.remove(parent)
             trusted = bool(m.get("trusted", False))
             events.append(Event(id=f"m{i}", kind="OBSERVATION", trusted=trusted, text=content, parent_call=parent,
-                                index=i, function=m.get("function") or m.get("name")))
+                                index=i, function=m.get("function") or m.get("name") or linked.get("function")))
     return Trace(id=tid, events=events, meta=dict(meta or {}), source=where.path)
 
 
@@ -252,6 +297,55 @@ def from_steps(records: list[tuple[int, dict]], tid: str, where_path) -> Trace:
     return Trace(id=tid, events=events, meta={}, source=display_name(where_path))
 
 
+# --------------------------------------------------------------------------- recorded AgentDojo runs
+
+
+def is_run_header(doc) -> bool:
+    """Line 1 of a recorded-runs export: ``{"metadata": {...}}`` with no trace of its own."""
+    return (isinstance(doc, dict) and isinstance(doc.get("metadata"), dict)
+            and not any(k in doc for k in ("messages", "trajectory", "role", "index")))
+
+
+def run_labels(md: dict, where: _Where) -> dict:
+    """meta of a recorded run from its ``metadata``: suite, pipeline model, task ids, attack type, and
+    the label of ``where.opts.label`` with the class (P = attacked and security true, N2 = attacked,
+    N1 = no attack). security is read only on attacked runs (it is true on every benign run)."""
+    inj = md.get("injection_task_id")
+    if inj is not None and not isinstance(inj, str):
+        where.fail("metadata.injection_task_id", f"expected a string or null, got {inj!r}")
+    sec = md.get("security")
+    if inj is not None and not isinstance(sec, bool):
+        where.fail("metadata.security", f"expected true or false on an attacked run, got {sec!r}")
+    attacked = inj is not None
+    compromised = attacked and bool(sec)
+    meta = {"suite": md.get("suite_name"), "model": md.get("model"), "user_task": md.get("user_task_id"),
+            "injection_task": inj, "attack_type": md.get("attack_type"),
+            "class": "P" if compromised else ("N2" if attacked else "N1")}
+    meta["label"] = int(compromised if where.opts.label == "compromised" else attacked)
+    return meta
+
+
+def from_run(doc, where: _Where, pipeline: str) -> Trace | None:
+    """One ``{index, messages, metadata, annotations}`` record; None (counted) without messages."""
+    if not isinstance(doc, dict):
+        where.fail("record", "expected an object {index, messages, metadata, annotations}")
+    md = doc.get("metadata")
+    if not isinstance(md, dict):
+        where.fail("metadata", "expected an object (suite_name, model, security, injection_task_id, ...)")
+    idx = doc.get("index")
+    if idx is not None and (isinstance(idx, bool) or not isinstance(idx, (int, str))):
+        where.fail("index", f"expected an integer, got {idx!r}")
+    msgs = doc.get("messages")
+    if msgs is None or msgs == []:
+        where.opts.stats.skipped_empty += 1
+        return None
+    meta = run_labels(md, where)
+    meta["pipeline"] = pipeline
+    where.opts.stats.runs += 1
+    tid = f"{pipeline}:{idx if idx is not None else where.line}"
+    return from_messages(msgs, tid, where, meta=meta)
+
+
 # --------------------------------------------------------------------------- dispatch
 
 
@@ -262,8 +356,8 @@ def _meta_of(doc: dict) -> dict:
     return meta
 
 
-def parse_record(doc, path, line=None, default_id="trace") -> Trace:
-    where = _Where(path, line)
+def parse_record(doc, path, line=None, default_id="trace", opts: ReadOptions | None = None) -> Trace:
+    where = _Where(path, line, opts)
     if isinstance(doc, list):
         return from_messages(doc, default_id, where)
     if not isinstance(doc, dict):
@@ -277,8 +371,10 @@ def parse_record(doc, path, line=None, default_id="trace") -> Trace:
                "{step, role, tool, args, output}")
 
 
-def read_traces(path) -> list[Trace]:
-    """All traces of one file (``-`` = stdin, ``.gz`` transparent)."""
+def read_traces(path, opts: ReadOptions | None = None) -> list[Trace]:
+    """All traces of one file (``-`` = stdin, ``.gz`` transparent); ``opts`` sets the label of recorded
+    runs and the tool_call_id policy and collects :class:`ReadStats`."""
+    opts = opts or ReadOptions()
     with open_text(path) as fh:
         text = fh.read()
     name = display_name(path)
@@ -294,9 +390,10 @@ def read_traces(path) -> list[Trace]:
         if doc is not None:
             if isinstance(doc, list) and doc and all(isinstance(d, dict) and ("messages" in d or "trajectory" in d)
                                                      for d in doc):
-                return [parse_record(d, path, None, f"{_stem(name)}:{k}") for k, d in enumerate(doc)]
+                return [parse_record(d, path, None, f"{_stem(name)}:{k}", opts) for k, d in enumerate(doc)]
             one_line = 1 if "\n" not in text.strip() else None
-            return [parse_record(doc, path, one_line, _stem(name))]
+            if not is_run_header(doc):
+                return [parse_record(doc, path, one_line, _stem(name), opts)]
     # JSONL
     rows = []
     for ln, raw in enumerate(text.splitlines(), 1):
@@ -305,6 +402,10 @@ def read_traces(path) -> list[Trace]:
         rows.append((ln, parse_json(raw, name, line=ln)))
     if not rows:
         raise InputError("no records", name)
+    if is_run_header(rows[0][1]):
+        pipeline = str(rows[0][1]["metadata"].get("name") or _stem(name))
+        out = [from_run(r, _Where(path, ln, opts), pipeline) for ln, r in rows[1:]]
+        return [t for t in out if t is not None]
     is_step = [isinstance(r, dict) and "role" in r and "messages" not in r and "trajectory" not in r for _, r in rows]
     if all(is_step):
         groups: dict[str, list] = {}
@@ -314,7 +415,7 @@ def read_traces(path) -> list[Trace]:
     if any(is_step):
         bad = is_step.index(not is_step[0]) if not all(is_step) else 0
         raise InputError("mixes step records and whole traces", name, rows[bad][0])
-    return [parse_record(r, path, ln, f"{_stem(name)}:{ln}") for ln, r in rows]
+    return [parse_record(r, path, ln, f"{_stem(name)}:{ln}", opts) for ln, r in rows]
 
 
 def _stem(name: str) -> str:

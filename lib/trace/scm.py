@@ -156,16 +156,17 @@ def brute_force(parents: dict, leak: dict, order: dict, target: str, do: dict | 
     return total
 
 
-def effects(parents: dict, leak: dict, order: dict, sink: str, candidates: list, max_frontier: int = 20) -> dict:
-    """Counterfactuals for one sink: P(sink | do(all candidates = 1/0)), the joint ATE, and each
-    candidate's own ATE (others following their equations)."""
+def effects(parents: dict, leak: dict, order: dict, sink: str, candidates: list, max_frontier: int = 20,
+            per_candidate: bool = True) -> dict:
+    """Counterfactuals for one sink: P(sink | do(all candidates = 1/0)), the joint ATE, and (with
+    ``per_candidate``) each candidate's own ATE (others following their equations)."""
     exact = True
     p1, e1 = prob(parents, leak, order, sink, {c: 1 for c in candidates}, max_frontier)
     p0, e0 = prob(parents, leak, order, sink, {c: 0 for c in candidates}, max_frontier)
     exact = e1 and e0
     per = {}
     anc = ancestors(parents, sink)
-    for c in candidates:
+    for c in (candidates if per_candidate else ()):
         if c not in anc:
             per[c] = 0.0
             continue
