@@ -10,15 +10,27 @@ from icmlkit.lib.detect.config import GENERATORS, DetectorConfig, ProbeConfig
 
 TOOL = "detect-synthetic"
 TABLES = (".csv", ".jsonl", ".parquet")
-TRAIN_FIELDS = ("method", "backbone", "backbone_weights", "image_size", "input_size", "steps", "batch_size",
-                "micro_batches", "lr", "eps", "margin", "rigid_noise", "rigid_space", "rigid_draws")
-WEIGHTS_FILE = {"type": click.Path(dir_okay=False)}
+TRAIN_FIELDS = ("method", "backbone", "backbone_weights", "image_size", "input_size", "preprocess", "steps",
+                "batch_size", "micro_batches", "lr", "eps", "margin", "val_fraction", "fusion", "rigid_noise",
+                "rigid_space", "rigid_draws")
+WEIGHTS_FILE = {"type": click.Path()}  # a file or a local timm / torchvision model folder
 RECONSTRUCTED = (
-    "RECONSTRUCTED (the paper body is not known; the method sheet follows the official code): the "
-    "softmax-weighted training fusion with learned branch weights, the per-branch auxiliary BCE, one "
+    "RECONSTRUCTED (the paper body is not known; the method sheet follows the official code): Platt "
+    "scaling as the per-branch calibration and the candidate fusion rules (max, mean, mean logit), one "
     "encoder pass per multi-scale view for the foundation branch, δ/ε as the CNN branch's noise input, "
-    "and the small sizes (32-px images, encoder at 64 px, 16-channel 3-level probe UNet)."
+    "the probe's 2x pixel-unshuffle and the CNN's stride-2 stem, the fine-tuned baseline's frozen "
+    "BatchNorm statistics, and the small sizes (default 32-px images, encoder at 64 px, 16-channel "
+    "3-level probe UNet)."
 )
+GENERATORS_OPTION = click.option(
+    "--generators", default=None, help="Comma-separated generators of a flat CNNDetection folder (files "
+    "N_<generator>_<real|fake>.jpg, e.g. ../shared/data/cnndetection/images): ROOT is read that way and only "
+    "these generators are used (stylegan, biggan, cyclegan, stargan, gaugan, crn, imle, seeingdark, san, "
+    "deepfake); an unknown name in a file name is an error naming the file.")
+
+
+def _generator_list(text):
+    return [g.strip() for g in text.split(",") if g.strip()] if text else None
 
 cli = ToolGroup(
     TOOL,
@@ -31,9 +43,12 @@ under small structured perturbations; generated ones drift more. RA-Det learns t
 small UNet outputs δ with ‖δ‖∞ ≤ ε (ε = 16/255 at evaluation, random in 4..32/255 in training),
 x + δ is clamped in pixel space, and the drift (cosine, L2, difference vector) plus a
 four-branch head (multi-scale foundation MLP, CNN on [δ, local pixel deviation], L2 MLP,
-difference MLP; max of the branch probabilities at evaluation) give the score. Baselines:
+difference MLP; calibrated branch probabilities fused at evaluation) give the score. Baselines:
 --method rigid (fixed Gaussian probe, cosine threshold, training-free) and --method
-linear-probe (logistic regression on clean features, UnivFD style).
+linear-probe (logistic regression on clean features, UnivFD style) and --method finetune
+(every backbone weight and a linear head, CNNDetection's recipe with Blur+JPEG augmentation).
+RA-Det trains on the sum of its four branch BCEs plus the discrepancy loss, then calibrates
+each branch and picks the fusion rule on held-out training files (--val-fraction).
 
 {RECONSTRUCTED}
 
@@ -47,6 +62,9 @@ Examples:
   detect-synthetic train bench_data/train -o radet.pt --json
   torchrun --nproc_per_node 2 --standalone $(which detect-synthetic) train bench_data/train -o radet.pt
   detect-synthetic train real/ fake/ --method rigid -o rigid.pt
+  detect-synthetic train ../shared/data/cnndetection/images --generators stylegan,biggan \\
+      --image-size 112 --input-size 112 --preprocess crop -o radet.pt
+  detect-synthetic eval radet.pt --cnndetection ../shared/data/cnndetection/images --generators crn,imle
   detect-synthetic eval radet.pt --real bench_data/test/0_real --fake bench_data/test/1_fake --json
   detect-synthetic score radet.pt photos/ -o scores.csv --shard 2/8
   detect-synthetic score radet.pt photos/ -o - | sort -t, -k2 -gr | head
@@ -72,10 +90,10 @@ def _files(run, paths, what="images") -> list:
     return files
 
 
-def _images(run, paths, size, skip_bad, what="images"):
+def _images(run, paths, size, skip_bad, what="images", crop=False):
     from icmlkit.lib.detect.pipeline import ImageSet
 
-    return ImageSet.load(_files(run, paths, what), size, skip_bad=skip_bad)
+    return ImageSet.load(_files(run, paths, what), size, skip_bad=skip_bad, crop=crop)
 
 
 def _write_table(run, output, res, fmt=None) -> None:
@@ -90,12 +108,14 @@ def _write_table(run, output, res, fmt=None) -> None:
 @output_option("The model file (weights only, with its config).", suffixes=(".pt",), stdout=False, required=True)
 @config_options(DetectorConfig, only=TRAIN_FIELDS, backbone_weights=WEIGHTS_FILE)
 @checkpoint_options("ra-det")
+@GENERATORS_OPTION
 @skip_bad_option
-def train(run, paths, output, cfg, checkpoint_every, resume, skip_bad):
+def train(run, paths, output, cfg, checkpoint_every, resume, generators, skip_bad):
     """Train a detector on REAL_DIR FAKE_DIR, or on one ROOT in the CNNDetection layout.
 
     ROOT holds 0_real and 1_fake folders (ROOT/0_real, or ROOT/<class>/0_real as in Wang et al.
-    2020). rigid only picks its threshold on the cosine drift (training-free ranking). ra-det keeps a
+    2020); with --generators, ROOT is a flat folder of N_<generator>_<real|fake>.jpg files (the
+    CNNDetection ranking sample) and the reals and fakes of those generators are used. rigid only picks its threshold on the cosine drift (training-free ranking). ra-det keeps a
     checkpoint OUTPUT.ckpt.pt while it trains; after an interruption, rerun with --resume.
 
     Under torchrun (WORLD_SIZE > 1) ra-det trains data-parallel: every process draws the same
@@ -105,8 +125,11 @@ def train(run, paths, output, cfg, checkpoint_every, resume, skip_bad):
 
     \b
     JSON keys: method, n_real, n_fake, seconds, output, plus the method's training figures
-    (ra-det: steps, final_bce, final_branch_bce, final_l_emb, final_cos_real, final_cos_fake;
-    rigid: threshold_drift, train_balanced_acc; linear-probe: train_acc).
+    (ra-det: steps, final_bce (the fused logit's, monitoring only), final_branch_bce (the loss: the sum
+    of the branch BCEs), final_l_emb, final_cos_real, final_cos_fake, n_train, steps_per_second,
+    seconds_cache, fusion, and with a validation split n_val, val_auroc_by_fusion,
+    val_auroc_by_branch, calibration; rigid: threshold_drift, train_balanced_acc; linear-probe:
+    train_acc; finetune: steps, final_bce).
     Examples:
       detect-synthetic train bench_data/train -o radet.pt --steps 300 --json
       detect-synthetic train real/ fake/ --method linear-probe -o lp.pt
@@ -116,7 +139,14 @@ def train(run, paths, output, cfg, checkpoint_every, resume, skip_bad):
     from icmlkit.lib.detect.model import save_model
     from icmlkit.lib.detect.pipeline import train as train_detector
 
-    if len(paths) == 1:
+    if generators is not None:
+        from icmlkit.lib.detect.datasets import read_cnndetection
+
+        if len(paths) != 1:
+            raise click.BadParameter("--generators reads one flat CNNDetection ROOT", param_hint="PATHS")
+        groups = read_cnndetection(paths[0], _generator_list(generators)).values()
+        reals, fakes = [f for g in groups for f in g.real], [f for g in groups for f in g.fake]
+    elif len(paths) == 1:
         reals, fakes = split_layout(paths[0])
     elif len(paths) == 2:
         reals, fakes = [paths[0]], [paths[1]]
@@ -124,8 +154,9 @@ def train(run, paths, output, cfg, checkpoint_every, resume, skip_bad):
         raise click.BadParameter("give REAL_DIR FAKE_DIR or one ROOT with 0_real/1_fake", param_hint="PATHS")
     run.output(output)
     ck = run.checkpointer(output, checkpoint_every, resume)
-    real = _images(run, reals, cfg.image_size, skip_bad, "real")
-    fake = _images(run, fakes, cfg.image_size, skip_bad, "generated")
+    crop = cfg.preprocess == "crop"
+    real = _images(run, reals, cfg.image_size, skip_bad, "real", crop)
+    fake = _images(run, fakes, cfg.image_size, skip_bad, "generated", crop)
     res = train_detector(cfg, real, fake, seed=run.seed, device=run.device, checkpointer=ck, dist=run.dist)
     run.save(output, save_model, res.detector)
     ck.done()
@@ -146,8 +177,9 @@ def score(run, model, images, output, fmt, batch_size, shard, skip_bad):
     """Score images: the probability that each one is generated, with its drift statistics.
 
     Columns: path, score; ra-det adds cos and l2 (drift under the learned probe at the fixed ε) and
-    p_foundation, p_cnn, p_l2, p_diff (the branch probabilities; score is their max); rigid adds cos
-    (mean over the noise draws) and l2; linear-probe has no drift columns. Progress on stderr.
+    p_foundation, p_cnn, p_l2, p_diff (the calibrated branch probabilities; score is their fusion by
+    the model's rule); rigid adds cos (mean over the noise draws) and l2; linear-probe and finetune
+    have no drift columns. Progress on stderr.
 
     \b
     JSON keys: n_scored, n_skipped, n_flagged (score >= 0.5), mean_score, method, seconds,
@@ -171,16 +203,23 @@ def score(run, model, images, output, fmt, batch_size, shard, skip_bad):
 
 @cli.command(name="eval", device=True)
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--real", "real", multiple=True, required=True, help="Real images (folder, file or list; repeatable).")
-@click.option("--fake", "fake", multiple=True, required=True,
+@click.option("--real", "real", multiple=True, help="Real images (folder, file or list; repeatable).")
+@click.option("--fake", "fake", multiple=True,
               help="Generated images (repeatable); a folder whose sub-folders hold images gives one "
               "per_generator entry per sub-folder.")
+@click.option("--cnndetection", default=None, type=click.Path(),
+              help="Instead of --real/--fake: a flat CNNDetection folder (N_<generator>_<real|fake>.jpg); each "
+              "generator is scored as its own reals vs its fakes.")
+@GENERATORS_OPTION
 @output_option("Also write the per-image scores (path, label, generator, score).", suffixes=TABLES)
 @click.option("--fail-under", type=click.FloatRange(0, 1), default=None,
               help="Exit 3 (after writing outputs) when the pooled AUROC is below this.")
 @skip_bad_option
-def evaluate(run, model, real, fake, output, fail_under, skip_bad):
+def evaluate(run, model, real, fake, cnndetection, generators, output, fail_under, skip_bad):
     """Evaluate a model on labelled folders: AUROC, AP, accuracy at 0.5, per generator.
+
+    Give --real and --fake (every generator against the same reals), or --cnndetection ROOT
+    (optionally with --generators): per generator, its own reals against its fakes.
 
     The oracle-threshold accuracy uses the test labels to pick the threshold: it is reported
     (as oracle_threshold_acc) only beside the threshold-free AUROC/AP and the accuracy at 0.5.
@@ -195,15 +234,28 @@ def evaluate(run, model, real, fake, output, fail_under, skip_bad):
     from icmlkit.lib.detect.model import load_model
     from icmlkit.lib.detect.pipeline import ImageSet, evaluate as evaluate_detector
 
+    if cnndetection is None and (not real or not fake):
+        raise click.UsageError("give --real and --fake, or --cnndetection ROOT")
+    if cnndetection is not None and (real or fake):
+        raise click.UsageError("--cnndetection replaces --real/--fake: give one or the other")
+    if generators is not None and cnndetection is None:
+        raise click.UsageError("--generators goes with --cnndetection")
     run.output(output)
     det = load_model(run.input(model), device=run.device)
-    size = det.config.image_size
-    reals = _images(run, real, size, skip_bad, "real")
-    groups: dict = {}
-    for f in fake:
-        for name, files in generator_groups(f).items():
-            groups.setdefault(name, []).extend(files)
-    fakes = {name: ImageSet.load([run.input(p) for p in files], size, skip_bad=skip_bad)
+    size, crop = det.config.image_size, det.config.preprocess == "crop"
+    if cnndetection is not None:
+        from icmlkit.lib.detect.datasets import read_cnndetection
+
+        pairs = read_cnndetection(cnndetection, _generator_list(generators))
+        reals = {g: _images(run, v.real, size, skip_bad, "real", crop) for g, v in pairs.items()}
+        groups = {g: v.fake for g, v in pairs.items()}
+    else:
+        reals = _images(run, real, size, skip_bad, "real", crop)
+        groups: dict = {}
+        for f in fake:
+            for name, files in generator_groups(f).items():
+                groups.setdefault(name, []).extend(files)
+    fakes = {name: ImageSet.load([run.input(p) for p in files], size, skip_bad=skip_bad, crop=crop)
              for name, files in groups.items()}
     res = evaluate_detector(det, reals, fakes, seed=run.seed)
     _write_table(run, output, res)
@@ -241,8 +293,9 @@ def probe(run, images, real, model, cfg, output, skip_bad):
     run.output(output)
     det = load_model(run.input(model), device=run.device) if model else None
     size = det.config.image_size if det is not None else cfg.image_size
-    xs = _images(run, images, size, skip_bad)
-    xr = _images(run, real, size, skip_bad, "real") if real else None
+    crop = (det.config if det is not None else cfg).preprocess == "crop"
+    xs = _images(run, images, size, skip_bad, "images", crop)
+    xr = _images(run, real, size, skip_bad, "real", crop) if real else None
     res = probe_drift(cfg, xs, xr, model=det, model_name=str(model or ""), seed=run.seed, device=run.device)
     _write_table(run, output, res)
     return res.summary
@@ -281,10 +334,11 @@ def generate(run, out_dir, train_generator, n_train, n_test, quick):
 
 
 add_demo(cli, "icmlkit.lib.detect.demo:run_demo", device=True, doc="""A one-minute benchmark: quick generators,
-    then RA-Det, RIGID and the linear probe trained on real vs DCGAN and tested on DCGAN, DDPM and
-    VAE (unseen).
+    then RA-Det, RIGID, the linear probe and the fine-tuned classifier trained on real vs DCGAN and
+    tested on DCGAN, DDPM and VAE (unseen). The real benchmark (CNNDetection, TAEF2) is
+    bench/detect_synthetic.py.
 
-    Writes the benchmark images, the three models, summary.json and manifest.json into OUTDIR.
+    Writes the benchmark images, the four models, summary.json and manifest.json into OUTDIR.
 
     \b
     JSON keys: headline, methods (per method: per-generator AUROC, the unseen mean and the

@@ -238,7 +238,12 @@ def test_train_score_eval_roundtrip(tiny, tmp_path):
     scores = np.array([float(r_[1]) for r_ in rows])
     branches = np.array([[float(v) for v in r_[4:]] for r_ in rows])
     assert ((0 <= scores) & (scores <= 1)).all()
-    assert np.allclose(scores, branches.max(1), atol=2e-6)  # evaluation fusion = max of branch probabilities
+    from icmlkit.lib.detect.model import fuse, load_model
+
+    rule = load_model(model).fusion
+    assert rule == summary["fusion"] and summary["n_val"] >= 2  # chosen on the held-out training files
+    fused = fuse(torch.tensor(branches), rule).numpy()
+    assert np.allclose(scores, fused, atol=2e-6)  # score = the chosen fusion of the calibrated branches
 
     r = run_tool(TOOL, "eval", model, "--real", root / "test" / "0_real", "--fake", root / "test" / "1_fake", "--json")
     assert r.returncode == 0, r.stderr
@@ -415,5 +420,7 @@ def test_demo_runs(tmp_path):
     r = run_tool(TOOL, "demo", "--outdir", tmp_path / "demo", "--json", "--no-progress")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    assert "headline" in s and set(s["methods"]) == {"ra-det", "rigid", "linear-probe"}
+    assert "headline" in s and set(s["methods"]) == {"ra-det", "rigid", "linear-probe", "finetune"}
+    ra = s["methods"]["ra-det"]  # above chance on its own training generator (calibrated threshold)
+    assert ra["auroc"]["dcgan"] > 0.6 and ra["acc_at_0_5"]["dcgan"] > 0.6, ra
     assert (tmp_path / "demo" / "manifest.json").exists()

@@ -1,6 +1,7 @@
-"""RA-Det (detect-synthetic): robustness-asymmetry detection of generated images, with the RIGID and
-linear-probe baselines, the EfficientNet-Lite0 encoder, three small in-process generators and the
-offline benchmark (method sheet detect-synthetic.md). :mod:`icmlkit.lib.detect.pipeline` has one
+"""RA-Det (detect-synthetic): robustness-asymmetry detection of generated images, with the RIGID,
+linear-probe and fine-tuned baselines, the EfficientNet-Lite0 encoder, the TAEF2 autoencoder and the
+CNNDetection reader of the real benchmark, three small in-process generators and the offline toy
+benchmark (method sheet detect-synthetic.md). :mod:`icmlkit.lib.detect.pipeline` has one
 function per subcommand (``train``, ``score``, ``evaluate``, ``probe``).
 
 Parts the paper text does not confirm are marked RECONSTRUCTED in each module's docstring.
@@ -33,6 +34,13 @@ _LAZY = {
     "train": "icmlkit.lib.detect.pipeline",
     "ImageSet": "icmlkit.lib.detect.pipeline",
     "list_images": "icmlkit.lib.detect.images",
+    "branch_loss": "icmlkit.lib.detect.model",
+    "fuse": "icmlkit.lib.detect.model",
+    "TAEF2": "icmlkit.lib.detect.taef2",
+    "load_taef2": "icmlkit.lib.detect.taef2",
+    "read_cnndetection": "icmlkit.lib.detect.datasets",
+    "split_by_source": "icmlkit.lib.detect.datasets",
+    "aligned_pairs": "icmlkit.lib.detect.datasets",
     "load_images": "icmlkit.lib.detect.images",
 }
 

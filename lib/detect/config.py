@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError, UsageError
 
-METHODS = ("ra-det", "rigid", "linear-probe")
+METHODS = ("ra-det", "rigid", "linear-probe", "finetune")
+FUSIONS = ("max", "mean", "logit-mean")  # ra-det's rules for the calibrated branch probabilities
+PREPROCESS = ("resize", "crop")
 GENERATORS = ("dcgan", "ddpm", "vae")  # the in-process generators of the offline benchmark
 SPACES = ("normalised", "pixel")
 DEFAULT_BACKBONE = "efficientnet-lite0"
@@ -24,9 +26,15 @@ EPS_TRAIN = (4 / 255, 32 / 255)
 _BACKBONE = {
     "backbone": {"help": "efficientnet-lite0 (shipped ImageNet weights), or torchvision:<arch> / timm:<arch> "
                          "with --backbone-weights (e.g. a DINOv2 or CLIP state dict on disk)."},
-    "backbone_weights": {"help": "Local state dict (.pth/.pt, loaded with weights_only=True) for --backbone."},
-    "image_size": {"help": "Images are resized to this square size (both classes alike).", "min": 8},
+    "backbone_weights": {"help": "Local state dict (.pth/.pt loaded with weights_only=True, or .safetensors) or a "
+                         "local timm / torchvision model folder (its model.safetensors, pytorch_model.bin or single "
+                         "weights file) for --backbone."},
+    "image_size": {"help": "Images are resized (or, with --preprocess crop, centre-cropped) to this square size "
+                           "(both classes alike).", "min": 8},
     "input_size": {"help": "The encoder sees the images upsampled to this size.", "min": 16},
+    "preprocess": {"choices": PREPROCESS, "help": "resize: centre square, bicubic resize to --image-size; crop: "
+                   "the centre --image-size crop at the native resolution (keeps pixel-level traces; smaller "
+                   "images are resized up)."},
 }
 
 
@@ -45,11 +53,13 @@ class DetectorConfig:
 
     method: str = field(default="ra-det", metadata={
         "choices": METHODS, "help": "ra-det (learned probe + four-branch head), rigid (fixed Gaussian probe, "
-        "training-free) or linear-probe (logistic regression on clean features)."})
+        "training-free), linear-probe (logistic regression on clean features) or finetune (every backbone weight "
+        "and a linear head, CNNDetection's recipe with Blur+JPEG augmentation)."})
     backbone: str = field(default=DEFAULT_BACKBONE, metadata=_BACKBONE["backbone"])
     backbone_weights: str | None = field(default=None, metadata=_BACKBONE["backbone_weights"])
     image_size: int = field(default=32, metadata=_BACKBONE["image_size"])
     input_size: int = field(default=64, metadata=_BACKBONE["input_size"])
+    preprocess: str = field(default="resize", metadata=_BACKBONE["preprocess"])
     eps: float = field(default=EPS_EVAL, metadata={
         "help": "ra-det: L∞ bound of the probe at evaluation (training draws ε in [4/255, 32/255]).",
         "min": 0, "min_open": True})
@@ -59,17 +69,23 @@ class DetectorConfig:
     lambda_emb: float = 1.0
     probe_base: int = 16
     sigma: float = 1.0
-    steps: int = field(default=300, metadata={"help": "ra-det: optimiser steps (class-balanced batches).",
+    steps: int = field(default=300, metadata={"help": "ra-det, finetune: optimiser steps (class-balanced batches).",
                                               "min": 1})
+    val_fraction: float = field(default=0.2, metadata={
+        "help": "ra-det: fraction of the training sources (files) held out to calibrate each branch and choose "
+        "the fusion rule (0: uncalibrated, max fusion).", "min": 0, "max": 0.9})
+    fusion: str = field(default="auto", metadata={
+        "choices": ("auto", *FUSIONS), "help": "ra-det: how the calibrated branch probabilities are fused: auto "
+        "(the best validation AUROC among max, mean, logit-mean; ties: max) or that rule."})
     batch_size: int = field(default=64, metadata={
-        "help": "ra-det: images per step (half real, half generated; the global batch under torchrun).",
+        "help": "ra-det, finetune: images per step (half real, half generated; the global batch under torchrun).",
         "min": 2})
     micro_batches: int = field(default=1, metadata={
         "help": "ra-det: the probe and the encoder take each process's part of the batch in this many pieces "
         "(less memory; their gradients are summed). One process with N pieces sums as torchrun with N "
         "processes does, so both give the same weights bit for bit.", "min": 1})
     lr: float = field(default=1e-4, metadata={  # the method sheet's AdamW learning rate (weight decay 0.01)
-        "help": "ra-det: AdamW learning rate (weight decay 0.01; the method sheet's values).",
+        "help": "ra-det, finetune: AdamW learning rate (weight decay 0.01; the method sheet's values).",
         "min": 0, "min_open": True})
     weight_decay: float = 0.01
     rigid_noise: float = field(default=0.05, metadata={
@@ -86,6 +102,8 @@ class DetectorConfig:
     def check(self) -> None:
         _check_choice("--method", self.method, METHODS)
         _check_choice("--rigid-space", self.rigid_space, SPACES)
+        _check_choice("--fusion", self.fusion, ("auto", *FUSIONS))
+        _check_choice("--preprocess", self.preprocess, PREPROCESS)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -128,12 +146,15 @@ class ProbeConfig:
     backbone_weights: str | None = field(default=None, metadata=_BACKBONE["backbone_weights"])
     image_size: int = field(default=32, metadata=_BACKBONE["image_size"])
     input_size: int = field(default=64, metadata=_BACKBONE["input_size"])
+    preprocess: str = field(default="resize", metadata=_BACKBONE["preprocess"])
 
     def check(self) -> None:
         _check_choice("--noise-space", self.noise_space, SPACES)
+        _check_choice("--preprocess", self.preprocess, PREPROCESS)
 
     def detector_config(self) -> DetectorConfig:
         """The training-free rigid detector that measures this probe's drift."""
         return DetectorConfig(method="rigid", backbone=self.backbone, backbone_weights=self.backbone_weights,
-                              image_size=self.image_size, input_size=self.input_size, rigid_noise=self.noise,
+                              image_size=self.image_size, input_size=self.input_size, preprocess=self.preprocess,
+                              rigid_noise=self.noise,
                               rigid_draws=self.draws, rigid_space=self.noise_space)

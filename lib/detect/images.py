@@ -2,7 +2,9 @@
 
 Every image, real or generated, goes through :func:`load_images`: decoded with Pillow, converted
 to RGB, centre-cropped to a square and resized to ``size`` × ``size`` (bicubic, Pillow's
-antialiasing filter) — the same steps for both classes, so no format or size shortcut exists.
+antialiasing filter), or with ``crop=True`` centre-cropped to ``size`` × ``size`` at its native
+resolution (resized only when smaller) — the same steps for both classes, so no format or size
+shortcut exists.
 """
 from __future__ import annotations
 
@@ -60,8 +62,9 @@ def list_images(items, recursive: bool = True) -> list[str]:
     return out
 
 
-def decode(data: bytes, size: int, name: str = "<bytes>"):
-    """Bytes of an image file -> uint8 array (size, size, 3): RGB, centre square, bicubic resize."""
+def decode(data: bytes, size: int, name: str = "<bytes>", crop: bool = False):
+    """Bytes of an image file -> uint8 array (size, size, 3): RGB, centre square, bicubic resize
+    (``crop``: the centre ``size`` square at the native resolution when the image is that large)."""
     import numpy as np
 
     Image = _pil()
@@ -75,7 +78,9 @@ def decode(data: bytes, size: int, name: str = "<bytes>"):
     s = min(w, h)
     if s < 1:
         raise InputError("empty image", name)
-    if w != h:
+    if crop and s >= size:
+        s = size
+    if w != h or s != min(w, h):
         left, top = (w - s) // 2, (h - s) // 2
         rgb = rgb.crop((left, top, left + s, top + s))
     if s != size:
@@ -92,7 +97,7 @@ class ImageBatch:
     skipped: list
 
 
-def load_images(paths, size: int, skip_bad: bool = False) -> ImageBatch:
+def load_images(paths, size: int, skip_bad: bool = False, crop: bool = False) -> ImageBatch:
     """Decode ``paths`` with the one pipeline. A bad file raises :class:`InputError` naming it;
     with ``skip_bad`` it is logged and left out (reported in ``skipped``)."""
     import numpy as np
@@ -109,7 +114,7 @@ def load_images(paths, size: int, skip_bad: bool = False) -> ImageBatch:
             skipped.append(str(p))
             continue
         try:
-            arrays.append(decode(data, size, str(p)))
+            arrays.append(decode(data, size, str(p), crop))
             kept.append(str(p))
         except InputError as err:
             if not skip_bad:

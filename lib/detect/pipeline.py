@@ -36,8 +36,8 @@ class ImageSet:
     paths: list | None = None
 
     @classmethod
-    def load(cls, files, size: int, skip_bad: bool = False) -> "ImageSet":
-        batch = load_images(files, size, skip_bad=skip_bad)
+    def load(cls, files, size: int, skip_bad: bool = False, crop: bool = False) -> "ImageSet":
+        batch = load_images(files, size, skip_bad=skip_bad, crop=crop)
         return cls(to_tensor(batch.pixels), batch.paths)
 
     def names(self) -> list:
@@ -69,17 +69,20 @@ def _r6(v) -> float:
 
 
 def train(cfg: DetectorConfig, real: ImageSet, fake: ImageSet, *, seed: int = 0, device="cpu", checkpointer=None,
-          dist=None, encoder=None) -> TrainResult:
+          dist=None, encoder=None, groups=None) -> TrainResult:
     """Train ``cfg.method`` on reals (label 0) vs generated images (label 1).
 
     ``checkpointer`` / ``dist``: ra-det's checkpoints and torchrun data parallelism (see
-    :meth:`Detector.fit`); ``encoder`` reuses an already loaded frozen encoder."""
+    :meth:`Detector.fit`); ``encoder`` reuses an already loaded frozen encoder; ``groups``: the
+    source of each image (reals then fakes; None: every image its own), which ra-det's validation
+    split keeps together."""
     if checkpointer is not None and checkpointer.resume and cfg.method != "ra-det":
         raise UsageError("--resume: only ra-det training has checkpoints")
     det = Detector(cfg, encoder=encoder, device=device, seed=seed)
     x = torch.cat([real.x, fake.x])
     y = torch.cat([torch.zeros(len(real)), torch.ones(len(fake))])
-    summary = det.fit(x, y, seed=seed, checkpointer=checkpointer if cfg.method == "ra-det" else None, dist=dist)
+    summary = det.fit(x, y, seed=seed, checkpointer=checkpointer if cfg.method == "ra-det" else None, dist=dist,
+                      groups=groups)
     return TrainResult(summary, det)
 
 
@@ -91,7 +94,8 @@ def score(detector: Detector, files: list, *, seed: int = 0, skip_bad: bool = Fa
     t0 = time.perf_counter()
     kept, skipped, parts = [], [], []
     for i in range(0, len(files), block):
-        b = load_images(files[i:i + block], detector.config.image_size, skip_bad=skip_bad)
+        b = load_images(files[i:i + block], detector.config.image_size, skip_bad=skip_bad,
+                        crop=detector.config.preprocess == "crop")
         kept += b.paths
         skipped += b.skipped
         if b.paths:
@@ -109,30 +113,37 @@ def score(detector: Detector, files: list, *, seed: int = 0, skip_bad: bool = Fa
     return TableResult(summary, rows, columns)
 
 
-def evaluate(detector: Detector, real: ImageSet, fakes: dict, *, seed: int = 0) -> TableResult:
+def evaluate(detector: Detector, real, fakes: dict, *, seed: int = 0) -> TableResult:
     """Score the reals and every generator's fakes (``fakes``: name -> :class:`ImageSet`); metrics
-    pooled and per generator (reals vs that generator).
+    pooled and per generator. ``real``: one :class:`ImageSet` that every generator is compared
+    with, or a dict name -> :class:`ImageSet` of each generator's own reals (the CNNDetection
+    protocol: per generator, its reals vs its fakes).
 
     Summary: auroc, ap, acc_at_0_5, oracle_threshold_acc, n_real, n_fake, per_generator, method.
-    Rows: path, label (1 = generated), generator ("" for reals), score. ``scores``: the raw outputs
-    of :meth:`Detector.score` per set ("real", then each generator)."""
-    if not len(real):
+    Rows: path, label (1 = generated), generator ("" for shared reals), score. ``scores``: the raw
+    outputs of :meth:`Detector.score` per set ("real" or "real/<generator>", then each generator)."""
+    paired = isinstance(real, dict)
+    reals = {k: v for k, v in real.items() if len(v)} if paired else {"": real}
+    if not all(len(v) for v in reals.values()) or not reals:
         raise InputError("no real images to evaluate on")
     fakes = {k: v for k, v in fakes.items() if len(v)}
     if not fakes:
         raise InputError("no generated images to evaluate on")
-    raw = {"real": detector.score(real.x, seed=seed)}
-    s_real = raw["real"]["score"].numpy()
-    per, all_s, all_y = {}, [s_real], [np.zeros(len(real), np.int64)]
+    if paired and set(fakes) - set(reals):
+        raise InputError(f"no real images for generator(s) {', '.join(sorted(set(fakes) - set(reals)))}")
+    raw = {(f"real/{k}" if paired else "real"): detector.score(v.x, seed=seed) for k, v in reals.items()}
+    real_scores = {k: raw[f"real/{k}" if paired else "real"]["score"].numpy() for k in reals}
+    per, all_s, all_y = {}, list(real_scores.values()), [np.zeros(len(v), np.int64) for v in real_scores.values()]
     for name, fx in fakes.items():
         raw[name] = detector.score(fx.x, seed=seed)
-        s_fake = raw[name]["score"].numpy()
-        per[name] = detection_metrics(np.r_[np.zeros(len(real), np.int64), np.ones(len(fx), np.int64)],
+        s_real, s_fake = real_scores[name if paired else ""], raw[name]["score"].numpy()
+        per[name] = detection_metrics(np.r_[np.zeros(len(s_real), np.int64), np.ones(len(fx), np.int64)],
                                       np.r_[s_real, s_fake])
         all_s.append(s_fake)
         all_y.append(np.ones(len(fx), np.int64))
     pooled = detection_metrics(np.concatenate(all_y), np.concatenate(all_s))
-    rows = [{"path": p, "label": 0, "generator": "", "score": _r6(v)} for p, v in zip(real.names(), s_real)]
+    rows = [{"path": p, "label": 0, "generator": k, "score": _r6(v)}
+            for k, rs in reals.items() for p, v in zip(rs.names(), real_scores[k])]
     for name, fx in fakes.items():
         rows += [{"path": p, "label": 1, "generator": name, "score": _r6(v)}
                  for p, v in zip(fx.names(), raw[name]["score"].numpy())]
