@@ -12,7 +12,9 @@ RECONSTRUCTED = (
     "RECONSTRUCTED (the paper's text beyond its abstract is unknown): that the final method is the "
     "Sophia-style diagonal step followed by the Hellinger clip; beta1/beta2/k/eps (0.9/0.999/10/1e-15, the "
     "toy's); o_min/o_max (0.01/1), tau_q (0.05) and the colour floor (1e-3); one multi-view batch with the "
-    "same probe for g and Hz."
+    "same probe for g and Hz; --schedule scaled (a derived horizon correction); the forms of the prototype's "
+    "options --color-caps and --opacity-radius, the residual floor of --curvature gn-train, and the "
+    "--reg-* regularisers."
 )
 
 cli = ToolGroup(
@@ -121,8 +123,9 @@ def fit(run, scene, output, metrics, checkpoint_every, resume, cfg, init_cfg, in
     CPU, allocator peak on CUDA), peak_train_memory_mb, peak_tensor_memory_mb (deterministic:
     parameters + gradients + optimizer state + peak of the tensors saved for backward),
     static_memory_mb, peak_saved_mb, peak_saved_train_mb, peak_saved_curvature_mb (TR),
-    clip_fraction (TR: per group, mean over steps), n_gaussians, optimizer, resumed_from (the
-    step resumed from, or null), output, metrics.
+    clip_fraction (TR: per group, mean over steps), radius_schedule (TR: the start and end radius
+    used, after --schedule), n_gaussians, optimizer, resumed_from (the step resumed from, or null),
+    output, metrics.
     Examples:
       train-3dgs fit synth -o synth.ply --optimizer tr --init gt-noise --sh-degree 1 --json
       train-3dgs fit colmap_scene -o s.ply --optimizer adam --iters 7000 --downscale 4 --device cuda
@@ -209,7 +212,7 @@ def generate(run, output, cfg):
     gt.ply (the known Gaussians) into OUTPUT.
 
     \b
-    JSON keys: n_gaussians, size, n_train, n_test, sh_degree, camera_radius, fov_deg, output.
+    JSON keys: n_gaussians, size, n_train, n_test, sh_degree, camera_radius, fov_deg, scales, output.
     Example:  train-3dgs generate -o synth --n-gaussians 800 --size 64
     """
     from icmlkit.lib.gs.scene import generate_scene

@@ -3,8 +3,8 @@
 - :mod:`.rasterize`: differentiable, twice-differentiable rasterizer (EWA projection, SH colour,
   depth sort, smooth alpha compositing, optional tile culling);
 - :mod:`.optim`: :class:`~icmlkit.lib.gs.optim.GaussianTrustRegion` (Hutchinson / Gauss-Newton
-  diagonal, Sophia-style step, per-Gaussian squared-Hellinger clip, radius schedule) and the
-  reference 3DGS Adam;
+  diagonal, Sophia-style step, per-Gaussian squared-Hellinger clip, literal or horizon-scaled radius
+  schedule, the authors' prototype choices as options) and the reference 3DGS Adam;
 - :mod:`.model`, :mod:`.sh`, :mod:`.camera`: Gaussians, spherical harmonics, cameras;
 - :mod:`.ply`: the standard 3DGS .ply; :mod:`.scene`: NeRF-synthetic and COLMAP text readers and
   the synthetic scene of known Gaussians;

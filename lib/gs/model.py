@@ -117,7 +117,7 @@ def knn_log_scales(means: torch.Tensor, k: int = 3, chunk: int = 2048) -> torch.
 
 def init_gaussians(means: torch.Tensor, colors: torch.Tensor | None, sh_degree: int,
                    opacity: float = 0.1) -> Gaussians:
-    """The reference 3DGS initialisation from points: kNN scales, identity rotation, opacity 0.1,
+    """The reference 3DGS initialisation from points: kNN scales, identity rotation, ``opacity`` (0.1),
     DC colour from the point colours (grey when None), higher SH zero."""
     n = means.shape[0]
     dtype, dev = means.dtype, means.device
@@ -133,10 +133,10 @@ def init_gaussians(means: torch.Tensor, colors: torch.Tensor | None, sh_degree: 
 
 
 def random_box_init(n: int, center, half_width: float, sh_degree: int, generator: torch.Generator,
-                    dtype=torch.float32) -> Gaussians:
+                    dtype=torch.float32, opacity: float = 0.1) -> Gaussians:
     """N points uniform in the cube ``center +- half_width`` with random colours (no SfM points,
     as in the paper's rebuttal Exp 3), then :func:`init_gaussians`."""
     c = torch.as_tensor(center, dtype=dtype)
     means = c + (torch.rand(n, 3, generator=generator, dtype=dtype) * 2 - 1) * half_width
     colors = torch.rand(n, 3, generator=generator, dtype=dtype)
-    return init_gaussians(means, colors, sh_degree)
+    return init_gaussians(means, colors, sh_degree, opacity=opacity)

@@ -23,7 +23,20 @@ The method (method sheet ``train-3dgs.md``; the paper's text beyond its abstract
    ``color_floor`` **[reconstructed]**, else a black channel could never move); higher SH: the DC
    bound / 20. o_min, o_max and tau_q are not known **[reconstructed]**.
 4. **Radius schedule**: ``eps_TR`` decays exponentially from ``radius`` to ``radius_final``
-   (1e-6 -> 1e-8 by default) over ``total_steps``.
+   (1e-6 -> 1e-8 by default) over ``total_steps``. :func:`scaled_radii` gives the horizon-aware
+   variant: both ends times c^2 with ``c = S(horizon) / S(total_steps)``, ``S(T) = sum_{t<T}
+   sqrt(eps_t)`` of the literal schedule over T steps. With nearly every element on its bound a
+   step moves by ~sqrt(eps_t) (opacity exactly: ``d sqrt(alpha) <= sqrt(eps_t)``; means and colour
+   to first order), so the scaled run has the travel budget of the paper's 30k-iteration run
+   (derived, not tuned; **[reconstructed]** as a correction for short runs).
+
+The authors' training prototype differs in choices that are options here (all off by default;
+the values are the prototype's as described in the project's issue 31, the code itself was not
+read): ``initial_probes`` (20 probes in the first refresh), ``abs_before_ema`` (``|D_hat|`` enters
+the moving average), ``block_average=False``, ``renorm_quats_every`` (q <- q/|q| every 10 steps;
+the rotation is unchanged), ``color_caps`` (the DC step never takes C0 f + 0.5 further out of
+[0, 1]; **[reconstructed]** form) and ``opacity_factor`` (a separate opacity radius, as a factor on
+the main one; **[reconstructed]** form).
 """
 from __future__ import annotations
 
@@ -41,12 +54,30 @@ ADAM_LR = {"means": 1.6e-4, "means_final": 1.6e-6, "sh0": 2.5e-3, "shN": 2.5e-3 
            "log_scales": 5e-3, "quats": 1e-3}
 
 
+OPACITY_RANGE = (0.01, 1.0)  # o_min, o_max of o_bar [reconstructed]
+
+
 def exp_schedule(start: float, end: float, step: int, total: int) -> float:
     """Log-linear interpolation from ``start`` (step 0) to ``end`` (step total-1)."""
     if total <= 1:
         return float(start)
     t = min(max(step / (total - 1), 0.0), 1.0)
     return float(math.exp(math.log(start) * (1 - t) + math.log(end) * t))
+
+
+def sqrt_radius_sum(start: float, end: float, total: int) -> float:
+    """``sum_{t=0}^{total-1} sqrt(exp_schedule(start, end, t, total))``: the travel budget of a
+    ``total``-step run (math.fsum, exact to rounding)."""
+    return math.fsum(math.sqrt(exp_schedule(start, end, t, total)) for t in range(int(total)))
+
+
+def scaled_radii(start: float, end: float, total: int, horizon: int = 30000) -> tuple[float, float]:
+    """The horizon-aware schedule: ``(c^2 start, c^2 end)`` with ``c = sqrt_radius_sum(start, end,
+    horizon) / sqrt_radius_sum(start, end, total)``, so that the sum of sqrt(radius) over ``total``
+    steps equals the literal schedule's over ``horizon`` steps (the same decay ratio end/start).
+    About (horizon/total)^2 for long runs: 1e-6 -> 1e-8 over 1000 steps becomes ~8.8e-4 -> 8.8e-6."""
+    c = sqrt_radius_sum(start, end, horizon) / sqrt_radius_sum(start, end, total)
+    return start * c * c, end * c * c
 
 
 def named_groups(tensors: dict[str, torch.Tensor]) -> list[dict]:
@@ -122,9 +153,10 @@ class GaussianTrustRegion(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[dict], lr: float = 1.0, betas=(0.9, 0.999), eps: float = 1e-15,
                  hessian_every: int = 10, block_average: bool = True, radius: float = 1e-6,
-                 radius_final: float = 1e-8, total_steps: int = 1000, opacity_range=(0.01, 1.0),
+                 radius_final: float = 1e-8, total_steps: int = 1000, opacity_range=OPACITY_RANGE,
                  tau_q: float = 0.05, sh_rest_divisor: float = 20.0, color_floor: float = 1e-3,
-                 probes: int = 1):
+                 probes: int = 1, initial_probes: int | None = None, abs_before_ema: bool = False,
+                 renorm_quats_every: int = 0, color_caps: bool = False, opacity_factor: float = 1.0):
         if not (radius > 0 and radius_final > 0):  # the schedule is log-linear: both ends must be > 0
             raise ValueError("radius and radius_final must be positive")
         defaults = dict(lr=lr)
@@ -136,7 +168,10 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         self.cfg = dict(betas=tuple(betas), eps=float(eps), hessian_every=int(hessian_every),
                         block_average=bool(block_average), radius=float(radius), radius_final=float(radius_final),
                         total_steps=int(total_steps), opacity_range=tuple(opacity_range), tau_q=float(tau_q),
-                        sh_rest_divisor=float(sh_rest_divisor), color_floor=float(color_floor), probes=int(probes))
+                        sh_rest_divisor=float(sh_rest_divisor), color_floor=float(color_floor), probes=int(probes),
+                        initial_probes=int(probes if initial_probes is None else initial_probes),
+                        abs_before_ema=bool(abs_before_ema), renorm_quats_every=int(renorm_quats_every),
+                        color_caps=bool(color_caps), opacity_factor=float(opacity_factor))
         self.step_count = 0
         self.refreshes = 0
         self.last_clip_fraction: dict[str, float] = {}
@@ -162,6 +197,10 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         """True on the steps where the diagonal is refreshed (every ``hessian_every``, from 0)."""
         return self.step_count % self.cfg["hessian_every"] == 0
 
+    def probes_now(self) -> int:
+        """Probes of the next refresh: ``initial_probes`` for the first, ``probes`` after."""
+        return self.cfg["initial_probes"] if self.refreshes == 0 else self.cfg["probes"]
+
     # ---- curvature
     def _params(self) -> list[torch.Tensor]:
         return [self.names[g] for g in GROUPS]
@@ -175,6 +214,8 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         b2 = self.cfg["betas"][1]
         self.refreshes += 1
         for p, d in zip(self._params(), dhat):
+            if self.cfg["abs_before_ema"]:
+                d = d.abs()
             if self.cfg["block_average"]:
                 d = d.reshape(d.shape[0], -1).mean(1).reshape(-1, *([1] * (d.dim() - 1))).expand_as(d)
             st = self.state[p]
@@ -196,7 +237,7 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         Returns D_hat per parameter (before block averaging)."""
         params = self._params()
         acc = [torch.zeros_like(p) for p in params]
-        P = self.cfg["probes"]
+        P = self.probes_now()
         chunks = self._chunks(loss)
         tensor_grads = {}
         for k in range(P):
@@ -232,7 +273,7 @@ class GaussianTrustRegion(torch.optim.Optimizer):
                 raise ValueError("gauss_newton with residual chunks needs scale (2 / total residual size)")
             scale = 2.0 / residual.numel()
         acc = [torch.zeros_like(p) for p in params]
-        P = self.cfg["probes"]
+        P = self.probes_now()
         for k in range(P):
             zs = [self.rademacher(p, generator) for p in params]
             for c in chunks:
@@ -279,6 +320,10 @@ class GaussianTrustRegion(torch.optim.Optimizer):
                                                                   self.step_count - 1, c["total_steps"]))
         for name, delta in clipped.items():
             self.names[name].add_(delta)
+        k = c["renorm_quats_every"]
+        if k and self.step_count % k == 0:  # the rotation q/|q| is unchanged
+            q = self.names["quats"]
+            q.div_(q.norm(dim=-1, keepdim=True).clamp_min(1e-30))
         return loss
 
     @torch.no_grad()
@@ -318,7 +363,7 @@ class GaussianTrustRegion(torch.optim.Optimizer):
                            q.norm(dim=-1, keepdim=True) * c["tau_q"])
         out["quats"] = clamp("quats", raw["quats"], bq)
         # opacity, in activated space (full eps)
-        ro = torch.sqrt(4 * o * eps)
+        ro = torch.sqrt(4 * o * eps * c["opacity_factor"])
         o_new = torch.sigmoid(P["opacity_logits"] + raw["opacity_logits"])
         o_cl = torch.minimum(torch.maximum(o_new, o - ro), o + ro).clamp(1e-5, 1 - 1e-5)
         frac["opacity_logits"] = float((o_cl != o_new).float().mean())
@@ -327,6 +372,11 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         col = (C0 * P["sh0"][:, 0, :] + 0.5).clamp_min(c["color_floor"])  # [N,3]
         bdc = torch.sqrt(4 * col * eps / (3 * obar)[:, None]) / C0
         out["sh0"] = clamp("sh0", raw["sh0"], bdc[:, None, :])
+        if c["color_caps"]:  # never move C0 f + 0.5 further out of [0, 1] (never forced back either)
+            c_now = C0 * P["sh0"] + 0.5
+            hi = ((1.0 - c_now) / C0).clamp_min(0.0)
+            lo = ((0.0 - c_now) / C0).clamp_max(0.0)
+            out["sh0"] = torch.minimum(torch.maximum(out["sh0"], lo), hi)
         out["shN"] = clamp("shN", raw["shN"], (bdc / c["sh_rest_divisor"])[:, None, :].expand_as(raw["shN"]))
         self.last_clip_fraction = frac
         return out

@@ -4,7 +4,8 @@ Steps (all vectorised over views, Gaussians and pixels):
 
 1. **EWA projection** (Zwicker et al.; 3DGS eq. 5): camera coordinates ``u = R mu + t``; the
    Jacobian J of the perspective map at u (with 3DGS's 1.3 x tan(fov/2) guard band on x/z, y/z);
-   ``Sigma_2D = J R Sigma R^T J^T + 0.3 I`` (the low-pass filter of 3DGS); the conic is its inverse.
+   ``Sigma_2D = J R Sigma R^T J^T + 0.3 I`` (the low-pass filter of 3DGS); the conic is its inverse,
+   with the determinant's non-negative part clamped at 0 against floating-point cancellation.
 2. **Colour** from spherical harmonics up to degree 3 along the camera-to-mean direction.
 3. **Depth sort** per view (the order is piecewise constant, so it is computed detached).
 4. **Per-pixel weights** in ``[tiles, K, pixels]`` tensors: ``alpha = 0.99 * o * exp(-q/2) * w(q)``,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.utils.checkpoint
 
 from icmlkit.lib.gs.camera import Cameras
 from icmlkit.lib.gs.model import Gaussians, covariance
@@ -65,10 +67,11 @@ def project(g: Gaussians, cams: Cameras):
     Sigma = covariance(g.log_scales, g.quats)  # [N,3,3]
     T = J @ R[:, None]  # [V,N,2,3]
     cov2d = T @ Sigma[None] @ T.transpose(-1, -2)
-    a = cov2d[..., 0, 0] + LOWPASS
-    b = cov2d[..., 0, 1]
-    c = cov2d[..., 1, 1] + LOWPASS
-    det = a * c - b * b
+    A, b, C = cov2d[..., 0, 0], cov2d[..., 0, 1], cov2d[..., 1, 1]
+    a, c = A + LOWPASS, C + LOWPASS
+    # det = a c - b^2 written so that it stays >= the low-pass part when A C - b^2 (>= 0 in exact
+    # arithmetic) cancels to a negative value in floating point (very large or thin Gaussians)
+    det = (A * C - b * b).clamp_min(0.0) + LOWPASS * (A + C) + LOWPASS * LOWPASS
     conics = torch.stack([c / det, -b / det, a / det], -1)
     means2d = torch.stack([fx * u[..., 0] / zs + cams.cx[:, None], fy * u[..., 1] / zs + cams.cy[:, None]], -1)
     with torch.no_grad():
@@ -84,35 +87,50 @@ def project(g: Gaussians, cams: Cameras):
 def _tile_lists(means2d, radii, depth, visible, width, height, tw, th, culling: bool):
     """Per (view, tile): indices of the Gaussians to composite, in depth order, padded.
 
-    Returns idx [V,T,K] (long), valid [V,T,K] (bool). Built without gradient.
+    Returns idx [V,T,K] (long), valid [V,T,K] (bool). Built without gradient from the list of
+    (Gaussian, tile) pairs each 3-sigma box touches (as the CUDA rasterizers do: one sort of the
+    pairs by (view, tile, depth rank)), so memory is O(pairs + V T K), never O(V T N).
     """
     V, N = depth.shape
+    dev = depth.device
     ntx, nty = -(-width // tw), -(-height // th)
+    T = ntx * nty
     with torch.no_grad():
         key = torch.where(visible, depth, torch.full_like(depth, float("inf")))
         order = torch.argsort(key, dim=1, stable=True)  # [V,N] front to back
+        rank = torch.empty_like(order)
+        rank.scatter_(1, order, torch.arange(N, device=dev).expand(V, N).contiguous())
         if culling:
             x, y = means2d[..., 0].detach(), means2d[..., 1].detach()
-            x0 = torch.floor((x - radii) / tw).clamp(0, ntx - 1)
-            x1 = torch.floor((x + radii) / tw).clamp(-1, ntx - 1)
-            y0 = torch.floor((y - radii) / th).clamp(0, nty - 1)
-            y1 = torch.floor((y + radii) / th).clamp(-1, nty - 1)
+            x0 = torch.floor((x - radii) / tw).clamp(0, ntx - 1).long()
+            x1 = torch.floor((x + radii) / tw).clamp(-1, ntx - 1).long()
+            y0 = torch.floor((y - radii) / th).clamp(0, nty - 1).long()
+            y1 = torch.floor((y + radii) / th).clamp(-1, nty - 1).long()
             onscreen = visible & (x + radii >= 0) & (x - radii <= width) & (y + radii >= 0) & (y - radii <= height)
-            tx = torch.arange(ntx, device=depth.device, dtype=x.dtype).repeat(nty)
-            ty = torch.arange(nty, device=depth.device, dtype=x.dtype).repeat_interleave(ntx)
-            hit = ((tx[None, :, None] >= x0[:, None]) & (tx[None, :, None] <= x1[:, None])
-                   & (ty[None, :, None] >= y0[:, None]) & (ty[None, :, None] <= y1[:, None])
-                   & onscreen[:, None])  # [V,T,N]
         else:
-            hit = visible[:, None, :].expand(V, ntx * nty, N)
-        hit_sorted = torch.gather(hit, 2, order[:, None, :].expand_as(hit))
-        counts = hit_sorted.sum(-1)
+            x0 = y0 = torch.zeros(V, N, dtype=torch.long, device=dev)
+            x1, y1 = torch.full_like(x0, ntx - 1), torch.full_like(x0, nty - 1)
+            onscreen = visible
+        nx = (x1 - x0 + 1).clamp_min(0)
+        ny = (y1 - y0 + 1).clamp_min(0)
+        cnt = (nx * ny * onscreen).reshape(-1)  # tiles per (view, Gaussian)
+        total = int(cnt.sum())
+        src = torch.repeat_interleave(torch.arange(V * N, device=dev), cnt)  # (view, Gaussian) of each pair
+        local = torch.arange(total, device=dev) - (torch.cumsum(cnt, 0) - cnt)[src]
+        nxs = nx.reshape(-1)[src]
+        tile = (y0.reshape(-1)[src] + local // nxs.clamp_min(1)) * ntx + x0.reshape(-1)[src] + local % nxs.clamp_min(1)
+        view = src // N
+        group = view * T + tile
+        srt = torch.argsort(group * N + rank.reshape(-1)[src])  # by (view, tile), then depth
+        group, gauss = group[srt], (src % N)[srt]
+        counts = torch.bincount(group, minlength=V * T)
         K = max(int(counts.max()) if counts.numel() else 0, 1)
-        pos = torch.sort((~hit_sorted).to(torch.uint8), dim=2, stable=True).indices[..., :K]
-        idx = torch.gather(order[:, None, :].expand(V, ntx * nty, N), 2, pos)
-        valid = torch.arange(K, device=depth.device)[None, None, :] < counts[..., None]
-        idx = torch.where(valid, idx, torch.zeros_like(idx))
-    return idx, valid
+        pos = torch.arange(total, device=dev) - (torch.cumsum(counts, 0) - counts)[group]
+        idx = torch.zeros(V * T, K, dtype=torch.long, device=dev)
+        valid = torch.zeros(V * T, K, dtype=torch.bool, device=dev)
+        idx[group, pos] = gauss
+        valid[group, pos] = True
+    return idx.reshape(V, T, K), valid.reshape(V, T, K)
 
 
 def _composite(idx, valid, vb, px, py, means2d, conics, colors, op_all):
@@ -135,13 +153,17 @@ def _composite(idx, valid, vb, px, py, means2d, conics, colors, op_all):
 
 
 def render(g: Gaussians, cams: Cameras, background=None, tile_size: int | None = 4, chunk: int = 4096,
-           return_alpha: bool = False, buckets: int = 8, max_elems: int = 1 << 22):
+           return_alpha: bool = False, buckets: int = 8, max_elems: int = 1 << 22, recompute: bool = False):
     """Render V views: images [V, H, W, 3] (and alpha = 1 - T_final [V, H, W] when asked).
 
     ``tile_size``: tile culling with square tiles of that many pixels (None: dense, every visible
     Gaussian on chunks of about ``chunk`` pixels). ``background``: RGB (default black). Tiles are
     composited in ``buckets`` groups of similar list length, each in pieces of at most ``max_elems``
-    (Gaussian, pixel) pairs, which bounds the memory of the [tiles, K, pixels] tensors.
+    (Gaussian, pixel) pairs, which bounds the transient memory of the [tiles, K, pixels] tensors.
+    ``recompute``: each piece is recomputed in the backward pass (non-reentrant activation
+    checkpointing, which keeps double backward), so the training graph keeps only the pieces'
+    inputs instead of their [tiles, K, pixels] intermediates: its memory no longer grows with the
+    image size times the list length (an HVP still holds one piece's graph per piece).
     """
     V, H, W = len(cams), cams.height, cams.width
     dev, dt = g.means.device, g.means.dtype
@@ -181,8 +203,11 @@ def render(g: Gaussians, cams: Cameras, background=None, tile_size: int | None =
         step = max(1, int(max_elems) // max(K * P, 1))
         for j in range(0, sel.numel(), step):
             s = sel[j:j + step]
-            rgb_s, tf_s = _composite(idx[s, :K], valid[s, :K], vb[s], px[tb[s]], py[tb[s]], means2d, conics,
-                                     colors, op_all)
+            args = (idx[s, :K], valid[s, :K], vb[s], px[tb[s]], py[tb[s]], means2d, conics, colors, op_all)
+            if recompute:
+                rgb_s, tf_s = torch.utils.checkpoint.checkpoint(_composite, *args, use_reentrant=False)
+            else:
+                rgb_s, tf_s = _composite(*args)
             pieces_rgb.append(rgb_s)
             pieces_t.append(tf_s)
     inv = torch.argsort(perm)

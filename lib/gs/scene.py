@@ -25,7 +25,7 @@ from icmlkit.lib.core.io import load_json, open_text, write_bytes, write_json
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.gs.camera import Cameras, blender_to_opencv, opencv_to_blender, sphere_cameras
 from icmlkit.lib.gs.config import SyntheticSceneConfig
-from icmlkit.lib.gs.model import Gaussians
+from icmlkit.lib.gs.model import Gaussians, knn_log_scales
 from icmlkit.lib.gs.ply import write_ply
 from icmlkit.lib.gs.rasterize import render
 from icmlkit.lib.gs.sh import n_coeffs, rgb_to_sh0
@@ -345,14 +345,23 @@ def read_cameras(path, size: tuple[int, int] | None = None, dtype=torch.float32)
 
 
 def synthetic_gaussians(n: int, sh_degree: int, generator: torch.Generator, half_width: float = 1.0,
-                        dtype=torch.float32) -> Gaussians:
-    """N_gt known Gaussians: means uniform in a cube, anisotropic scales (log-uniform 0.02..0.08 x
-    half-width), random rotations, opacities 0.5..0.95, random colours in 0.1..0.85 and small
-    degree-1+ SH terms (|view-dependent part| < 0.1, so colours stay in [0, 1] and the 8-bit RGBA
-    images hold the renders exactly up to rounding)."""
+                        dtype=torch.float32, scales: str = "fixed") -> Gaussians:
+    """N_gt known Gaussians: means uniform in a cube, anisotropic scales, random rotations,
+    opacities 0.5..0.95, random colours in 0.1..0.85 and small degree-1+ SH terms (|view-dependent
+    part| < 0.1, so colours stay in [0, 1] and the 8-bit RGBA images hold the renders exactly up to
+    rounding). ``scales``: ``fixed``, log-uniform 0.02..0.08 x half-width (the kNN init of 800
+    Gaussians is about 4x larger); ``knn``, the kNN scale of the means (3 neighbours, as the 3DGS
+    init) times a log-uniform factor in 1/2..2 per axis, so the init is right on average
+    **[reconstructed]**. Both draw the same random numbers."""
+    if scales not in ("fixed", "knn"):
+        raise UsageError(f"--scales must be fixed or knn, not {scales!r}")
     g = generator
     means = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2 - 1) * half_width
-    log_s = torch.log(torch.tensor(0.02 * half_width, dtype=torch.float64)) + torch.rand(n, 3, generator=g, dtype=torch.float64) * math.log(4.0)
+    u = torch.rand(n, 3, generator=g, dtype=torch.float64)
+    if scales == "knn":
+        log_s = knn_log_scales(means) + (2 * u - 1) * math.log(2.0)
+    else:
+        log_s = torch.log(torch.tensor(0.02 * half_width, dtype=torch.float64)) + u * math.log(4.0)
     quats = torch.randn(n, 4, generator=g, dtype=torch.float64)
     quats = quats / quats.norm(dim=1, keepdim=True)
     op = 0.5 + 0.45 * torch.rand(n, generator=g, dtype=torch.float64)
@@ -363,12 +372,12 @@ def synthetic_gaussians(n: int, sh_degree: int, generator: torch.Generator, half
 
 def make_synthetic_scene(folder: Path, n_gaussians: int = 800, size: int = 64, n_train: int = 32, n_test: int = 8,
                          sh_degree: int = 1, seed: int = 0, radius: float = 4.0, fov_deg: float = 40.0,
-                         tile_size: int | None = 4) -> dict:
+                         tile_size: int | None = 4, scales: str = "fixed") -> dict:
     """Write a synthetic scene of known Gaussians in the NeRF-synthetic layout into ``folder``:
     ``transforms_{train,test}.json``, RGBA PNGs (alpha = 1 - final transmittance, rendered on black,
     so that compositing on any background is exact up to 8-bit rounding) and ``gt.ply``."""
     gen = generator(seed)
-    gt = synthetic_gaussians(n_gaussians, sh_degree, gen)
+    gt = synthetic_gaussians(n_gaussians, sh_degree, gen, scales=scales)
     cams = sphere_cameras(n_train + n_test, radius, size, size, fov_deg, gen)
     perm = torch.randperm(n_train + n_test, generator=gen).tolist()
     split = {"train": perm[:n_train], "test": perm[n_train:]}
@@ -390,7 +399,7 @@ def make_synthetic_scene(folder: Path, n_gaussians: int = 800, size: int = 64, n
         write_json(folder / f"transforms_{name}.json", {"camera_angle_x": angle, "frames": frames})
     write_ply(folder / "gt.ply", gt)
     return {"n_gaussians": n_gaussians, "size": size, "n_train": n_train, "n_test": n_test, "sh_degree": sh_degree,
-            "camera_radius": radius, "fov_deg": fov_deg}
+            "camera_radius": radius, "fov_deg": fov_deg, "scales": scales}
 
 
 def png_bytes(img: torch.Tensor) -> bytes:
@@ -410,7 +419,7 @@ class SceneResult:
 
 def generate_scene(folder: Path, cfg: SyntheticSceneConfig, seed: int = 0) -> SceneResult:
     """The ``generate`` subcommand: :func:`make_synthetic_scene` with ``cfg``; summary keys n_gaussians,
-    size, n_train, n_test, sh_degree, camera_radius, fov_deg."""
+    size, n_train, n_test, sh_degree, camera_radius, fov_deg, scales."""
     return SceneResult(make_synthetic_scene(folder, seed=seed, **asdict(cfg)))
 
 

@@ -3,9 +3,11 @@ densification or pruning), plus evaluation, initialisation and the Adam-vs-TR co
 
 Both optimizers see the same views in the same order (the batch sampler draws from the named
 stream "batches" of the seed alone) and start from the same initialisation (stream "init"). The
-training loss is the reference 0.8 L1 + 0.2 (1 - SSIM); the TR curvature pass uses the mean squared
-error of the same rendered batch (SSIM disabled, as in the prototype; pure L1 has a zero Hessian), by
-Hutchinson HVPs or the Gauss-Newton product. **[reconstructed]** one multi-view batch per step for both g and Hz with the
+training loss is the reference 0.8 L1 + 0.2 (1 - SSIM) (plus the optional 3DGS-MCMC-style
+regularisers); the TR curvature pass uses the mean squared error of the same rendered batch (SSIM
+disabled; pure L1 has a zero Hessian), by Hutchinson HVPs or the Gauss-Newton product, or
+(``curvature="gn-train"``, the authors' training prototype) the Gauss-Newton product of the
+square-root residual of the training loss itself (:func:`~icmlkit.lib.gs.metrics.train_residual`). **[reconstructed]** one multi-view batch per step for both g and Hz with the
 same probe z on all views. The curvature pass re-renders the batch one view at a time
 (``curvature_views``) and sums the per-view HVPs (the same z; exactly the batch HVP, since views are
 independent), so only one view's double-backward graph is alive at a time.
@@ -26,8 +28,8 @@ from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.gs.config import FitConfig, InitConfig  # noqa: F401 - re-exported: the options of fit
 from icmlkit.lib.gs.memory import TensorMemoryMeter
 from icmlkit.lib.gs.model import GROUPS, Gaussians, init_gaussians, random_box_init
-from icmlkit.lib.gs.metrics import gs_loss, psnr, ssim
-from icmlkit.lib.gs.optim import GaussianTrustRegion, adam_lr_update, make_adam, named_groups
+from icmlkit.lib.gs.metrics import gs_loss, psnr, reg_residual, regularisers, ssim, train_residual
+from icmlkit.lib.gs.optim import OPACITY_RANGE, GaussianTrustRegion, adam_lr_update, make_adam, named_groups, scaled_radii
 from icmlkit.lib.gs.rasterize import render
 from icmlkit.lib.gs.scene import Scene
 
@@ -74,7 +76,7 @@ def evaluate(g: Gaussians, cams, images: torch.Tensor, background, tile_size=4, 
 
 
 def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int, noise: float = 0.05,
-                      gt: Gaussians | None = None) -> Gaussians:
+                      gt: Gaussians | None = None, opacity: float = 0.1) -> Gaussians:
     """The initial Gaussians (identical for every optimizer given the seed).
 
     - ``random``: N uniform in the box seen by the cameras (rebuttal Exp 3: no SfM points);
@@ -82,6 +84,8 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
     - ``gt-noise``: the known Gaussians' means plus N(0, (noise * extent)^2), extent the half-width of
       their bounding box, with the 3DGS default init for everything else (needs ``gt``);
     - ``auto``: sfm when the scene has points, else random.
+
+    Every mode starts at opacity ``opacity`` (3DGS: 0.1; 3DGS-MCMC and the TR prototype: 0.5).
     """
     gen = generator(seed, "init")
     if mode == "auto":
@@ -89,7 +93,7 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
     if mode == "sfm":
         if scene.points is None:
             raise InputError("--init sfm needs a COLMAP points3D.txt with points", scene.path)
-        return init_gaussians(scene.points, scene.point_colors, sh_degree)
+        return init_gaussians(scene.points, scene.point_colors, sh_degree, opacity=opacity)
     if mode == "gt-noise":
         if gt is None:
             raise InputError("--init gt-noise needs the known Gaussians (gt.ply, written by `generate`)", scene.path)
@@ -97,10 +101,10 @@ def initial_gaussians(scene: Scene, mode: str, n: int, sh_degree: int, seed: int
         c = 0.5 * (m.max(0).values + m.min(0).values)
         extent = float((m - c).abs().max())
         means = m + noise * extent * torch.randn(m.shape, generator=gen, dtype=torch.float64)
-        return init_gaussians(means.to(gt.means.dtype), None, sh_degree)
+        return init_gaussians(means.to(gt.means.dtype), None, sh_degree, opacity=opacity)
     if mode == "random":
         center, half = scene.look_at_box()
-        return random_box_init(n, center, half, sh_degree, gen, dtype=scene.train_images.dtype)
+        return random_box_init(n, center, half, sh_degree, gen, dtype=scene.train_images.dtype, opacity=opacity)
     raise UsageError(f"--init must be auto, random, sfm or gt-noise, not {mode!r}")
 
 
@@ -110,7 +114,8 @@ def starting_gaussians(scene: Scene, init: InitConfig, sh_degree: int, seed: int
     by ``init`` (``gt``: the known Gaussians, for ``gt-noise``)."""
     if ply is not None:
         return ply.with_sh_degree(sh_degree)
-    return initial_gaussians(scene, init.init, init.n_gaussians, sh_degree, seed, noise=init.noise, gt=gt)
+    return initial_gaussians(scene, init.init, init.n_gaussians, sh_degree, seed, noise=init.noise, gt=gt,
+                             opacity=init.init_opacity)
 
 
 def evaluate_split(g: Gaussians, scene: Scene, split: str = "test", device="cpu") -> EvalResult:
@@ -125,6 +130,54 @@ def evaluate_split(g: Gaussians, scene: Scene, split: str = "test", device="cpu"
     ev = evaluate(g.to(device=dev, dtype=imgs.dtype), cams.to(dev), imgs.to(dev), scene.background)
     return EvalResult({"psnr_test": ev["psnr"], "ssim_test": ev["ssim"], "n_views": len(cams), "split": split,
                        "n_gaussians": g.n})
+
+
+def tr_radii(cfg: FitConfig) -> tuple[float, float]:
+    """TR's (start, end) radius: the literal ``(radius, radius_final)`` or, with ``schedule="scaled"``,
+    :func:`~icmlkit.lib.gs.optim.scaled_radii` over ``iters`` for ``schedule_horizon``."""
+    if cfg.schedule == "scaled":
+        r0, r1 = scaled_radii(cfg.radius, cfg.radius_final, cfg.iters, cfg.schedule_horizon)
+        limit = 3 * OPACITY_RANGE[0]  # the means' bound needs eps < 3 o_bar
+        if max(r0, r1) >= limit:
+            raise UsageError(f"--schedule scaled: {cfg.iters} iterations for a {cfg.schedule_horizon}-iteration "
+                             f"budget give a start radius of {r0:.3g}, beyond the trust region's closed forms "
+                             f"(< {limit:g} = 3 o_min); use more --iters or a smaller --schedule-horizon")
+        return r0, r1
+    return cfg.radius, cfg.radius_final
+
+
+def curvature_refresh(opt: GaussianTrustRegion, cfg: FitConfig, g: Gaussians, cams, images, ids: list, bg,
+                      img: torch.Tensor | None, generator: torch.Generator) -> None:
+    """One refresh of TR's diagonal on the batch ``ids``: ``img`` (the batch's render, graph kept)
+    for one graph, or None to re-render in chunks of ``cfg.curvature_views`` views (each rendered,
+    differentiated twice and freed in turn, the same probe z). ``hvp``/``gn``: the L2 loss/residual;
+    ``gn-train``: the square-root residual of the training loss (images, and the regularisers as a
+    chunk of their own), Gauss-Newton matrix 2 J^T J of sum r^2."""
+    gt = images[ids]
+    n_tot = gt.numel()
+    cv = cfg.curvature_views
+    parts = [ids[i:i + cv] for i in range(0, len(ids), cv)] if img is None else []
+
+    def rendered(sub):
+        return render(g, cams[sub], background=bg, tile_size=cfg.tile_size, recompute=cfg.recompute)
+
+    if cfg.curvature == "gn-train":
+        reg = (lambda: reg_residual(g.opacity_logits, g.log_scales, cfg.reg_opacity, cfg.reg_scale))
+        if img is None:
+            chunks = [lambda s=s: train_residual(rendered(s), images[s], cfg.lambda_dssim, n_tot) for s in parts]
+            if cfg.reg_opacity or cfg.reg_scale:
+                chunks.append(reg)
+        else:
+            r_reg = reg()
+            r_img = train_residual(img, gt, cfg.lambda_dssim, n_tot)
+            chunks = r_img if r_reg is None else torch.cat([r_img, r_reg])
+        opt.gauss_newton(chunks, generator=generator, scale=2.0)
+    elif cfg.curvature == "hvp":
+        opt.hutchinson([lambda s=s: (rendered(s) - images[s]).square().sum() / n_tot for s in parts]
+                       if img is None else (img - gt).square().mean(), generator=generator)
+    else:
+        opt.gauss_newton([lambda s=s: (rendered(s) - images[s]).reshape(-1) for s in parts]
+                         if img is None else (img - gt).reshape(-1), generator=generator, scale=2.0 / n_tot)
 
 
 def fit_scene(scene: Scene, cfg: FitConfig, init: InitConfig, seed: int = 0, device="cpu",
@@ -158,11 +211,15 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
     max_deg = min(cfg.sh_degree, init.sh_degree)
     params = {k: v.detach().clone().to(dev, dtype).requires_grad_(True) for k, v in init.tensors().items()}
     extent = cfg.extent if cfg.extent is not None else scene.center_and_radius[1]
+    radii = tr_radii(cfg)
     if cfg.optimizer == "tr":
         opt = GaussianTrustRegion(named_groups(params), betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                                   hessian_every=cfg.hessian_every, block_average=cfg.block_average,
-                                  radius=cfg.radius, radius_final=cfg.radius_final, total_steps=cfg.iters,
-                                  tau_q=cfg.tau_q, probes=cfg.probes)
+                                  radius=radii[0], radius_final=radii[1], total_steps=cfg.iters,
+                                  tau_q=cfg.tau_q, probes=cfg.probes, initial_probes=cfg.initial_probes,
+                                  abs_before_ema=cfg.abs_before_ema, renorm_quats_every=cfg.renorm_quats_every,
+                                  color_caps=cfg.color_caps,
+                                  opacity_factor=(cfg.opacity_radius or cfg.radius) / cfg.radius)
     else:
         opt = make_adam(params, extent)
     streams = {"batches": generator(seed, "batches"), "probe": generator(seed, "probe")}
@@ -205,9 +262,10 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
             ids = torch.randperm(n_views, generator=gen_batch)[:bsz].tolist()
             g = current(step)
             with meter.section("train"):
-                img = render(g, cams[ids], background=bg, tile_size=cfg.tile_size)
+                img = render(g, cams[ids], background=bg, tile_size=cfg.tile_size, recompute=cfg.recompute)
                 gt = images[ids]
-                loss = gs_loss(img, gt, cfg.lambda_dssim)
+                loss = gs_loss(img, gt, cfg.lambda_dssim) + regularisers(
+                    g.opacity_logits, g.log_scales, cfg.reg_opacity, cfg.reg_scale)
             for p in params.values():
                 p.grad = None
             if cfg.optimizer == "tr":
@@ -216,23 +274,7 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                 loss.backward(retain_graph=due and not cv)
                 if due:
                     with meter.section("curvature"):
-                        if cv:  # the curvature loss in chunks of views, each rendered and freed in turn
-                            n_tot = img.numel()
-                            parts = [ids[i:i + cv] for i in range(0, len(ids), cv)]
-
-                            def chunk_residual(sub):
-                                return render(g, cams[sub], background=bg, tile_size=cfg.tile_size) - images[sub]
-
-                            if cfg.curvature == "hvp":
-                                opt.hutchinson([lambda s=s: chunk_residual(s).square().sum() / n_tot for s in parts],
-                                               generator=gen_probe)
-                            else:
-                                opt.gauss_newton([lambda s=s: chunk_residual(s).reshape(-1) for s in parts],
-                                                 generator=gen_probe, scale=2.0 / n_tot)
-                        elif cfg.curvature == "hvp":
-                            opt.hutchinson((img - gt).square().mean(), generator=gen_probe)
-                        else:
-                            opt.gauss_newton((img - gt).reshape(-1), generator=gen_probe)
+                        curvature_refresh(opt, cfg, g, cams, images, ids, bg, img if not cv else None, gen_probe)
                 step_size = opt.radius_now()
                 opt.step()
                 for k, v in opt.last_clip_fraction.items():
@@ -259,6 +301,8 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                "seconds_per_iter": round(t_train / max(cfg.iters, 1), 5), "peak_memory_mb": round(peak, 1),
                "peak_train_memory_mb": round(max(peak - rss0, 0.0), 1) if dev.type != "cuda" else round(peak, 1),
                "n_gaussians": final.n, "optimizer": cfg.optimizer, **meter.summary_mb()}
+    if cfg.optimizer == "tr":
+        summary["radius_schedule"] = [radii[0], radii[1]]
     n_steps = cfg.iters - start
     if clip_sum and n_steps:
         summary["clip_fraction"] = {k: round(v / n_steps, 4) for k, v in clip_sum.items()}
