@@ -12,7 +12,8 @@ RECONSTRUCTED = (
     "Reconstructed (not confirmed by the paper text): the two-stream wiring of the geometry-aware "
     "decoder, the Stage II weighting, and the frame gauge (atom 1 at the origin, atom 2 on +x, atom 3 "
     "in the xy-plane, Jacobian x2^2*y3, F per volume V) used instead of the paper's principal-axes "
-    "gauge, whose measure the paper leaves open."
+    "gauge, whose measure the paper leaves open; and --coords internal (bond length, angle and dihedral "
+    "of each atom relative to its parent in the bond tree, boxes from the force field), not in the paper."
 )
 
 cli = ToolGroup(
@@ -44,7 +45,8 @@ Examples:
   estimate-fe estimate trap4 trap.pt trap.npz --json | jq '.f_kT, .f_exact_kT, .overlap'
   estimate-fe sample freesolv:mobley_1636752 --env obc2 --frames 2000 -o meoh.obc2.npz
   estimate-fe solvation freesolv:mobley_1636752 --outdir runs/meoh --json | jq .delta_g_kcal
-  estimate-fe baseline freesolv:mobley_1636752 --frames-per-window 400 --json""",
+  estimate-fe baseline freesolv:mobley_1636752 --frames-per-window 400 --json
+  estimate-fe baseline freesolv:mobley_1636752 --method endstate-bar --frames-per-window 2000 --json""",
 )
 
 
@@ -121,7 +123,7 @@ def train(run, system, frames, output, env, temperature, inpcrd, cfg, checkpoint
 
     \b
     JSON keys: system, n_atoms, n_free, train_frames, val_frames, val_nll (nats per frame, held-out 10 %),
-    box, steps_done, seconds_train, device, world_size, output.
+    box, steps_done, seconds_train, energy_evals_train (Stage III energy calls), device, world_size, output.
     Example:  estimate-fe train freesolv:mobley_1636752 meoh.vac.npz -o meoh.vac.pt --steps 1500
     """
     from icmlkit.lib.fe import card
@@ -189,7 +191,8 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
     JSON keys: delta_g_kcal, delta_g_err_kcal, f_kT and f_err_kT ([vacuum, obc2]), f_vacuum_kT, f_solvent_kT,
     delta_g_exp_forward_kcal, overlap (the smaller), ess_forward, ess_reverse (the smaller of each),
     energy_evals, energy_evals_estimate, seconds_md, seconds_train, seconds_estimate, temperature,
-    units, per_environment, freesolv (expt/calc, when a FreeSolv id), outdir (pipeline mode).
+    units, per_environment, freesolv (expt/calc, when a FreeSolv id), outdir and endstate_bar
+    (pipeline mode: end-state BAR on the same frames, the keys of `baseline --method endstate-bar`).
     Example:  estimate-fe solvation freesolv:mobley_1636752 --outdir runs/meoh --json
     """
     from icmlkit.lib.core.errors import UsageError
@@ -226,24 +229,42 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
 
 @cli.command(device=True)
 @click.argument("system")
+@click.option("--vacuum-frames", default=None, help="endstate-bar: vacuum frames (.npz from `sample --env vacuum`) "
+              "instead of new MD.")
+@click.option("--solvent-frames", default=None, help="endstate-bar: OBC2 frames (.npz from `sample --env obc2`).")
 @temp_option
 @inpcrd_option
 @config_options(BaselineConfig)
-def baseline(run, system, temperature, inpcrd, cfg):
-    """The classical baseline: lambda-window MD (U_vac + lambda U_GB) and MBAR, Delta G in kcal/mol.
+def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, cfg):
+    """The classical baselines for Delta G(vacuum -> OBC2) in kcal/mol, no model.
 
+    \b
+    --method lambda-mbar: lambda-window MD (U_vac + lambda U_GB) and MBAR.
+    --method endstate-bar: MD of the two end states only (the seed streams and settings of
+    `solvation --outdir`, so the same frames CARD trains on), or the frames given with
+    --vacuum-frames/--solvent-frames; each decorrelated frame's reduced energy in the other state;
+    BAR in log space. The cheap baseline to run first; CARD at equal MD is compared with it.
     --device chooses OpenMM's platform (CUDA on a CUDA device); no torch work is done here.
 
     \b
-    JSON keys: delta_g_kcal, delta_g_err_kcal, f_kT (per window), overlap (smallest neighbour),
-    overlap_neighbours, n_effective, energy_evals, seconds_md, seconds_estimate, windows,
-    frames_per_window, interval, md_steps, units, openmm_platform, freesolv (when a FreeSolv id).
-    Example:  estimate-fe baseline freesolv:mobley_1636752 --windows 11 --frames-per-window 400 --json
+    JSON keys: method, delta_g_kcal, delta_g_err_kcal, overlap (lambda-mbar: smallest neighbour;
+    endstate-bar: BAR overlap), energy_evals, seconds_md, seconds_estimate, units, openmm_platform,
+    freesolv (when a FreeSolv id); lambda-mbar also f_kT (per window), overlap_neighbours,
+    n_effective, windows, frames_per_window, interval, md_steps; endstate-bar also
+    delta_g_exp_forward_kcal, delta_g_exp_reverse_kcal, ess_forward, ess_reverse, n_effective,
+    n_frames, energy_evals_md, energy_evals_estimate, frames_from.
+    Example:  estimate-fe baseline freesolv:mobley_1636752 --method endstate-bar --frames-per-window 2000 --json
     """
+    from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.fe.api import baseline as run_baseline
 
-    result = run_baseline(cfg, system, _system(run, system, "obc2", temperature, inpcrd), temperature=temperature,
-                          seed=run.seed)
+    if bool(vacuum_frames) != bool(solvent_frames):
+        raise UsageError("give both --vacuum-frames and --solvent-frames, or neither")
+    sysm = _system(run, system, "obc2", temperature, inpcrd)
+    frames = None
+    if vacuum_frames:
+        frames = {"vacuum": _frames(run, vacuum_frames, sysm), "obc2": _frames(run, solvent_frames, sysm)}
+    result = run_baseline(cfg, system, sysm, temperature=temperature, seed=run.seed, frames=frames)
     if result.check:
         run.fail_check(result.check)
     return result.summary

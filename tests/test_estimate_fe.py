@@ -106,7 +106,7 @@ def test_sampled_log_q_matches_the_density():
     torch.manual_seed(3)
     s = builtin("triatomic")
     x = s.sample(200, seed=0, chains=50, burn_in=200, thin=2)["x"]
-    model, order = card.build(s, x, d=16, heads=2, enc_layers=1, dec_layers=1, K=3)
+    model, order, _ = card.build(s, x, d=16, heads=2, enc_layers=1, dec_layers=1, K=3)
     y, lq = model.sample(64, torch.Generator().manual_seed(0))
     assert torch.isfinite(lq).all()
     assert torch.allclose(model.log_prob(y).detach(), lq, atol=1e-6)
@@ -544,6 +544,31 @@ FUZZ = [
 ]  # `systems` and `demo` read no files
 
 
+def _chloromethane_frames(base):
+    """Valid vacuum frames of chloromethane (made once, copied into each case's folder)."""
+    import shutil
+
+    if "cl" not in _VALID_CL:
+        import tempfile
+
+        from icmlkit.lib.core.io import write_npz
+        from icmlkit.lib.fe import api
+
+        d = Path(tempfile.mkdtemp(prefix="fe-fuzz-cl-"))
+        s = api.open_system("freesolv:mobley_4434915")
+        write_npz(d / "v.npz", **api.sample(api.SampleConfig(frames=12, interval=5, equil=20), s, seed=0).arrays)
+        _VALID_CL["cl"] = d / "v.npz"
+    shutil.copy(_VALID_CL["cl"], base / "v.npz")
+    return {"vac": base / "v.npz"}
+
+
+_VALID_CL: dict = {}
+if FREESOLV.exists():
+    FUZZ.append(FuzzCase("baseline", ["baseline", "freesolv:mobley_4434915", "--method", "endstate-bar",
+                                      "--vacuum-frames", "{vac}", "--solvent-frames", "{bad}"], ".npz", _NPZ,
+                         _chloromethane_frames, label="endstate-solvent-frames"))
+
+
 @pytest.mark.parametrize("case", FUZZ, ids=str)
 def test_malformed_inputs(case, tmp_path, capsys):
     check_malformed("estimate-fe", case, tmp_path, capsys)
@@ -585,3 +610,298 @@ def test_train_and_estimate_run_on_cuda(tmp_path):
                  "--device", "cuda", "--json")
     assert r.returncode == 0, r.stderr
     assert math.isfinite(json.loads(r.stdout)["overlap"])
+
+
+# ----------------------------------------------------------------------------------- issue 28
+
+
+def test_cli_refuses_an_untrained_and_a_garbage_model(tmp_path):
+    """A model trained for one step, and one whose weights are noise, must end in the refusal (exit 3,
+    f_kT null, the reason on stderr) at the default --min-overlap, never in a confident number."""
+    fr, model = tmp_path / "trap.npz", tmp_path / "bad.pt"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "400", "-o", fr).returncode == 0
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", model, "--steps", "1", "--stage2-steps", "0", "--width", "16",
+                 "--layers", "1", "--batch", "16")
+    assert r.returncode == 0, r.stderr
+    bundle = torch.load(model, weights_only=True)
+    g = torch.Generator().manual_seed(0)
+    bundle["state_dict"] = {k: (v + 3 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v)
+                            for k, v in bundle["state_dict"].items()}
+    card.save(tmp_path / "garbage.pt", bundle)
+    for m in (model, tmp_path / "garbage.pt"):
+        r = run_tool("estimate-fe", "estimate", "trap4", m, fr, "--samples", "300", "--json")
+        assert r.returncode == 3, (m, r.stdout, r.stderr)
+        out = json.loads(r.stdout)
+        assert out["f_kT"] is None and out["f_err_kT"] is None and out["overlap"] < 0.03
+        assert "overlap" in r.stderr and "no free energy is reported" in r.stderr
+
+
+@pytest.mark.slow
+@needs_freesolv
+def test_cli_refuses_an_untrained_methanol_model(tmp_path):
+    """The issue's case: an under-trained methanol model (3 steps) is refused, not reported."""
+    fr, model = tmp_path / "meoh.npz", tmp_path / "meoh.pt"
+    meoh = "freesolv:mobley_1636752"
+    assert run_tool("estimate-fe", "sample", meoh, "--frames", "200", "--interval", "10", "--equil", "200",
+                    "-o", fr).returncode == 0
+    r = run_tool("estimate-fe", "train", meoh, fr, "-o", model, "--steps", "3", "--stage2-steps", "0", "--width", "16",
+                 "--layers", "1", "--batch", "16")
+    assert r.returncode == 0, r.stderr
+    r = run_tool("estimate-fe", "estimate", meoh, model, fr, "--samples", "300", "--json")
+    assert r.returncode == 3 and json.loads(r.stdout)["f_kT"] is None and "overlap" in r.stderr
+
+
+def test_endstate_bar_on_two_traps_gives_the_exact_difference():
+    """End-state BAR's plumbing (decorrelation, cross energies, signs, units) on two harmonic traps whose
+    free-energy difference is exact: Delta G = kT (F_b - F_a)."""
+    from icmlkit.lib.fe.mm import endstate_bar, kcal_per_kT
+    from icmlkit.lib.fe.systems import analytic_from_spec
+
+    specs = {"vacuum": {"kind": "harmonic-trap", "n_atoms": 2, "k": [1.0, 2.0, 3.0]},
+             "obc2": {"kind": "harmonic-trap", "n_atoms": 2, "k": [1.5, 2.5, 2.0]}}
+    systems = {e: analytic_from_spec(s) for e, s in specs.items()}
+    frames = {e: {**systems[e].sample(3000, seed=i), "energy_evals": 0} for i, e in enumerate(specs)}
+    out = endstate_bar(systems, frames, 300.0)
+    exact = (exact_free_energy(specs["obc2"]) - exact_free_energy(specs["vacuum"])) * kcal_per_kT(300.0)
+    assert abs(out["delta_g_kcal"] - exact) < 4 * out["delta_g_err_kcal"] and out["delta_g_err_kcal"] < 0.02
+    assert out["energy_evals_estimate"] == sum(out["n_effective"]) and 0.3 < out["overlap"] <= 1
+    # the other state's energies only on the decorrelated frames (exact draws: nearly all of them)
+    assert all(2000 <= k <= 3000 for k in out["n_effective"])
+
+
+@pytest.mark.slow
+@needs_freesolv
+def test_cli_baseline_endstate_bar_from_md_and_from_files(tmp_path):
+    cl = "freesolv:mobley_4434915"  # chloromethane
+    md = ["--frames-per-window", "150", "--interval", "20", "--equil", "500"]
+    r = run_tool("estimate-fe", "baseline", cl, "--method", "endstate-bar", *md, "--json")
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    assert a["method"] == "endstate-bar" and a["frames_from"] == "md" and abs(a["delta_g_kcal"] - (-0.24)) < 0.3
+    assert a["energy_evals"] == a["energy_evals_md"] + a["energy_evals_estimate"] and a["overlap"] > 0.5
+    v, s = tmp_path / "v.npz", tmp_path / "s.npz"
+    for env, path in (("vacuum", v), ("obc2", s)):
+        assert run_tool("estimate-fe", "sample", cl, "--env", env, "--frames", "150", "--interval", "20", "--equil",
+                        "500", "-o", path).returncode == 0
+    r = run_tool("estimate-fe", "baseline", cl, "--method", "endstate-bar", "--vacuum-frames", v, "--solvent-frames", s,
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)
+    assert b["frames_from"] == "files" and abs(b["delta_g_kcal"] - a["delta_g_kcal"]) < 0.15
+    r = run_tool("estimate-fe", "baseline", cl, "--method", "endstate-bar", "--vacuum-frames", s, "--solvent-frames", v)
+    assert r.returncode == 1 and "s.npz" in r.stderr and "'env'" in r.stderr
+    r = run_tool("estimate-fe", "baseline", cl, "--method", "endstate-bar", "--vacuum-frames", v)
+    assert r.returncode == 2 and "--solvent-frames" in r.stderr
+    r = run_tool("estimate-fe", "baseline", cl, "--vacuum-frames", v, "--solvent-frames", s)
+    assert r.returncode == 2 and "endstate-bar" in r.stderr
+
+
+@pytest.mark.parametrize("bonds", [[(0, 1), (1, 2), (0, 3), (0, 4), (0, 5), (2, 6)],  # atom 2 on atom 1
+                                   [(0, 1), (0, 2), (2, 3), (2, 4), (4, 5), (4, 6), (1, 7)]])  # atom 2 on atom 0
+def test_internal_coordinates_round_trip_with_the_exact_log_jacobian(bonds):
+    """t -> frame-gauge coordinates -> t is the identity, and log J of the chart equals
+    log |det d y_free / d t_free| (autograd) + the frame gauge's log(x2^2 y3), the measure the
+    triatomic quadrature test checks."""
+    from icmlkit.lib.fe.internal import ZMatrix, free_mask, zmatrix_refs
+
+    n = 1 + max(max(b) for b in bonds)
+    par, g, d = zmatrix_refs(n, bonds)
+    assert all(0 <= par[i] < i for i in range(1, n))
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(6, n, 3)) * 1.3
+    zm = ZMatrix(par, g, d, np.full((n, 3), -4.0), np.full((n, 3), 9.0))
+    t, lj = zm.to_free(x)
+    y, lj2 = zm.to_cartesian(t)
+    assert np.allclose(y, gauge.to_frame(x), atol=1e-10) and np.allclose(lj, lj2, atol=1e-10)
+    # distances survive (a rigid motion of the input)
+    dist = lambda a: np.linalg.norm(a[:, :, None] - a[:, None], axis=-1)  # noqa: E731
+    assert np.allclose(dist(y), dist(x), atol=1e-10)
+    free, gfree = torch.as_tensor(free_mask(n)), torch.as_tensor(gauge.free_mask(n, True))
+
+    def f(tf):
+        tt = torch.zeros(n, 3, dtype=torch.float64)
+        tt[free] = tf
+        return zm.cartesian(zm.from_unit(tt[None]))[0][gfree]
+
+    for k in range(len(x)):
+        tf = torch.as_tensor(t[k])[free]
+        logdet = float(torch.linalg.slogdet(torch.autograd.functional.jacobian(f, tf))[1])
+        assert logdet + gauge.log_jacobian(y[k:k + 1])[0] == pytest.approx(lj[k], abs=1e-8)
+    with pytest.raises(InputError, match="connected bond graph"):
+        zmatrix_refs(4, [(0, 1), (2, 3)])
+
+
+def test_internal_coordinate_model_trains_estimates_and_round_trips_its_file(tmp_path):
+    s = builtin("triatomic")
+    fr = s.sample(400, seed=0, chains=50, burn_in=200, thin=2)
+    bundle, info = card.train(s, fr["x"][:300], fr["u"][:300], steps=30, stage2_steps=5, batch=64, d=16, heads=2,
+                              enc_layers=1, dec_layers=1, K=3, coords="internal")
+    assert bundle["coords"]["kind"] == "internal" and math.isfinite(info["val_nll"])
+    card.save(tmp_path / "m.pt", bundle)
+    loaded = card.load(tmp_path / "m.pt")
+    zm = card.zmatrix_of(loaded)
+    # the force-field boxes of the triatomic: bonds b +- 8 / sqrt(kb), the angle theta0 +- 8 / sqrt(ka) within [0, pi]
+    assert zm.lo[1, 0] == pytest.approx(1 - 8 / math.sqrt(200)) and zm.lo[2, 1] + zm.width[2, 1] == pytest.approx(math.pi)
+    res = card.estimate(loaded, s, fr["x"][300:], fr["u"][300:], n_samples=200)
+    assert math.isfinite(res["f_kT"]) and res["nonfinite_model_energies"] == 0 and 0 < res["overlap"] <= 1
+    model = card.model_from_bundle(loaded)
+    y, lq = model.sample(20, torch.Generator().manual_seed(1))
+    x, lj = card.free_to_frames(y.numpy(), loaded["order"], True, zm)
+    assert np.allclose(card.prepare(x, np.zeros(20), loaded["order"], True, zm).y, y.numpy(), atol=1e-9)
+    r = run_tool("estimate-fe", "train", "trap4", tmp_path / "none.npz", "-o", tmp_path / "t.pt", "--coords", "bogus")
+    assert r.returncode == 2 and "--coords" in r.stderr
+
+
+def test_internal_coordinates_need_a_bond_graph(tmp_path):
+    fr = tmp_path / "trap.npz"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "50", "-o", fr).returncode == 0
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", tmp_path / "m.pt", "--coords", "internal", "--steps", "1")
+    assert r.returncode == 2 and "bond graph" in r.stderr and not (tmp_path / "m.pt").exists()
+
+
+@pytest.mark.slow
+def test_internal_coordinate_triatomic_matches_quadrature():
+    from icmlkit.lib.fe.pipeline import run_system
+
+    s = builtin("triatomic")
+    res = run_system(s, None, n_frames=3000, train_fraction=2 / 3, steps=300, stage2_steps=50, n_samples=1000,
+                     arch={"coords": "internal"})
+    assert abs(res["f_kT"] - s.f_exact()) < max(0.05, 4 * res["f_err_kT"]) and res["overlap"] > 0.5
+
+
+@pytest.mark.slow
+@needs_freesolv
+def test_force_field_boxes_hold_the_md_frames():
+    """Methanol's internal-coordinate boxes come from its force field alone and contain every MD frame."""
+    from icmlkit.lib.fe.internal import build_zmatrix
+    from icmlkit.lib.fe.mm import load_molecule
+
+    vac = load_molecule("freesolv:mobley_1636752", env="vacuum")
+    fr = vac.sample(300, seed=0, interval=20, equil=500)
+    order = gauge.dfs_order(vac.z, vac.bonds)
+    zm = build_zmatrix(vac, order, fr["x"][:1])
+    t, _ = zm.to_free(fr["x"][:, order])
+    free = zm.free
+    assert (t[:, free] >= 0).all() and (t[:, free] < 1).all()
+    # the bond-length boxes are narrow: 16 thermal sigmas (about 0.5 A for a C-H bond)
+    assert zm.width[1:, 0].max() < 0.8
+
+
+# ----------------------------------------------------------------------------------- transfer
+
+_DB = """# made-up FreeSolv-style database (compound; SMILES; name; expt; err; calc; err; ...)
+t_1; CO; m-ol; -5.1; 0.6; -3.5; 0.0
+t_2; CCC; p-ane; 2.0; 0.2; 1.5; 0.0
+t_3; CC#N; ac-nitrile; -3.9; 0.2; -3.5; 0.0
+t_4; [NH4+]; ion; -80; 1; -80; 0.0
+t_5; CCCC; b-ane; 2.1; 0.2; 2.0; 0.0
+t_6; CBr; br; -0.8; 0.2; -0.5; 0.0
+t_7; CS; m-thiol; -1.2; 0.2; -0.3; 0.0
+t_8; C; m-ane; 2.0; 0.2; 2.4; 0.0
+t_9; CCl; cl; -0.6; 0.6; 0.8; 0.0
+"""
+
+
+def test_transfer_rule_and_split_keep_held_out_molecules_out_of_training(tmp_path):
+    from icmlkit.lib.fe import transfer
+
+    db = tmp_path / "database.txt"
+    db.write_text(_DB)
+    picked = [e["compound"] for e in transfer.select_freesolv(db)]
+    assert picked == ["t_1", "t_2", "t_7", "t_9"]  # 2-3 heavy atoms of C N O S Cl, no brackets, no triple bond
+    train, held = transfer.split(picked, 1)
+    assert set(train).isdisjoint(held) and sorted(train + held) == picked
+    assert transfer.split(picked[::-1], 1) == (train, held)  # order does not matter
+    with pytest.raises(InputError):
+        transfer.split(picked, 4)
+    # the trained model lists exactly its training molecules, never a held-out one
+    ctxs, frames = _toy_contexts()
+    bundle, info = transfer.train_multi([c for c in ctxs if c.name != "held"], {k: v for k, v in frames.items()
+                                        if k != "held"}, steps=3, batch=8, d=8, heads=2, layers=1, K=2)
+    assert bundle["molecules"] == ["a3", "b4"] and "held" not in info["frames_per_molecule"]
+
+
+def _toy_contexts():
+    """Three made-up molecules (3, 4 and 4 atoms, chains) with hand-made internal-coordinate boxes,
+    and frames drawn uniformly inside the boxes."""
+    from icmlkit.lib.fe.internal import ZMatrix, free_mask, zmatrix_refs
+    from icmlkit.lib.fe.radix import RadixMap
+    from icmlkit.lib.fe.transfer import Context
+
+    rng = np.random.default_rng(0)
+    out, frames = [], {}
+    for name, n, zs in (("a3", 3, [6, 8, 1]), ("b4", 4, [6, 6, 1, 1]), ("held", 4, [8, 6, 1, 1])):
+        bonds = [(i, i + 1) for i in range(n - 1)]
+        par, g, d = zmatrix_refs(n, bonds)
+        lo, w = np.zeros((n, 3)), np.ones((n, 3))
+        lo[:, 0], w[:, 0] = 0.9, 0.6
+        lo[:, 1], w[:, 1] = 1.4, 1.2
+        lo[:, 2], w[:, 2] = -math.pi, 2 * math.pi
+        zm = ZMatrix(par, g, d, lo, w)
+        t = np.where(zm.free, rng.uniform(0.05, 0.95, (64, n, 3)), 0.0)
+        x, _ = zm.to_cartesian(t)
+        ref = x[:1]
+        dist = np.linalg.norm(ref[:, :, None] - ref[:, None], axis=-1)
+        out.append(Context(name, list(range(n)), zm, RadixMap(np.zeros((n, 3)), 1.0, free_mask(n), r=2, L=1),
+                           np.array(zs), dist))
+        frames[name] = (x, np.zeros(len(x)))
+    return out, frames
+
+
+def test_multi_molecule_log_q_integrates_to_one_on_a_small_system():
+    """A model shared by molecules of 3 and 4 atoms, bound to the 3-atom one after training on both:
+    its density integrates to 1 over the unit box of the 3 free internal coordinates, and binding
+    another molecule in between changes nothing."""
+    from icmlkit.lib.fe import transfer
+
+    ctxs, frames = _toy_contexts()
+    bundle, _ = transfer.train_multi(ctxs[:2], {k: frames[k] for k in ("a3", "b4")}, steps=20, batch=16, d=16, heads=2,
+                                     layers=1, K=2)
+    m = transfer.model_for(bundle, ctxs[0])
+    rm = ctxs[0].radix
+    assert _integral(m, rm, 3, [(1, 0), (2, 0), (2, 1)], 12) == pytest.approx(1.0, abs=2e-3)
+    t = torch.as_tensor(np.where(ctxs[0].zmat.free, 0.3, 0.0))[None].double()
+    before = m.log_prob(t)
+    m.bind(ctxs[1].radix, ctxs[1].z, ctxs[1].ref_dist)
+    y, lq = m.sample(8, torch.Generator().manual_seed(0))
+    assert y.shape == (8, 4, 3) and torch.allclose(m.log_prob(y), lq, atol=1e-6)
+    m.bind(ctxs[0].radix, ctxs[0].z, ctxs[0].ref_dist)
+    assert torch.equal(m.log_prob(t), before)
+    with pytest.raises(InputError, match="not a multi-molecule"):
+        transfer.model_for({"format": "icmlkit-card-2"}, ctxs[0])
+
+
+@pytest.mark.slow
+@needs_freesolv
+def test_transfer_estimate_on_an_unseen_molecule_needs_no_md():
+    """A model trained on two molecules estimates F of a third from samples alone: finite, with an
+    interval, its energy evaluations exactly the samples (no MD)."""
+    from icmlkit.lib.fe import transfer
+    from icmlkit.lib.fe.mm import load_molecule
+
+    ctxs, frames = [], {}
+    for cid in ("mobley_1636752", "mobley_525934"):  # methanol, methanethiol
+        s = load_molecule(f"freesolv:{cid}")
+        ctxs.append(transfer.context(s, s.minimised()))
+        fr = s.sample(200, seed=0, interval=10, equil=300)
+        frames[s.name] = (fr["x"], fr["u"])
+    bundle, _ = transfer.train_multi(ctxs, frames, steps=40, batch=32, d=16, heads=2, layers=1, K=2)
+    cl = load_molecule("freesolv:mobley_4434915")  # chloromethane, never seen
+    res = transfer.estimate_unseen(bundle, transfer.context(cl, cl.minimised()), cl, n_samples=200, n_boot=50)
+    assert math.isfinite(res["f_kT"]) and res["ci_kT"][0] <= res["ci_kT"][1] and res["energy_evals"] == 200
+
+
+def test_stage_three_reverse_kl_counts_its_energy_calls(tmp_path):
+    """--kl-steps: each Stage III step evaluates the target energy on one batch of model samples;
+    the training summary counts them, and the model still gives a finite estimate."""
+    fr = tmp_path / "tri.npz"
+    assert run_tool("estimate-fe", "sample", "triatomic", "--frames", "200", "-o", fr).returncode == 0
+    r = run_tool("estimate-fe", "train", "triatomic", fr, "-o", tmp_path / "m.pt", "--steps", "6", "--stage2-steps",
+                 "2", "--kl-steps", "3", "--batch", "32", "--width", "16", "--layers", "1", "--coords", "internal",
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["energy_evals_train"] == 3 * 32 and out["steps_done"] == 11
+    r = run_tool("estimate-fe", "estimate", "triatomic", tmp_path / "m.pt", fr, "--samples", "100", "--min-overlap", "0",
+                 "--json")
+    assert r.returncode == 0 and math.isfinite(json.loads(r.stdout)["f_kT"])

@@ -2,9 +2,12 @@
 
 Modules: ``gauge`` (frame gauge with Jacobian x2^2 y3, atom order), ``radix`` (the radix bijection
 and the Beta mixture), ``model`` (the encoder-decoder transformer with geometry-aware attention),
-``card`` (prepare / train / estimate / save / load), ``estimate`` (BAR, MBAR, EXP, overlap, ESS via
-pymbar), ``systems`` (analytic potentials with exact F, MALA and exact samplers), ``mm`` (OpenMM
-vacuum / OBC2, MD, the lambda-window MBAR baseline, FreeSolv access), ``pipeline`` and ``demo``, and
+``card`` (prepare / train / estimate / save / load), ``estimate`` (BAR, MBAR, EXP, overlap, ESS in
+log space, checked against pymbar), ``systems`` (analytic potentials with exact F, MALA and exact
+samplers), ``mm`` (OpenMM vacuum / OBC2, MD, the lambda-window MBAR and end-state BAR baselines,
+FreeSolv access), ``internal`` (internal-coordinate charts with force-field boxes, reconstructed),
+``transfer`` (one model over many molecules, estimates on unseen ones, reconstructed), ``pipeline``
+and ``demo``, and
 ``api``: one function per estimate-fe subcommand (config dataclass + loaded inputs -> result with
 ``.summary``), shared by the CLI, the demo and the benchmark.
 The decoder's two-stream wiring, the Stage II weighting and the use of the frame gauge instead of
@@ -25,6 +28,10 @@ _LAZY = {
     "exact_free_energy": "icmlkit.lib.fe.systems",
     "load_molecule": "icmlkit.lib.fe.mm",
     "lambda_window_mbar": "icmlkit.lib.fe.mm",
+    "endstate_bar": "icmlkit.lib.fe.mm",
+    "ZMatrix": "icmlkit.lib.fe.internal",
+    "train_multi": "icmlkit.lib.fe.transfer",
+    "estimate_unseen": "icmlkit.lib.fe.transfer",
     "run_system": "icmlkit.lib.fe.pipeline",
     "open_system": "icmlkit.lib.fe.api",
     "load_frames": "icmlkit.lib.fe.api",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.runtime import stream_seed
 from icmlkit.lib.fe import card
 from icmlkit.lib.fe.config import BaselineConfig, EstimateConfig, SampleConfig, SolvationConfig, TrainConfig
@@ -134,13 +134,14 @@ def train(cfg: TrainConfig, system, frames: Frames, *, seed: int = 0, device="cp
     n_train = max(10, int(len(frames.x) * cfg.train_fraction))
     bundle, info = card.train(system, frames.x[:n_train], frames.u[:n_train], steps=cfg.steps,
                               stage2_steps=cfg.stage2_steps, batch=cfg.batch, lr=cfg.lr,
-                              energy_weight=cfg.energy_weight, seed=seed, time_limit=cfg.time_limit,
+                              energy_weight=cfg.energy_weight, kl_steps=cfg.kl_steps, seed=seed, time_limit=cfg.time_limit,
                               threads=cfg.threads, precision=cfg.precision, device=device, dist=dist,
                               checkpointer=checkpointer, **cfg.arch())
     bundle["frames_file_digest"] = card.frames_digest(frames.x)
     summary = {"system": system.name, "n_atoms": system.n_atoms, "n_free": info["n_free"],
                "train_frames": info["train_frames"], "val_frames": info["val_frames"], "val_nll": info["val_nll"],
                "box": info["box"], "steps_done": info["steps_done"], "seconds_train": round(info["seconds_train"], 3),
+               "energy_evals_train": info["energy_evals_train"],
                "device": info["device"], "world_size": info["world_size"]}
     return TrainResult(bundle, info, summary)
 
@@ -232,23 +233,49 @@ def solvation_pipeline(cfg: SolvationConfig, spec: str, make_system, folder: Pat
 # --------------------------------------------------------------------------- baseline
 
 
-def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed: int = 0) -> Result:
-    """The classical baseline: lambda-window MD (U_vac + lambda U_GB) and MBAR, Delta G in kcal/mol."""
-    from icmlkit.lib.fe.mm import lambda_window_mbar
+def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed: int = 0,
+             frames: dict | None = None) -> Result:
+    """The classical baselines, Delta G(vacuum -> OBC2) in kcal/mol: ``cfg.method`` "lambda-mbar"
+    (lambda-window MD, U_vac + lambda U_GB, and MBAR) or "endstate-bar" (BAR on end-state frames,
+    :func:`~icmlkit.lib.fe.mm.endstate_bar`: the given ``frames`` {"vacuum": Frames, "obc2": Frames},
+    or MD of both end states on the seed streams of a CARD solvation run)."""
+    from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md, lambda_window_mbar
 
     if system.kind != "openmm":
-        raise InputError("the lambda-window baseline needs a molecule (a .prmtop or freesolv:<id>), not an "
-                         "analytic system", system.name)
-    out = lambda_window_mbar(system.prmtop, system.inpcrd, temperature=temperature, windows=cfg.windows,
-                             frames_per_window=cfg.frames_per_window, interval=cfg.interval, equil=cfg.equil,
-                             timestep_fs=cfg.timestep, seed=seed, platform=system.platform,
-                             device_index=system.device_index)
-    out["units"] = "kcal/mol (delta_g), kT (f_kT)"
+        raise InputError("the baselines need a molecule (a .prmtop or freesolv:<id>), not an analytic system",
+                         system.name)
+    if frames is not None and cfg.method != "endstate-bar":
+        raise UsageError("--vacuum-frames/--solvent-frames are for --method endstate-bar")
+    if cfg.method == "endstate-bar":
+        systems = {"obc2": system, "vacuum": system.with_env("vacuum")}
+        if frames is None:
+            fr = endstate_md(systems, cfg.frames_per_window, seed=seed, interval=cfg.interval, equil=cfg.equil,
+                             timestep_fs=cfg.timestep)
+        else:
+            for env in ENVIRONMENTS:
+                got = str(frames[env].extra.get("env", env))
+                if got != env:
+                    raise InputError(f"these frames were sampled in {got!r}, expected {env!r} (field 'env')",
+                                     frames[env].name)
+            fr = {env: {"x": frames[env].x, "u": frames[env].u,
+                        "energy_evals": int(frames[env].extra.get("energy_evals_md", 0)),
+                        "seconds_md": float(frames[env].extra.get("seconds_md", 0.0))} for env in ENVIRONMENTS}
+        out = endstate_bar(systems, fr, temperature)
+        out["frames_from"] = "files" if frames is not None else "md"
+        what = "BAR overlap"
+    else:
+        out = lambda_window_mbar(system.prmtop, system.inpcrd, temperature=temperature, windows=cfg.windows,
+                                 frames_per_window=cfg.frames_per_window, interval=cfg.interval, equil=cfg.equil,
+                                 timestep_fs=cfg.timestep, seed=seed, platform=system.platform,
+                                 device_index=system.device_index)
+        out["method"] = "lambda-mbar"
+        what = "smallest neighbour overlap"
+    out["units"] = "kcal/mol (delta_g)" + (", kT (f_kT)" if cfg.method == "lambda-mbar" else "")
     out["openmm_platform"] = system.platform
     out = _freesolv(spec, out)
     check = None
     if out["overlap"] < cfg.min_overlap:
-        check = f"smallest neighbour overlap {out['overlap']:.3g} is below --min-overlap {cfg.min_overlap}"
+        check = f"{what} {out['overlap']:.3g} is below --min-overlap {cfg.min_overlap}"
     return Result(out, check)
 
 

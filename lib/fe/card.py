@@ -42,9 +42,13 @@ def frames_digest(x: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float64).tobytes()).hexdigest()[:16]
 
 
-def prepare(x: np.ndarray, u: np.ndarray, order, invariant: bool) -> Prepared:
+def prepare(x: np.ndarray, u: np.ndarray, order, invariant: bool, zmat=None) -> Prepared:
+    """Frames -> free coordinates in model order: the frame gauge, the internal-coordinate chart
+    ``zmat`` (:class:`~icmlkit.lib.fe.internal.ZMatrix`) or the identity (traps)."""
     xo = np.asarray(x, dtype=np.float64)[:, order]
-    if invariant:
+    if zmat is not None:
+        y, lj = zmat.to_free(xo)
+    elif invariant:
         y = G.to_frame(xo)
         lj = G.log_jacobian(y)
     else:
@@ -53,10 +57,26 @@ def prepare(x: np.ndarray, u: np.ndarray, order, invariant: bool) -> Prepared:
 
 
 def to_cartesian(y: np.ndarray, order) -> np.ndarray:
-    """Free coordinates in model order -> frames in the system's atom order."""
+    """Frame-gauge coordinates in model order -> frames in the system's atom order."""
     x = np.empty_like(y)
     x[:, order] = y
     return x
+
+
+def zmatrix_of(bundle: dict):
+    """The internal-coordinate chart of a bundle (None: Cartesian free coordinates)."""
+    from icmlkit.lib.fe.internal import ZMatrix
+
+    c = bundle.get("coords")
+    return ZMatrix.from_state(c) if c else None
+
+
+def free_to_frames(y: np.ndarray, order, invariant: bool, zmat=None) -> tuple[np.ndarray, np.ndarray]:
+    """Model free coordinates -> (frames in the system's atom order, log J of the chart)."""
+    if zmat is not None:
+        xo, lj = zmat.to_cartesian(y)
+        return to_cartesian(xo, order), lj
+    return to_cartesian(y, order), (G.log_jacobian(y) if invariant else np.zeros(len(y)))
 
 
 def _ref_dist(y: np.ndarray, n_ref: int) -> np.ndarray:
@@ -66,19 +86,40 @@ def _ref_dist(y: np.ndarray, n_ref: int) -> np.ndarray:
 
 
 def build(system, x: np.ndarray, r: int = 4, L: int = 3, K: int = 8, d: int = 32, heads: int = 4, enc_layers: int = 2,
-          dec_layers: int = 2, margin: float = 1.5, box: float | None = None, n_ref: int = 8, eps: float = 1e-6):
-    """Order, gauge, box and an untrained CARD model for ``system`` from its frames."""
+          dec_layers: int = 2, margin: float = 1.5, box: float | None = None, n_ref: int = 8, eps: float = 1e-6,
+          coords: str = "cartesian"):
+    """Order, gauge (or internal-coordinate chart), box and an untrained CARD model for ``system``
+    from its frames; returns (model, order, zmat) with zmat None for Cartesian coordinates.
+
+    ``coords="internal"`` (reconstructed, issue 28): the radix map decomposes the unit-box internal
+    coordinates of :mod:`icmlkit.lib.fe.internal` (lo = 0, a = 1; ``box`` and ``margin`` then only
+    set frame-derived boxes); the reference distances stay Cartesian."""
     from icmlkit.lib.fe.model import CARD
 
-    order = G.choose_order(system.z, system.bonds, x, system.invariant)
-    prep = prepare(x, np.zeros(len(x)), order, system.invariant)
-    free = G.free_mask(system.n_atoms, system.invariant)
-    lo, a = G.box_for(prep.y, free, system.invariant, margin=margin, a=box)
-    radix = RadixMap(lo, a, free, r=r, L=L)
+    zmat = None
+    if coords == "internal":
+        from icmlkit.lib.fe.internal import build_zmatrix, free_mask
+
+        if not system.invariant or not system.bonds:
+            raise UsageError(f"--coords internal needs a molecule with a bond graph; {system.name} has none "
+                             "(use --coords cartesian)")
+        order = G.dfs_order(system.z, system.bonds)
+        zmat = build_zmatrix(system, order, x, margin=margin)
+        free = free_mask(system.n_atoms)
+        radix = RadixMap(np.zeros((system.n_atoms, 3)), 1.0, free, r=r, L=L)
+        ref = G.to_frame(np.asarray(x, dtype=np.float64)[:, order])
+    elif coords == "cartesian":
+        order = G.choose_order(system.z, system.bonds, x, system.invariant)
+        ref = prepare(x, np.zeros(len(x)), order, system.invariant).y
+        free = G.free_mask(system.n_atoms, system.invariant)
+        lo, a = G.box_for(ref, free, system.invariant, margin=margin, a=box)
+        radix = RadixMap(lo, a, free, r=r, L=L)
+    else:
+        raise UsageError(f"--coords must be cartesian or internal, not {coords!r}")
     z = np.asarray(system.z)[order]
-    model = CARD(radix, z, _ref_dist(prep.y, n_ref), d=d, heads=heads, enc_layers=enc_layers, dec_layers=dec_layers,
+    model = CARD(radix, z, _ref_dist(ref, n_ref), d=d, heads=heads, enc_layers=enc_layers, dec_layers=dec_layers,
                  K=K, eps=eps)
-    return model, order
+    return model, order, zmat
 
 
 def check_energies(u: np.ndarray, where: str) -> None:
@@ -91,7 +132,7 @@ def check_energies(u: np.ndarray, where: str) -> None:
 def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_steps: int = 500, batch: int = 128,
           lr: float = 2e-3, energy_weight: float = 1.0, seed: int = 0, val_fraction: float = 0.1, time_limit=None,
           threads: int = 1, precision: str = "float32", device=None, dist=None, checkpointer=None,
-          **arch) -> tuple[dict, dict]:
+          kl_steps: int = 0, kl_weight: float = 1.0, **arch) -> tuple[dict, dict]:
     """Train CARD on frames; returns (bundle for :func:`save`, info).
 
     1. order, gauge and box from the frames; the model is built under ``seeded(seed, "init")``;
@@ -102,7 +143,13 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
        all-reduce) before clipping, so the step is the one-process step on the global batch;
     3. Stage I: NLL; Stage II: NLL + ``energy_weight`` x the centred energy matching term
        (:func:`_energy_matching`; the batch means are global means over the ranks);
-    4. Adam, warm-up + cosine schedule, gradient norm clipped at 10.
+    4. Stage III, ``kl_steps`` > 0 (reconstructed, issue 28: not in the paper): NLL + ``kl_weight`` x
+       a score-function estimate of the reverse KL(q || p) against the target energy: each step draws
+       a batch from the model (stream ``generator(seed, "kl")``), evaluates u_t on it and follows
+       mean(A * log q) with A = w - median(w), w = u_t + log q, clipped to [-10, 10] kT (robust to the
+       heavy tail of a poor proposal; an undefined energy counts as +10). Its energy calls are
+       ``info["energy_evals_train"]``. One process only;
+    5. Adam, warm-up + cosine schedule over all stages, gradient norm clipped at 10.
 
     ``precision`` "float64" trains the network in double precision (the bundle stores float32
     weights either way): with float32, a weight whose gradient is a cancellation of many terms gets
@@ -125,11 +172,11 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
     t0 = time.perf_counter()
     check_energies(u, "frames field 'u'")
     with seeded(seed, "init"):
-        model, order = build(system, x, **arch)
+        model, order, zmat = build(system, x, **arch)
     if precision not in ("float32", "float64"):
         raise UsageError(f"--precision must be float32 or float64, not {precision!r}")
     model.to(device=dev, dtype=getattr(torch, precision))
-    prep = prepare(x, u, order, system.invariant)
+    prep = prepare(x, u, order, system.invariant, zmat)
     n_val = max(1, int(round(val_fraction * len(x)))) if len(x) >= 20 else 0
     y_all = torch.as_tensor(prep.y, device=dev)
     ut_all = torch.as_tensor(prep.u_t, device=dev)
@@ -142,7 +189,9 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
     part = dist.split(n_batch)
     n_free = int(model.radix.free.sum())
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    total = steps + stage2_steps
+    if kl_steps and dist.active:
+        raise UsageError("--kl-steps runs in one process (not under torchrun)")
+    total = steps + stage2_steps + kl_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, min(100, total // 10))) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     gen = generator(seed, "batches")
     hist, stopped, start, t_before = [], None, 0, 0.0
@@ -151,8 +200,14 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
                 "arch": {k: v for k, v in sorted(arch.items())}}
     fp = fingerprint(settings, np.asarray(x, dtype=np.float64), np.asarray(u, dtype=np.float64))
     state = checkpointer.load(fp) if checkpointer is not None else None
+    if kl_steps:
+        settings["kl"] = [kl_steps, kl_weight]
+        fp = fingerprint(settings, np.asarray(x, dtype=np.float64), np.asarray(u, dtype=np.float64))
+    gen_kl = generator(seed, "kl", device=dev)
+    rngs = {"batches": gen, "kl": gen_kl} if kl_steps else {"batches": gen}
+    evals0 = system.energy_evals
     if state is not None:
-        start, extra = restore(state, model=model, optimizer=opt, scheduler=sched, rng={"batches": gen})
+        start, extra = restore(state, model=model, optimizer=opt, scheduler=sched, rng=rngs)
         hist, t_before = list(extra["hist"]), float(extra["seconds"])
 
     for step in progress(range(start, total), total=total - start, desc="train"):
@@ -165,6 +220,8 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
             ut = ut_tr[idx]
             em = _energy_matching(-lq, (ut - ut.mean())[part], dist)
             loss = nll + energy_weight * em
+        if step >= steps + stage2_steps:  # Stage III: reverse KL by the score function
+            loss = nll + kl_weight * _reverse_kl_surrogate(model, system, order, zmat, n_batch, gen_kl)
         opt.zero_grad()
         (loss / n_free).backward()
         if dist.active:
@@ -178,7 +235,7 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
             hist.append(row)
             log.debug("step %d nll %.3f em %.3f", step, row["nll"], row["energy_match"])
         if checkpointer is not None and checkpointer.due(step + 1, total):
-            checkpointer.save(step + 1, fp, model=model, optimizer=opt, scheduler=sched, rng={"batches": gen},
+            checkpointer.save(step + 1, fp, model=model, optimizer=opt, scheduler=sched, rng=rngs,
                               extra={"hist": hist, "seconds": t_before + time.perf_counter() - t0})
         if time_limit is not None and dist.all_mean(float(time.perf_counter() - t0 > time_limit)) > 0:
             stopped = step + 1
@@ -187,13 +244,15 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
     model.eval()
     with torch.no_grad():
         val_nll = float(-torch.cat([model.log_prob(y_va[i:i + 1024]) for i in range(0, len(y_va), 1024)]).mean()) if n_val else None
-    info = {"steps": steps, "stage2_steps": stage2_steps, "steps_done": stopped or total, "train_frames": len(y_tr),
+    info = {"steps": steps, "stage2_steps": stage2_steps, "kl_steps": kl_steps,
+            "energy_evals_train": int(system.energy_evals - evals0), "steps_done": stopped or total, "train_frames": len(y_tr),
             "val_frames": n_val, "val_nll": val_nll, "train_nll": hist[-1]["nll"], "n_free": n_free,
             "box": model.radix.a, "seconds_train": t_before + time.perf_counter() - t0, "history": hist,
             "device": str(dev), "world_size": dist.world, "precision": precision}
     bundle = {
         "format": FORMAT, "config": dict(model.config), "radix": model.radix.state(), "order": list(map(int, order)),
         "invariant": bool(system.invariant), "z": [int(v) for v in np.asarray(system.z)],
+        "coords": zmat.state() if zmat is not None else None,
         "ref_dist": model.ref_dist.detach().float().cpu().clone(),
         "state_dict": {k: (v.float() if v.is_floating_point() else v).detach().cpu()
                        for k, v in model.state_dict().items()},
@@ -203,6 +262,22 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
         "info": {k: v for k, v in info.items() if k not in ("history", "seconds_train", "device", "world_size")},
     }
     return bundle, info
+
+
+def _reverse_kl_surrogate(model, system, order, zmat, n: int, gen):
+    """mean(A log q) over n model samples, whose gradient is the score-function estimate of
+    grad KL(q || p) with the robust advantage A of :func:`train` (Stage III)."""
+    import torch
+
+    y, _ = model.sample(n, gen)
+    xq, lj = free_to_frames(y.cpu().numpy(), order, system.invariant, zmat)
+    ut = torch.as_tensor(system.reduced_energy(xq) - lj, device=y.device)
+    lq = model(y)
+    w = ut + lq.detach()
+    ok = torch.isfinite(w)
+    med = w[ok].median() if ok.any() else torch.zeros((), dtype=w.dtype, device=w.device)
+    adv = torch.where(ok, (w - med).clamp(-10.0, 10.0), torch.full_like(w, 10.0))
+    return (adv * lq).mean()
 
 
 def _global_mean(t, dist):
@@ -257,7 +332,8 @@ def model_from_bundle(bundle: dict):
     z = np.asarray(bundle["z"])[bundle["order"]]
     with seeded(0, "load"):  # the weights are overwritten below; construction must not consume the caller's RNG
         model = CARD(radix, z, bundle["ref_dist"], d=c["d"], heads=c["heads"], enc_layers=c["enc_layers"],
-                     dec_layers=c["dec_layers"], K=c["K"], eps=c["eps"], max_shape=c["max_shape"], n_freq=c["n_freq"])
+                     dec_layers=c["dec_layers"], K=c["K"], eps=c["eps"], max_shape=c["max_shape"], n_freq=c["n_freq"],
+                     max_atoms=c.get("max_atoms"), d_max=c.get("d_max"))
     model.load_state_dict(bundle["state_dict"])
     model.eval()
     return model
@@ -284,8 +360,10 @@ def check_bundle(bundle: dict, where: str) -> None:
             raise InputError(f"not a complete CARD model file (field {key!r} missing or not a {typ.__name__})", where)
     try:
         model_from_bundle(bundle)
-    except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
-        raise InputError(f"the CARD model file's weights do not fit its configuration ({exc})", where) from None
+        zmatrix_of(bundle)
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError, InputError) as exc:
+        raise InputError(f"the CARD model file's weights or coordinates do not fit its configuration ({exc})",
+                         where) from None
 
 
 def check_system(bundle: dict, system, where: str) -> None:
@@ -320,7 +398,8 @@ def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: i
     if len(x) < 10:
         raise InputError(f"only {len(x)} target frames left for the estimate (need >= 10)", frames_name)
     idx = decorrelate(u) if decorrelate_frames else np.arange(len(u))
-    prep = prepare(x[idx], u[idx], order, bundle["invariant"])
+    zmat = zmatrix_of(bundle)
+    prep = prepare(x[idx], u[idx], order, bundle["invariant"], zmat)
     inside = model.radix.inside(torch.as_tensor(prep.y, device=dev)).cpu().numpy()
     if not inside.all():
         k = int(np.flatnonzero(~inside)[0])
@@ -336,9 +415,9 @@ def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: i
     y_q, lq_q = y_q.cpu().numpy(), lq_q.cpu().numpy()
     evals0 = system.energy_evals
     t_e = time.perf_counter()
-    u_sys = system.reduced_energy(to_cartesian(y_q, order))
+    x_q, lj = free_to_frames(y_q, order, bundle["invariant"], zmat)
+    u_sys = system.reduced_energy(x_q)
     seconds_energy = time.perf_counter() - t_e
-    lj = G.log_jacobian(y_q) if bundle["invariant"] else np.zeros(len(y_q))
     ut_q = u_sys - lj
     nonfinite = int((~np.isfinite(ut_q)).sum())
     ut_q = np.where(np.isfinite(ut_q), ut_q, np.inf)

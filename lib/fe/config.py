@@ -37,10 +37,19 @@ class TrainConfig:
     batch: int = field(default=256, metadata=_opt("Global batch (frames per step, split over torchrun processes).",
                                                   min=1))
     lr: float = field(default=2e-3, metadata=_opt("Adam learning rate.", min=0, min_open=True))
+    kl_steps: int = field(default=0, metadata=_opt(
+        "Stage III steps after Stage II (reconstructed, not in the paper): NLL + a score-function estimate of the "
+        "reverse KL against the target energy, on model samples (one energy call per sample; one process only).",
+        min=0))
     energy_weight: float = field(default=1.0, metadata=_opt("Weight of the Stage II energy matching term.", min=0))
     train_fraction: float = field(default=0.5, metadata=_opt("Use the first part of FRAMES for training; `estimate` "
                                                              "uses the rest of the same file.", min=0, max=1,
                                                              min_open=True))
+    coords: str = field(default="cartesian", metadata=_opt(
+        "Coordinates the radix map decomposes: cartesian (the paper: frame-gauge Cartesian coordinates) or "
+        "internal (reconstructed: each atom's bond length, bond angle and dihedral relative to its parent in the "
+        "bond tree, boxes from the force field's harmonic terms; molecules with a bond graph only).",
+        choices=("cartesian", "internal")))
     time_limit: float | None = field(default=None, metadata=_opt("Seconds of training at most.", min=0, min_open=True))
     threads: int = field(default=1, metadata=_opt("torch CPU threads per process.", min=1))
     precision: str = field(default="float32", metadata=_opt(
@@ -51,7 +60,7 @@ class TrainConfig:
     def arch(self) -> dict:
         """The keyword arguments of :func:`icmlkit.lib.fe.card.build`."""
         return {"r": self.radix, "L": self.depth, "K": self.components, "d": self.width, "enc_layers": self.layers,
-                "dec_layers": self.layers, "box": self.box, "margin": self.margin}
+                "dec_layers": self.layers, "box": self.box, "margin": self.margin, "coords": self.coords}
 
 
 @dataclass
@@ -75,10 +84,16 @@ class SolvationConfig(EstimateConfig):
 
 @dataclass
 class BaselineConfig:
-    windows: int = field(default=11, metadata=_opt("Lambda windows (0 .. 1).", min=2))
-    frames_per_window: int = field(default=500, metadata=_opt("MD frames per window.", min=10))
+    method: str = field(default="lambda-mbar", metadata=_opt(
+        "lambda-mbar: lambda-window MD (U_vac + lambda U_GB) and MBAR; endstate-bar: MD of the two end states "
+        "only (or the frames given), each frame's reduced energy in both states, BAR (no model, no windows).",
+        choices=("lambda-mbar", "endstate-bar")))
+    windows: int = field(default=11, metadata=_opt("Lambda windows (0 .. 1; lambda-mbar only).", min=2))
+    frames_per_window: int = field(default=500, metadata=_opt("MD frames per window (endstate-bar: per end state).",
+                                                              min=10))
     interval: int = field(default=50, metadata=_opt("MD steps between frames.", min=1))
     equil: int = field(default=5000, metadata=_opt("Equilibration MD steps per window.", min=0))
     timestep: float = field(default=1.0, metadata=_opt("fs.", min=0, min_open=True))
     min_overlap: float = field(default=0.0, metadata=_opt("Exit 3 when the smallest neighbour overlap of the MBAR "
-                                                          "matrix is below this.", min=0, max=1))
+                                                          "matrix (endstate-bar: the BAR overlap) is below this.",
+                                                          min=0, max=1))

@@ -64,9 +64,10 @@ def bar_solve(w_F: np.ndarray, w_R: np.ndarray) -> tuple[float, float]:
     sum_F s(-(M + w_F - Df)) = sum_R s(-(-M + w_R + Df)), s the logistic function (bounded: a
     huge or infinite work contributes 0), M = log(n_F / n_R); the error is Bennett's asymptotic
     formula (pymbar's default): var = <f_F^2>/<f_F>^2/n_F + <f_R^2>/<f_R>^2/n_R - (n_F + n_R)/(n_F n_R)
-    with f_F, f_R the two logistic terms. (nan, nan) when one side carries no weight at all."""
+    with f_F, f_R the two logistic terms, the ratios taken in log space (a garbage model's terms
+    underflow when squared). (nan, nan) when one side carries no weight at all."""
     from scipy.optimize import brentq
-    from scipy.special import expit
+    from scipy.special import expit, logsumexp
 
     nF, nR = len(w_F), len(w_R)
     W = _forward_works(w_F, w_R)
@@ -88,11 +89,15 @@ def bar_solve(w_F: np.ndarray, w_R: np.ndarray) -> tuple[float, float]:
         hi += step
         step *= 2
     df = brentq(g, lo, hi, xtol=1e-12, rtol=1e-14, maxiter=500)
-    fF, fR = expit(df - M - WF), expit(-df + M - WR)
-    mF, mR = float(fF.mean()), float(fR.mean())
-    if mF == 0 or mR == 0:
-        return float(df), float("inf")
-    var = float((fF * fF).mean()) / mF**2 / nF + float((fR * fR).mean()) / mR**2 / nR - (nF + nR) / (nF * nR)
+    # <f^2>/<f>^2 in log space: the logistic terms of a poor proposal underflow when squared
+    lfF, lfR = -np.logaddexp(0.0, -(df - M - WF)), -np.logaddexp(0.0, -(-df + M - WR))
+
+    def ratio(lf):
+        if not np.isfinite(lf).any():
+            return math.inf
+        return math.exp(logsumexp(2 * lf) - 2 * logsumexp(lf) + math.log(len(lf)))
+
+    var = ratio(lfF) / nF + ratio(lfR) / nR - (nF + nR) / (nF * nR)
     return float(df), float(math.sqrt(max(var, 0.0)))
 
 

@@ -9,6 +9,9 @@
   force is wrapped in a CustomCVForce with energy ``lambda_gb * gb``, so U_lambda = U_vac +
   lambda U_GB; 11 windows (lambda = 0, 0.1, ..., 1) of MD, each frame's U_vac and U_GB recorded,
   MBAR (pymbar) over the windows gives Delta G(vacuum -> OBC2).
+- End-state BAR (:func:`endstate_bar`): the cheap baseline on the two end states' frames only
+  (vacuum and OBC2 MD, each frame's reduced energy in both states, BAR), the one a free-energy user
+  runs first; with CARD's own end-state frames it is the comparison at equal MD.
 - FreeSolv molecules are named ``freesolv:<compound id>``: prmtop and inpcrd are read from
   ``../shared/data/freesolv/amber.tar.gz`` (unpacked into a temporary cache folder, never into the
   repository); :func:`freesolv_entry` reads the database's experimental and calculated values.
@@ -171,6 +174,40 @@ class MMSystem(System):
             sys_.addForce(cv)
         return sys_
 
+    def minimised(self, max_iterations: int = 200) -> np.ndarray:
+        """The input structure after OpenMM's local energy minimisation in this environment, (N, 3)
+        Angstrom (no MD; the reference conformer of a molecule a transferable model has not seen)."""
+        openmm, app, unit = _openmm()
+        ctx, _ = self.context(self.build_system())
+        ctx.setPositions(self.x0 / 10.0)
+        openmm.LocalEnergyMinimizer.minimize(ctx, 1.0, max_iterations)
+        return np.array(ctx.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(unit.angstrom))
+
+    def with_env(self, env: str) -> "MMSystem":
+        """The same molecule (files, temperature, platform) in another environment."""
+        return MMSystem(self.prmtop, self.inpcrd, env=env, temperature=self.temperature, platform=self.platform,
+                        name=self.name, device_index=self.device_index)
+
+    def bonded_params(self) -> dict:
+        """The force field's harmonic terms for internal coordinates (:mod:`icmlkit.lib.fe.internal`):
+        {"bonds": {(i, j): (r0 in Angstrom, sigma in Angstrom)}, "angles": {(i, j, k): (theta0,
+        sigma) in rad}} with sigma = sqrt(kT / k) (OpenMM's harmonic terms are k (q - q0)^2 / 2)."""
+        openmm, app, unit = _openmm()
+        sys_ = self.build_system()
+        out = {"bonds": {}, "angles": {}}
+        for f in sys_.getForces():
+            if isinstance(f, openmm.HarmonicBondForce):
+                for b in range(f.getNumBonds()):
+                    i, j, r0, k = f.getBondParameters(b)
+                    k = k.value_in_unit(unit.kilojoule_per_mole / unit.angstrom ** 2)
+                    out["bonds"][(i, j)] = (r0.value_in_unit(unit.angstrom), 1.0 / np.sqrt(self.beta * max(k, 1e-12)))
+            elif isinstance(f, openmm.HarmonicAngleForce):
+                for a in range(f.getNumAngles()):
+                    i, j, k_, t0, k = f.getAngleParameters(a)
+                    k = k.value_in_unit(unit.kilojoule_per_mole / unit.radian ** 2)
+                    out["angles"][(i, j, k_)] = (t0.value_in_unit(unit.radian), 1.0 / np.sqrt(self.beta * max(k, 1e-12)))
+        return out
+
     def context(self, system, integrator=None, seed: int = 0):
         openmm, app, unit = _openmm()
         if integrator is None:
@@ -290,6 +327,50 @@ def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int
             "interval": interval, "md_steps": int(windows * (equil + frames_per_window * interval))}
 
 
+def endstate_bar(systems: dict, frames: dict, temperature: float) -> dict:
+    """End-state BAR for Delta G(vacuum -> OBC2) on end-state frames alone (no model, no lambda windows).
+
+    ``systems`` and ``frames`` map "vacuum" and "obc2" to an :class:`MMSystem` of that environment and
+    to its Boltzmann frames {x (Angstrom), u (beta U of that environment), energy_evals (MD cost)}:
+    each frame set is decorrelated (pymbar's statistical inefficiency of its energy series), the
+    other state's reduced energy is evaluated on the kept frames, and BAR runs on the works
+    w_F = u_obc2 - u_vac (vacuum frames) and w_R = u_vac - u_obc2 (OBC2 frames), in log space
+    (:func:`~icmlkit.lib.fe.estimate.bar_estimate`). With the frames of a CARD solvation run this
+    is the baseline at equal MD."""
+    from icmlkit.lib.fe.estimate import bar_estimate, decorrelate
+
+    t0 = time.perf_counter()
+    kept, cross = {}, {}
+    evals0 = {e: systems[e].energy_evals for e in ENVIRONMENTS}
+    for env, other in (("vacuum", "obc2"), ("obc2", "vacuum")):
+        idx = decorrelate(frames[env]["u"])
+        kept[env] = idx
+        cross[env] = systems[other].reduced_energy(frames[env]["x"][idx])
+    evals = int(sum(systems[e].energy_evals - evals0[e] for e in ENVIRONMENTS))
+    w_F = cross["vacuum"] - frames["vacuum"]["u"][kept["vacuum"]]
+    w_R = cross["obc2"] - frames["obc2"]["u"][kept["obc2"]]
+    r = bar_estimate(w_F, w_R)
+    kT = kcal_per_kT(temperature)
+    md = int(sum(int(frames[e].get("energy_evals", 0)) for e in ENVIRONMENTS))
+    fin = lambda v: None if v is None or not np.isfinite(v) else float(v)  # noqa: E731
+    return {"method": "endstate-bar", "delta_g_kcal": fin(r["delta_f"] * kT), "delta_g_err_kcal": fin(r["delta_f_err"] * kT),
+            "delta_g_exp_forward_kcal": fin(r["exp_forward"] * kT), "delta_g_exp_reverse_kcal": fin(r["exp_reverse"] * kT),
+            "overlap": r["overlap"], "ess_forward": r["ess_forward"], "ess_reverse": r["ess_reverse"],
+            "n_effective": [int(len(kept["vacuum"])), int(len(kept["obc2"]))],
+            "n_frames": [int(len(frames["vacuum"]["u"])), int(len(frames["obc2"]["u"]))],
+            "energy_evals_estimate": evals, "energy_evals_md": md, "energy_evals": evals + md,
+            "seconds_md": float(sum(float(frames[e].get("seconds_md", 0.0)) for e in ENVIRONMENTS)),
+            "seconds_estimate": time.perf_counter() - t0}
+
+
+def endstate_md(systems: dict, n_frames: int, seed: int = 0, interval: int = 50, equil: int = 5000,
+                timestep_fs: float = 1.0) -> dict:
+    """MD of both end states on the seed streams of a CARD solvation run (``stream_seed(seed, env)``),
+    so the same --seed and MD settings give the same frames as ``estimate-fe solvation --outdir``."""
+    return {env: systems[env].sample(n_frames, seed=stream_seed(seed, env), interval=interval, equil=equil,
+                                     timestep_fs=timestep_fs) for env in ENVIRONMENTS}
+
+
 def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
                   platform: str = "CPU", device_index: int | None = None) -> MMSystem:
     """``freesolv:<id>`` or a .prmtop (inpcrd: given, or beside it with the same stem)."""
@@ -311,5 +392,5 @@ def kcal_per_kT(temperature: float) -> float:
     return KB_KJ * temperature / KJ_PER_KCAL
 
 
-__all__ = ["ENVIRONMENTS", "MMSystem", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
+__all__ = ["ENVIRONMENTS", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
            "load_molecule", "openmm_platform"]

@@ -96,32 +96,23 @@ class CARD(nn.Module):
     """q_theta(y) over the free coordinates y (B, N, 3) of one system; see the module docstring."""
 
     def __init__(self, radix: RadixMap, z, ref_dist, d: int = 32, heads: int = 4, enc_layers: int = 2,
-                 dec_layers: int = 2, K: int = 8, eps: float = 1e-6, max_shape: float = 200.0, n_freq: int = 6):
+                 dec_layers: int = 2, K: int = 8, eps: float = 1e-6, max_shape: float = 200.0, n_freq: int = 6,
+                 max_atoms: int | None = None, d_max: float | None = None):
         super().__init__()
-        self.radix = radix
-        self.N, self.r, self.L = radix.n_atoms, radix.r, radix.L
+        self.r, self.L = radix.r, radix.L
         self.V = self.r ** 3
         self.K, self.eps, self.max_shape, self.n_freq = K, eps, max_shape, n_freq
         self.config = {"d": d, "heads": heads, "enc_layers": enc_layers, "dec_layers": dec_layers, "K": K,
                        "eps": eps, "max_shape": max_shape, "n_freq": n_freq}
-        self.register_buffer("z", torch.as_tensor(z, dtype=torch.long).clamp(0, 118))
-        self.register_buffer("ref_dist", torch.as_tensor(ref_dist, dtype=torch.float32))
-        self.register_buffer("allowed", radix.allowed_tokens())
-        self.register_buffer("free", radix.free.clone())
-        N, S = self.N, self.N * (self.L + 2)
-        atom = torch.arange(S) % N
-        level = torch.arange(S) // N
-        self.register_buffer("slot_atom", atom)
-        self.register_buffer("slot_level", level)
-        diff = torch.arange(S)[:, None] - torch.arange(S)[None, :]  # s - s'
-        self.register_buffer("mask_content", (diff >= 0) & (diff < N))
-        qm = (diff >= 1) & (diff <= N)
-        qm[:N] = torch.eye(S, dtype=torch.bool)[:N]  # level-0 query slots predict nothing
-        self.register_buffer("mask_query", qm)
-        d_max = float(ref_dist.max()) * 1.2 + 1e-3 if torch.as_tensor(ref_dist).numel() else 1.0
+        if max_atoms is not None:  # a multi-molecule model (:mod:`icmlkit.lib.fe.transfer`)
+            self.config.update(max_atoms=int(max_atoms), d_max=float(d_max))
+        self.bind(radix, z, ref_dist)
+        N = self.N
+        if d_max is None:
+            d_max = float(torch.as_tensor(ref_dist).max()) * 1.2 + 1e-3 if torch.as_tensor(ref_dist).numel() else 1.0
         nf = 3 * (1 + 2 * n_freq)
         self.emb_z = nn.Embedding(119, d)
-        self.emb_atom = nn.Embedding(N, d)
+        self.emb_atom = nn.Embedding(max_atoms or N, d)
         self.emb_level = nn.Embedding(self.L + 2, d)
         self.phi_c = nn.Sequential(nn.Linear(nf, d), nn.SiLU(), nn.Linear(d, d))
         self.phi_1 = nn.Sequential(nn.Linear(nf, d), nn.SiLU(), nn.Linear(d, d))
@@ -142,6 +133,31 @@ class CARD(nn.Module):
                 head[-1].weight.mul_(0.1)
                 head[-1].bias.zero_()
                 head[-1].bias[K:].fill_(-6.0)
+
+    def bind(self, radix: RadixMap, z, ref_dist) -> "CARD":
+        """Make this model describe one molecule: its radix map, atomic numbers and reference distances
+        (and the slot masks of its size). A single-system model is bound once; a multi-molecule
+        model (same weights for every molecule) is bound to each molecule in turn."""
+        old = getattr(self, "ref_dist", None)
+        dev = old.device if old is not None else torch.device("cpu")
+        dtype = old.dtype if old is not None else torch.float32
+        if self.config.get("max_atoms") is not None and radix.n_atoms > self.config["max_atoms"]:
+            raise ValueError(f"{radix.n_atoms} atoms: this model handles at most {self.config['max_atoms']}")
+        self.radix = radix.to(dev)
+        self.N = N = radix.n_atoms
+        self.register_buffer("z", torch.as_tensor(z, dtype=torch.long, device=dev).clamp(0, 118))
+        self.register_buffer("ref_dist", torch.as_tensor(ref_dist, dtype=dtype, device=dev))
+        self.register_buffer("allowed", self.radix.allowed_tokens())
+        self.register_buffer("free", self.radix.free.clone())
+        S = N * (self.L + 2)
+        self.register_buffer("slot_atom", (torch.arange(S) % N).to(dev))
+        self.register_buffer("slot_level", (torch.arange(S) // N).to(dev))
+        diff = torch.arange(S)[:, None] - torch.arange(S)[None, :]  # s - s'
+        self.register_buffer("mask_content", ((diff >= 0) & (diff < N)).to(dev))
+        qm = (diff >= 1) & (diff <= N)
+        qm[:N] = torch.eye(S, dtype=torch.bool)[:N]  # level-0 query slots predict nothing
+        self.register_buffer("mask_query", qm.to(dev))
+        return self
 
     def _apply(self, fn, *args, **kwargs):
         """``.to(device)`` and friends also move the radix map (a plain object, not a module)."""

@@ -18,13 +18,18 @@ from icmlkit.lib.fe import card
 
 def run_system(system, folder: Path | None, *, n_frames: int = 2000, train_fraction: float = 0.5, seed: int = 0,
                steps: int = 1500, stage2_steps: int = 300, n_samples: int = 2000, estimator: str = "bar",
-               md: dict | None = None, arch: dict | None = None, tag: str = "", device="cpu") -> dict:
-    """Sample (MD or exact/MALA), train CARD on the first part, estimate on the rest."""
-    log.info("%s%s: sampling %d frames ...", system.name, f" ({tag})" if tag else "", n_frames)
-    fr = system.sample(n_frames, seed=seed, **(md or {}))
+               md: dict | None = None, arch: dict | None = None, tag: str = "", device="cpu",
+               frames: dict | None = None, kl_steps: int = 0) -> dict:
+    """Sample (MD or exact/MALA; or take ``frames`` already drawn), train CARD on the first part,
+    estimate on the rest."""
+    if frames is None:
+        log.info("%s%s: sampling %d frames ...", system.name, f" ({tag})" if tag else "", n_frames)
+        fr = system.sample(n_frames, seed=seed, **(md or {}))
+    else:
+        fr, n_frames = frames, len(frames["x"])
     n_train = int(n_frames * train_fraction)
     bundle, info = card.train(system, fr["x"][:n_train], fr["u"][:n_train], steps=steps, stage2_steps=stage2_steps,
-                              seed=seed, device=device, **(arch or {}))
+                              seed=seed, device=device, kl_steps=kl_steps, **(arch or {}))
     log.info("%s: trained (val NLL %.3f, %.1f s); estimating ...", system.name, info["val_nll"] or float("nan"),
              info["seconds_train"])
     res = card.estimate(bundle, system, fr["x"][n_train:], fr["u"][n_train:], n_samples=n_samples, seed=seed,
@@ -35,7 +40,7 @@ def run_system(system, folder: Path | None, *, n_frames: int = 2000, train_fract
         card.save(Path(folder) / f"{stem}.pt", bundle)
     return {**res, "seconds_md": fr["seconds_md"], "energy_evals_md": fr["energy_evals"],
             "seconds_train": info["seconds_train"], "val_nll": info["val_nll"], "box": info["box"],
-            "n_frames": n_frames, "train_frames": info["train_frames"]}
+            "n_frames": n_frames, "train_frames": info["train_frames"], "energy_evals_train": info["energy_evals_train"]}
 
 
 def combine(per: dict, temperature: float) -> dict:
@@ -55,7 +60,8 @@ def combine(per: dict, temperature: float) -> dict:
         "delta_g_exp_forward_kcal": diff("f_exp_forward_kT"),
         "overlap": min(v["overlap"], s["overlap"]), "ess_forward": min(v["ess_forward"], s["ess_forward"]),
         "ess_reverse": min(v["ess_reverse"], s["ess_reverse"]),
-        "energy_evals": int(v["energy_evals"] + s["energy_evals"] + v.get("energy_evals_md", 0) + s.get("energy_evals_md", 0)),
+        "energy_evals": int(v["energy_evals"] + s["energy_evals"] + v.get("energy_evals_md", 0) + s.get("energy_evals_md", 0)
+                            + v.get("energy_evals_train", 0) + s.get("energy_evals_train", 0)),
         "energy_evals_estimate": int(v["energy_evals"] + s["energy_evals"]),
         "seconds_md": v["seconds_md"] + s["seconds_md"], "seconds_train": v["seconds_train"] + s["seconds_train"],
         "seconds_estimate": v["seconds_estimate"] + s["seconds_estimate"], "temperature": temperature,
@@ -65,18 +71,23 @@ def combine(per: dict, temperature: float) -> dict:
 
 def solvation(make_system, folder: Path | None, *, n_frames: int = 2000, interval: int = 50, steps: int = 1500,
               stage2_steps: int = 300, n_samples: int = 2000, estimator: str = "bar", seed: int = 0,
-              equil: int = 5000, arch: dict | None = None, train_fraction: float = 0.5, device="cpu") -> dict:
-    """CARD in vacuum and in OBC2 (one model each), then Delta G in kcal/mol."""
-    per = {}
-    temperature = None
-    for env in ("vacuum", "obc2"):
-        sysm = make_system(env)
-        temperature = sysm.temperature
-        per[env] = run_system(sysm, folder, n_frames=n_frames, train_fraction=train_fraction,
-                              seed=stream_seed(seed, env), steps=steps, stage2_steps=stage2_steps,
-                              n_samples=n_samples, estimator=estimator, md={"interval": interval, "equil": equil},
-                              arch=arch, tag=env, device=device)
+              equil: int = 5000, arch: dict | None = None, train_fraction: float = 0.5, device="cpu",
+              kl_steps: int = 0) -> dict:
+    """CARD in vacuum and in OBC2 (one model each), then Delta G in kcal/mol; the same end-state
+    frames also give end-state BAR (:func:`~icmlkit.lib.fe.mm.endstate_bar`, key ``endstate_bar``),
+    the model-free baseline at equal MD."""
+    from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
+
+    systems = {env: make_system(env) for env in ENVIRONMENTS}
+    temperature = systems["vacuum"].temperature
+    log.info("%s: end-state MD, %d frames per environment ...", systems["vacuum"].name, n_frames)
+    frames = endstate_md(systems, n_frames, seed=seed, interval=interval, equil=equil)
+    per = {env: run_system(systems[env], folder, train_fraction=train_fraction, seed=stream_seed(seed, env),
+                           steps=steps, stage2_steps=stage2_steps, n_samples=n_samples, estimator=estimator,
+                           arch=arch, tag=env, device=device, frames=frames[env], kl_steps=kl_steps)
+           for env in ENVIRONMENTS}
     out = combine(per, temperature)
+    out["endstate_bar"] = endstate_bar(systems, frames, temperature)
     if folder is not None:
         write_json(Path(folder) / "summary.json", out)
     return out

@@ -116,6 +116,15 @@ class AnalyticSystem(System):
     def f_exact(self) -> float | None:
         return exact_free_energy(self.spec)
 
+    def bonded_params(self) -> dict | None:
+        """The triatomic's harmonic bonds and angle (energies in kT: sigma = 1/sqrt(k)), for
+        internal coordinates (:mod:`icmlkit.lib.fe.internal`); None for the other kinds."""
+        s = self.spec
+        if s["kind"] != "triatomic":
+            return None
+        b = (float(s["b"]), 1.0 / math.sqrt(s["kb"]))
+        return {"bonds": {(0, 1): b, (0, 2): b}, "angles": {(1, 0, 2): (float(s["theta0"]), 1.0 / math.sqrt(s["ka"]))}}
+
     # ------------------------------------------------------------------ sampling
     def sample(self, n_frames: int, seed: int = 0, method: str = "auto", chains: int = 200, thin: int = 20,
                burn_in: int = 2000) -> dict:
