@@ -357,7 +357,7 @@ def fractional_targets(frac: list[dict], fact: list[dict], lps: list[dict]) -> d
         big = timed[-1]
         for key, _, tol in HIGHS_RUNS:
             ratio = round(big[f"seconds_{key}"] / big["seconds_pdhg"], 2)
-            done = "" if not big[f"{key}_stopped"] else (f" (HiGHS stopped at its {big['highs_limit']:.0f} s limit, "
+            done = "" if not big.get(f"{key}_stopped", not big[f"{key}_optimal"]) else (f" (HiGHS stopped at its {big['highs_limit']:.0f} s limit, "
                                                      f"{LIMIT_FACTOR}x the PDHG time: a lower bound on the ratio)")
             accuracy = "its default tolerances" if tol is None else f"tolerance {tol:g}"
             targets[f"pdhg_speedup_vs_{key}_at_{big['pairs']}_pairs"] = target(
