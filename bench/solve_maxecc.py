@@ -230,7 +230,7 @@ HIGHS_RUNS = (("rowgen", "rowgen", None), ("ipm", "ipm", None), ("ipm_1e-4", "ip
 LP_THREADS = 1  # one core for each solver: robust to the machine's other load, and equal
 
 
-def lp_rows(quick: bool, sizes) -> list[dict]:
+def lp_rows(sizes) -> list[dict]:
     import torch
 
     from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
@@ -263,6 +263,11 @@ def lp_rows(quick: bool, sizes) -> list[dict]:
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     return rows
+
+
+def _stopped(row: dict, key: str) -> bool:
+    """Whether that HiGHS route hit its time limit (rows of runs before the flag existed: not optimal)."""
+    return row.get(f"{key}_stopped", not row[f"{key}_optimal"])
 
 
 def plot_lp(rows: list[dict], path: Path) -> bool:
@@ -333,8 +338,8 @@ def main() -> None:
             frac.append(fractional_row(name, build(), 100 if args.quick else TRIALS, 5.0 if args.quick else 30.0))
             print(json.dumps({k: v for k, v in frac[-1].items() if k != "algorithms"}), file=sys.stderr)
     small = [n for n in LP_SIZES if n < PDHG_ONLY_FROM][:3 if args.quick else None]
-    lps = lp_rows(args.quick, small) if "lp" in args.parts else []
-    large = lp_rows(args.quick, [n for n in LP_SIZES if n >= PDHG_ONLY_FROM]) if "lp-large" in args.parts else []
+    lps = lp_rows(small) if "lp" in args.parts else []
+    large = lp_rows([n for n in LP_SIZES if n >= PDHG_ONLY_FROM]) if "lp-large" in args.parts else []
     fact = factor_rows(args.quick) if "factor" in args.parts else []
     # a run of some parts keeps the other parts of the last full results (each part says its date)
     prev = Path(__file__).parent / "results" / "solve_maxecc.json"
@@ -357,7 +362,7 @@ def fractional_targets(frac: list[dict], fact: list[dict], lps: list[dict]) -> d
         big = timed[-1]
         for key, _, tol in HIGHS_RUNS:
             ratio = round(big[f"seconds_{key}"] / big["seconds_pdhg"], 2)
-            done = "" if not big.get(f"{key}_stopped", not big[f"{key}_optimal"]) else (f" (HiGHS stopped at its {big['highs_limit']:.0f} s limit, "
+            done = "" if not _stopped(big, key) else (f" (HiGHS stopped at its {big['highs_limit']:.0f} s limit, "
                                                      f"{LIMIT_FACTOR}x the PDHG time: a lower bound on the ratio)")
             accuracy = "its default tolerances" if tol is None else f"tolerance {tol:g}"
             targets[f"pdhg_speedup_vs_{key}_at_{big['pairs']}_pairs"] = target(
@@ -540,7 +545,7 @@ def markdown(rows: list[dict], targets: dict, out: dict) -> str:
             def cell(m):
                 if f"seconds_{m}" not in r:
                     return "not run"
-                mark = " limit" if r.get(f"{m}_stopped", not r[f"{m}_optimal"]) else ""
+                mark = " limit" if _stopped(r, m) else ""
                 return f"{r[f'seconds_{m}']:.1f}{mark} ({r[f'seconds_{m}'] / r['seconds_pdhg']:.1f})"
             lines.append(f"| {r['n']} | {r['pairs']} | {r['seconds_pdhg']:.1f} | {r['pdhg_gap']:.1e} | {r['pdhg_iterations']} | "
                          + " | ".join(cell(k) for k, _, _ in HIGHS_RUNS) + " |")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import run_tool
+from conftest import BIN, exe, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
 
 TOOL = "distill-agent"
@@ -414,12 +416,8 @@ def test_sft_resume_gives_the_same_bytes(tiny_student, tmp_path, interrupting_ch
 def test_sft_under_torchrun_matches_one_process(tiny_student, tmp_path):
     """Two gloo ranks, each with half of every batch (DDP averaging, the loss normalised by the
     global batch's tokens), train the same student as one process does."""
-    import os
-    import subprocess
-
     import torch
 
-    from conftest import BIN, exe
     from icmlkit.lib.distill.model import load_student
 
     torchrun = BIN / "torchrun"

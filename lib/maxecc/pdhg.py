@@ -68,14 +68,13 @@ class _Problem:
         f64 = dict(dtype=torch.float64, device=dev)
         ones_e = torch.ones(len(H.nodes), **f64)
         # column sums of |K|: x_p appears in its incidence rows and its vertex row; z_e in |e| rows
-        self.tau_x = 1.0 / (torch.zeros(self.P, **f64).index_add_(0, self.ent_pair, ones_e) + 1.0)
-        self.tau_z = 1.0 / torch.zeros(self.m, **f64).index_add_(0, self.ent_edge, ones_e)
+        self.tau_x = (1.0 / (torch.zeros(self.P, **f64).index_add_(0, self.ent_pair, ones_e) + 1.0)).to(dtype)
+        self.tau_z = (1.0 / torch.zeros(self.m, **f64).index_add_(0, self.ent_edge, ones_e)).to(dtype)
         # row sums: an incidence row has two entries, a vertex row one per pair of the vertex
         self.sig_a = 0.5
         deg = torch.zeros(self.n, **f64).index_add_(0, self.pair_v, torch.ones(self.P, **f64))
-        self.sig_b = 1.0 / torch.clamp(deg, min=1.0)
-        self.w_it, self.tau_x_it, self.tau_z_it, self.sig_b_it = (
-            v.to(dtype) for v in (self.w, self.tau_x, self.tau_z, self.sig_b))
+        self.sig_b = (1.0 / torch.clamp(deg, min=1.0)).to(dtype)
+        self.w_it = self.w.to(dtype)  # the objective in the iterations' dtype (certificates use self.w)
 
     def grad(self, a, b, w=None):
         """(c + K^T y) for x and z, in the dtype of (a, b)."""
@@ -129,12 +128,12 @@ def solve_lp_pdhg(H: Hypergraph, tol: float = 1e-4, max_iter: int = 200_000, che
     t_build = time.perf_counter() - t0
     while it < max_iter:
         gx, gz = pr.grad(a, b, pr.w_it)
-        x1 = torch.addcmul(x, pr.tau_x_it, gx, value=-1.0 / omega).clamp_(0.0, 1.0)
-        z1 = torch.addcmul(z, pr.tau_z_it, gz, value=-1.0 / omega).clamp_(0.0, 1.0)
+        x1 = torch.addcmul(x, pr.tau_x, gx, value=-1.0 / omega).clamp_(0.0, 1.0)
+        z1 = torch.addcmul(z, pr.tau_z, gz, value=-1.0 / omega).clamp_(0.0, 1.0)
         xb, zb = torch.sub(x1, x, alpha=0.5).mul_(2.0), torch.sub(z1, z, alpha=0.5).mul_(2.0)  # 2 u' - u
         a = zb.index_select(0, pr.ent_edge).sub_(xb.index_select(0, pr.ent_pair)).mul_(pr.sig_a * omega).add_(a).clamp_(min=0.0)
         load = torch.zeros(pr.n, **fit).index_add_(0, pr.pair_v, xb)
-        b = torch.addcmul(b, pr.sig_b_it, load.sub_(1.0), value=omega).clamp_(min=0.0)
+        b = torch.addcmul(b, pr.sig_b, load.sub_(1.0), value=omega).clamp_(min=0.0)
         x, z = x1, z1
         sx += x; sz += z; sa += a; sb += b  # noqa: E702
         count += 1
