@@ -9,8 +9,10 @@
    D > C > B, reward-curve variance of D below E; hallucinated-value rate and teacher tokens per
    trajectory reported.
 
-Run:  flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/distill_agent.py [--seeds 2] [--eval 200]
-Sized for <= 8 minutes on 2 CPU cores: fewer held-out tasks and seeds than the issue's 500 x 3.
+Run:  flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/distill_agent.py --seeds 3 --eval 500
+Each seed's results are written to bench/results/distill_agent_parts/seed<S>-eval<N>.json as soon as it
+finishes, and the tables are computed over every part of that --eval size present, so the issue's 3 seeds
+x 500 held-out tasks can be run seed by seed (--seed-list 2) in jobs of <= 8 minutes.
 """
 from __future__ import annotations
 
@@ -52,8 +54,12 @@ def upstream_check() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--eval", type=int, default=200)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--eval", type=int, default=500)
+    ap.add_argument("--seed-list", default=None, help="comma-separated seeds to run now (default: 0..seeds-1); "
+                    "seeds already in the parts folder are reused")
+    ap.add_argument("--smollm2", action="store_true", help="also run the SmolLM2-135M-Instruct student pipeline "
+                    "(lib/distill/demo.py:student_pipeline at SMOLLM2_SIZES; part smollm2-seed0.json)")
     args = ap.parse_args(argv)
     import torch
 
@@ -63,13 +69,37 @@ def main(argv=None) -> int:
     t0 = time.time()
     up = upstream_check()
     sizes = {**BENCH_SIZES, "n_eval": args.eval}
-    per_seed = []
+    from icmlkit.lib.core.io import write_json
+
+    parts = Path(__file__).resolve().parent / "results" / f"{NAME}_parts"
+    todo = [int(x) for x in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
     with tempfile.TemporaryDirectory(prefix="distill-bench-") as tmp:
-        for s in range(args.seeds):
+        for s in todo:
+            if (parts / f"seed{s}-eval{args.eval}.json").is_file():
+                continue
             r = pipeline(Path(tmp) / f"seed{s}", s, sizes, log=lambda m: print(m, file=sys.stderr, flush=True))
-            per_seed.append(r)
+            parts.mkdir(parents=True, exist_ok=True)
+            write_json(parts / f"seed{s}-eval{args.eval}.json", {"seed": s, "date": today(), "commit": commit(),
+                                                                 "load_average_1min": machine()["load_average_1min"],
+                                                                 "result": r})
             print(f"seed {s}: " + " ".join(f"{k}={v['accuracy']:.3f}" for k, v in r["eval"].items()),
                   file=sys.stderr, flush=True)
+    smol_part = parts / "smollm2-seed0.json"
+    if args.smollm2 and not smol_part.is_file():
+        from icmlkit.lib.distill.demo import SMOLLM2_SIZES, student_pipeline
+
+        with tempfile.TemporaryDirectory(prefix="distill-smollm2-") as tmp:
+            r = student_pipeline(tmp, 0, SMOLLM2_SIZES, "smollm2",
+                                 log=lambda m: print(m, file=sys.stderr, flush=True))
+        parts.mkdir(parents=True, exist_ok=True)
+        write_json(smol_part, {"seed": 0, "date": today(), "commit": commit(),
+                               "load_average_1min": machine()["load_average_1min"], "result": r})
+    smol = json.loads(smol_part.read_text())["result"] if smol_part.is_file() else None
+    found = sorted(parts.glob(f"seed*-eval{args.eval}.json"))
+    if not found:
+        raise SystemExit(f"no seed results for --eval {args.eval} in {parts}")
+    per_seed = [json.loads(f.read_text())["result"] for f in found]
+    seeds_done = [json.loads(f.read_text())["seed"] for f in found]
     runs = ["A", "B", "C", "D", "E"]
     acc = {k: round(statistics.mean(r["eval"][k]["accuracy"] for r in per_seed), 4) for k in runs}
     hall = {k: round(statistics.mean(r["eval"][k]["hallucination_rate"] for r in per_seed), 4) for k in runs}
@@ -93,20 +123,23 @@ def main(argv=None) -> int:
     }
     result = {
         "tool": "distill-agent", "date": today(), "commit": commit(), "machine": machine(),
-        "command": f"flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/distill_agent.py "
-                   f"--seeds {args.seeds} --eval {args.eval}",
+        "command": f"flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/distill_agent.py "
+                   f"--seeds {args.seeds} --eval {args.eval} (seeds run: {seeds_done})",
         "results": {"upstream": up, "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
                     "accuracy": acc, "hallucination_rate": hall,
                     "teacher_tokens_per_trajectory": {"mps": round(tok_mps, 3), "imitation": round(tok_imi, 3),
                                                       "ratio_mps_over_imitation": round(tok_mps / tok_imi, 3)},
-                    "reward_curve_var": {"D": var_d, "E": var_e}, "per_seed": per_seed, "seconds": seconds},
+                    "reward_curve_var": {"D": var_d, "E": var_e}, "per_seed": per_seed, "seeds": seeds_done,
+                    "smollm2_student": smol or {"not_run": "no smollm2-seed0.json part (run with --smollm2)"},
+                    "seconds": seconds},
         "targets": targets,
     }
     md = [f"# distill-agent benchmark ({today()})", "",
-          f"Command: `{result['command']}`; {seconds} s on {machine()['cores']} cores.", "",
+          f"Command: `{result['command']}`; seconds per seed {[r.get('seconds') for r in per_seed]} on "
+          f"{machine()['cores']} cores.", "",
           f"Upstream: to-rl reproduces {up.get('identical_items')}/13 repair items of math_mps_rl.json; "
           f"counts {up.get('counts')}.", "",
-          f"make-env: {args.seeds} seeds, {sizes['n_eval']} held-out tasks with {sizes['eval_keys']} keys "
+          f"make-env: {len(per_seed)} seeds {seeds_done}, {sizes['n_eval']} held-out tasks with {sizes['eval_keys']} keys "
           f"(training {sizes['train_keys']}).", "",
           "| run | accuracy | hallucination rate |", "|---|---:|---:|"]
     names = {"A": "A imitation SFT", "B": "B BC init", "C": "C SCoRe-SFT", "D": "D SCoRe-SFT + RL",
@@ -118,6 +151,16 @@ def main(argv=None) -> int:
            "| target | value | threshold | met |", "|---|---|---|---|"]
     for k, t in targets.items():
         md.append(f"| {k} | {t['value']} | {t['threshold']} | {t['met']} |")
+    if smol:
+        e = smol["eval"]
+        md += ["", f"SmolLM2-135M-Instruct student ({smol['sizes']}; {smol['seconds']} s): held-out accuracy on "
+                   f"{smol['n_eval']} natural-language make-env tasks", "",
+               "| student | accuracy | 95% CI | hallucination rate |", "|---|---:|---|---:|"]
+        for k, label in (("base", "untouched"), ("B", "B BC init (before SCoRe)"), ("C", "C SCoRe-SFT (after)"),
+                         ("A", "A imitation SFT (equal teacher tokens)")):
+            md.append(f"| {label} | {e[k]['accuracy']:.3f} | {e[k]['accuracy_ci']} | {e[k]['hallucination_rate']} |")
+    else:
+        md += ["", "SmolLM2-135M-Instruct student: not run (bench/distill_agent.py --smollm2)."]
     write_results(NAME, result, "\n".join(md) + "\n")
     print(json.dumps({"accuracy": acc, "targets": {k: v["met"] for k, v in targets.items()}, "seconds": seconds}))
     return 0

@@ -440,6 +440,70 @@ def test_sft_under_torchrun_matches_one_process(tiny_student, tmp_path):
         assert k == k2 and torch.allclose(v, v2, atol=1e-5), k
 
 
+def test_lora_sft_trains_only_low_rank_updates_and_writes_a_plain_folder(tiny_student, tmp_path, capsys):
+    """--lora R (peft): the base weights stay frozen, each adapted projection moves by a matrix of
+    rank <= R, untouched modules are bit-identical, and the merged output loads as a plain model."""
+    pytest.importorskip("peft")
+    import torch
+
+    from icmlkit.lib.distill.model import load_student
+
+    base, _ = load_student(tiny_student / "model")
+    out = tmp_path / "lora"
+    r = js(cli(["sft", tiny_student / "sft.jsonl", "--init", tiny_student / "model", "--lora", 2,
+                "--lora-targets", "q_proj,v_proj", "--epochs", 1, "--batch", 8, "--lr", "1e-2", "-o", out, "--json"],
+               capsys))
+    assert r["lora_rank"] == 2 and 0 < r["trainable_parameters"] < r["parameters"] // 4
+    new, _ = load_student(out)
+    a, b = base.state_dict(), new.state_dict()
+    assert set(a) == set(b)  # merged: no lora_A / lora_B keys left
+    moved = 0
+    for k in a:
+        d = (b[k].double() - a[k].double())
+        if k.endswith(("q_proj.weight", "v_proj.weight")):
+            assert torch.linalg.matrix_rank(d, atol=1e-6) <= 2, k
+            moved += int(d.abs().max() > 0)
+        else:
+            assert torch.equal(a[k], b[k]), k
+    assert moved > 0
+    assert cli(["sft", tiny_student / "sft.jsonl", "--init", "tiny", "--lora", 2, "-o", tmp_path / "x"], capsys)[0] == 2
+    code, _, err = cli(["sft", tiny_student / "sft.jsonl", "--init", tiny_student / "model", "--lora", 2,
+                        "--lora-targets", "no_such_proj", "-o", tmp_path / "y"], capsys)
+    assert code == 2 and "no_such_proj" in err and not (tmp_path / "y").exists()
+
+
+def test_lora_rl_moves_only_the_adapted_projections(tiny_student, tmp_path, capsys):
+    pytest.importorskip("peft")
+    import torch
+
+    from icmlkit.lib.distill.model import load_student
+
+    tasks = [json.loads(x) for x in (tiny_student / "tasks.jsonl").read_text().splitlines()[:4]]
+    items = tmp_path / "rl.jsonl"
+    items.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": t["question"]}], "chosen": "",
+                                         "rejected": "", "gt_answer": t["answer"], "env": t["env"]}) + "\n"
+                             for t in tasks))
+    out = tmp_path / "rl_lora"
+    r = js(cli(["rl", items, "--init", tiny_student / "model", "--lora", 2, "--lora-targets", "v_proj", "--steps", 2,
+                "--prompts", 2, "--group", 4, "--max-steps", 8, "--temperature", 1.5, "--lr", "5e-2", "-o", out,
+                "--json"], capsys))
+    assert r["lora_rank"] == 2 and r["steps"] == 2
+    a, b = load_student(tiny_student / "model")[0].state_dict(), load_student(out)[0].state_dict()
+    assert set(a) == set(b)
+    for k in a:
+        if not k.endswith("v_proj.weight"):
+            assert torch.equal(a[k], b[k]), k
+
+
+def test_lora_without_peft_exits_4(tiny_student, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)
+    code, _, err = cli(["sft", tiny_student / "sft.jsonl", "--init", tiny_student / "model", "--lora", 2,
+                        "-o", tmp_path / "z"], capsys)
+    assert code == 4 and "pip install" in err and not (tmp_path / "z").exists()
+
+
 def test_tiny_pipeline_mps_rl_eval_cli(tiny_student, tmp_path, capsys):
     d = tiny_student
     model, tasks = d / "model", d / "tasks.jsonl"
@@ -573,3 +637,61 @@ def test_malformed_inputs(case, tmp_path, capsys):
         return
     check_malformed(TOOL, case, tmp_path, capsys)
 
+
+
+def _bpe_student():
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token=None))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator(["<first_thought>PLAN k1 k2</first_thought><thought>LOOKUP k3</thought>"
+                            "<code>CALC 3 + 4</code> Observation: 7"] * 50, tr)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)).eval()
+    return model, tok
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cached_decoding_of_a_hf_student_equals_full_recomputation(temperature):
+    """A BPE (Hugging Face) student decodes with a key-value cache over a left-padded batch; its
+    turns (greedy and sampled, two turns with an observation between) equal the uncached loop's."""
+    import torch
+
+    from icmlkit.lib.distill.agent import conversation
+    from icmlkit.lib.distill.model import LocalPolicy
+
+    model, tok = _bpe_student()
+
+    def run(cached):
+        pol = LocalPolicy(model, tok, step_tokens=20, temperature=temperature)
+        assert pol.cached
+        pol.cached = cached
+        qs = ["compute k1 + k2", "what is k3 minus k4 plus k5 please", "k1"]
+        eps = [pol.begin(conversation(q, []), rng=torch.Generator().manual_seed(i)) for i, q in enumerate(qs)]
+        a = pol.generate(eps)
+        for e in eps:
+            pol.observe(e, "Observation: 7")
+        return a, pol.generate(eps), [e.ids for e in eps], [e.gen for e in eps]
+
+    assert run(True) == run(False)
+
+
+def test_make_env_natural_questions_name_the_same_task(tmp_path, capsys):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    js(cli(["make-env", "--n-tasks", 5, "--seed", 2, "-o", a, "--json"], capsys))
+    js(cli(["make-env", "--n-tasks", 5, "--seed", 2, "--question", "natural", "-o", b, "--json"], capsys))
+    for x, y in zip(map(json.loads, a.read_text().splitlines()), map(json.loads, b.read_text().splitlines())):
+        assert x["env"] == y["env"] and x["answer"] == y["answer"]
+        env = y["env"]
+        words = {"+": "plus", "-": "minus"}
+        want = "What is the value of " + env["keys"][0] + "".join(
+            f", {words[o]} the value of {k}" for o, k in zip(env["ops"], env["keys"][1:])) + "?"
+        assert y["question"] == want and x["question"].startswith("compute ")
+    assert cli(["make-env", "--question", "prose", "-o", tmp_path / "c.jsonl"], capsys)[0] == 2

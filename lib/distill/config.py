@@ -19,8 +19,12 @@ class EnvConfig:
     max_value: int = _opt(9, "Values are integers 0..max_value.", min=1)
     private_frac: float = _opt(0.5, "Fraction of the key vocabulary the teacher recalls privately "
                                "(writes the value instead of LOOKUP) [reconstructed].", min=0.0, max=1.0)
+    question: str = _opt("dsl", "How the question is written: dsl ('compute k3 + k7 - k1') or natural ('What is "
+                         "the value of k3, plus the value of k7, minus the value of k1?').", choices=("dsl", "natural"))
 
     def check(self) -> None:
+        if self.question not in ("dsl", "natural"):
+            raise UsageError("--question must be dsl or natural")
         if self.min_keys > self.max_keys:
             raise UsageError("--min-keys must be <= --max-keys")
         if self.max_keys > self.key_pool:
@@ -99,8 +103,16 @@ class SFTConfig:
     d_model: int = _opt(128, "tiny: hidden size.", min=8)
     heads: int = _opt(4, "tiny: attention heads.", min=1)
     weight_decay: float = _opt(0.0, "AdamW weight decay.", min=0.0)
+    lora: int = _opt(0, "LoRA rank for a Hugging Face student through peft (extra lime; 0: full fine-tuning). "
+                     "The adapters are merged into the weights when training ends, so the output is a plain model "
+                     "folder.", min=0)
+    lora_alpha: float = _opt(16.0, "LoRA scaling alpha (the update is scaled by alpha / rank).", min=0.0,
+                             min_open=True)
+    lora_targets: str = _opt("q_proj,k_proj,v_proj,o_proj", "Comma-separated module names that get adapters.")
 
     def check(self) -> None:
+        if self.lora and self.init == "tiny":
+            raise UsageError("--lora needs a Hugging Face student (--init FOLDER or smollm2), not --init tiny")
         if self.d_model % self.heads:
             raise UsageError("--d-model must be a multiple of --heads")
 
@@ -120,6 +132,10 @@ class RLConfig:
     kl: float = _opt(0.0, "KL coefficient to the starting model (k3 estimator; 0 as in the paper's script).",
                      min=0.0)
     clip_grad: float = _opt(1.0, "Gradient-norm clip (0: off).", min=0.0)
+    lora: int = _opt(0, "LoRA rank (peft, extra lime; 0: full fine-tuning); merged into the weights at the "
+                     "end.", min=0)
+    lora_alpha: float = _opt(16.0, "LoRA scaling alpha.", min=0.0, min_open=True)
+    lora_targets: str = _opt("q_proj,k_proj,v_proj,o_proj", "Comma-separated module names that get adapters.")
 
     def check(self) -> None:
         pass

@@ -130,6 +130,100 @@ def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
     return out
 
 
+SMOLLM2_SIZES = {"n_seed": 24, "n_mps": 24, "n_eval": 20, "keys": (2, 2), "key_pool": 8, "bc_epochs": 2,
+                 "sft_epochs": 1, "lora": 8, "lr": 1e-3, "batch": 4, "max_steps": 6, "step_tokens": 40,
+                 "imitation_pool": 48}
+
+
+def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", device=None, log=None) -> dict:
+    """The same pipeline with a real Hugging Face student (SmolLM2-135M-Instruct by default) on
+    make-env tasks written as natural-language questions, the exact programmatic teacher and judge:
+    B BC init (SFT of the student on teacher trajectories), MPS with B, C SCoRe-SFT from B, A imitation
+    SFT from B with C's teacher tokens; held-out accuracy of the untouched student, B (before SCoRe), C
+    (after) and A. LoRA (peft) when ``sizes['lora']`` > 0, else full fine-tuning. SCoRe-RL is not run at
+    this size (the rollouts of a 135M model dominate the CPU time) [reconstructed sizes]."""
+    from icmlkit.lib.distill import api
+    from icmlkit.lib.distill.agent import conversation
+    from icmlkit.lib.distill.backends import words
+    from icmlkit.lib.distill.config import AgentConfig, EnvConfig, EvalConfig, MPSConfig, SFTConfig, ToSFTConfig
+    from icmlkit.lib.distill.convert import row_steps
+    from icmlkit.lib.distill.model import save_student
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    say = log or (lambda *a: None)
+    agent = _cfg(AgentConfig, max_steps=sizes["max_steps"], step_tokens=sizes["step_tokens"], batch=64)
+    mcfg = _cfg(MPSConfig)
+    ecfg = _cfg(EvalConfig)
+    total = sizes["n_seed"] + sizes["n_mps"] + sizes["imitation_pool"]
+    pool = api.make_env(_cfg(EnvConfig, n_tasks=total + sizes["n_eval"] * 3, min_keys=sizes["keys"][0],
+                             max_keys=sizes["keys"][1], key_pool=sizes["key_pool"], question="natural"),
+                        seed=seed).items
+    seen, uniq = set(), []
+    for t in pool:  # held-out questions never seen in training
+        if t["question"] not in seen:
+            seen.add(t["question"])
+            uniq.append(t)
+    seeds_t, mps_t = uniq[:sizes["n_seed"]], uniq[sizes["n_seed"]:sizes["n_seed"] + sizes["n_mps"]]
+    imit_t = uniq[sizes["n_seed"] + sizes["n_mps"]:total]
+    held = uniq[total:total + sizes["n_eval"]]
+    sft_kw = dict(epochs=sizes["bc_epochs"], lr=sizes["lr"], batch=sizes["batch"], lora=sizes["lora"], max_len=384)
+
+    def save(res, name):
+        p = folder / name
+        save_student(p, res.model, res.tokenizer, {"run": name})
+        return str(p)
+
+    out = {"sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()}, "student": student,
+           "eval": {}, "n_eval": len(held), "train": {}}
+    ev = api.evaluate(student, held, ecfg, agent, seed=seed, device=device)
+    out["eval"]["base"] = ev.summary
+    say(f"base student evaluated ({time.time() - t0:.0f}s): {ev.summary['accuracy']}")
+    bc = api.bc_init(seeds_t, "oracle", agent, mcfg, seed=seed)
+    bc_sft = api.to_sft(bc.items, _cfg(ToSFTConfig, split="all"), seed=seed)
+    res = api.sft([it["messages"] for it in bc_sft.items], _cfg(SFTConfig, init=student, **sft_kw), seed=seed,
+                  device=device)
+    out["train"]["B"] = res.summary
+    B = save(res, "B_bc_init")
+    say(f"B trained ({time.time() - t0:.0f}s)")
+    m = api.mps(mps_t, B, "oracle", "oracle", mcfg, agent, seed=seed, device=device)
+    out["mps"] = m.summary
+    say(f"MPS {m.summary} ({time.time() - t0:.0f}s)")
+    cont = dict(sft_kw, epochs=sizes["sft_epochs"])
+    c_data = api.to_sft(m.items, _cfg(ToSFTConfig, split="first"), seed=seed)
+    if c_data.items:
+        res = api.sft([it["messages"] for it in c_data.items], _cfg(SFTConfig, init=B, **cont), seed=seed,
+                      device=device)
+        out["train"]["C"] = res.summary
+        C = save(res, "C_score_sft")
+    else:
+        C = B
+    budget = m.summary["teacher_tokens"]
+    imit = api.bc_init(imit_t, "oracle", agent, mcfg, seed=seed)
+    conv_a, used = [], 0
+    for row in imit.items:
+        if used >= budget:
+            break
+        st = row_steps(row)
+        used += sum(words(s["thought"]) + words(s["code"]) for s in st)
+        conv_a.append(conversation(row["original_task_info"]["question"], st))
+    if conv_a:
+        res = api.sft(conv_a, _cfg(SFTConfig, init=B, **cont), seed=seed, device=device)
+        out["train"]["A"] = res.summary
+        A = save(res, "A_imitation")
+    else:
+        A = B
+    say(f"A, C trained ({time.time() - t0:.0f}s)")
+    out["teacher_tokens"] = {"C_mps": budget, "A_imitation": used}
+    out["sft_items_C"], out["imitation_items_A"] = len(c_data.items), len(conv_a)
+    for name, path in (("B", B), ("C", C), ("A", A)):
+        out["eval"][name] = api.evaluate(path, held, ecfg, agent, seed=seed, device=device).summary
+        say(f"{name} evaluated ({time.time() - t0:.0f}s): {out['eval'][name]['accuracy']}")
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
 def run_demo(folder, seed: int = 0, device=None) -> dict:
     """``distill-agent demo``: the A-E experiment at a small size (one seed)."""
     res = pipeline(Path(folder) / "runs", seed, DEMO_SIZES, device=device)

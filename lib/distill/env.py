@@ -64,7 +64,14 @@ def fold(env: dict) -> list[int]:
     return acc
 
 
-def question_of(env: dict) -> str:
+def question_of(env: dict, style: str = "dsl") -> str:
+    """The task's question: ``compute k3 + k7 - k1`` (dsl) or the same in plain English (natural:
+    "What is the value of k3, plus the value of k7, minus the value of k1?")."""
+    if style == "natural":
+        words = {"+": "plus", "-": "minus"}
+        parts = [f"the value of {env['keys'][0]}"]
+        parts += [f"{words[op]} the value of {k}" for op, k in zip(env["ops"], env["keys"][1:])]
+        return "What is " + ", ".join(parts) + "?"
     parts = [env["keys"][0]]
     for op, k in zip(env["ops"], env["keys"][1:]):
         parts += [op, k]
@@ -89,7 +96,7 @@ def make_tasks(cfg, seed: int) -> list[dict]:
         table = {k: rng.randint(0, cfg.max_value) for k in keys}
         ops = [rng.choice(OPS) for _ in range(n - 1)]
         env = {"keys": keys, "ops": ops, "table": table, "private": sorted(k for k in keys if k in private)}
-        rows.append({"id": f"env-{seed}-{i}", "question": question_of(env), "answer": str(fold(env)[-1]),
+        rows.append({"id": f"env-{seed}-{i}", "question": question_of(env, cfg.question), "answer": str(fold(env)[-1]),
                      "env": env})
     return rows
 

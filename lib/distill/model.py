@@ -196,7 +196,9 @@ class Episode:
 
 
 class LocalPolicy:
-    """Batched generation of assistant turns by a local causal LM."""
+    """Batched generation of assistant turns by a local causal LM (the WordLevel tiny student
+    recomputes the whole right-padded batch per token; a Hugging Face student decodes with a
+    key-value cache over the left-padded batch, position ids counting real tokens only)."""
 
     def __init__(self, model, tok, *, step_tokens: int = 48, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, batch: int = 64, device=None):
@@ -204,6 +206,7 @@ class LocalPolicy:
         self.step_tokens, self.temperature, self.top_p, self.top_k = step_tokens, temperature, top_p, top_k
         self.batch = batch
         self.device = device if device is not None else next(model.parameters()).device
+        self.cached = not self.codec.word  # the tiny WordLevel student keeps the full recomputation
 
     def begin(self, messages: list[dict], rng=None) -> Episode:
         ids, _ = self.codec.encode(messages, train_assistant=False)
@@ -231,6 +234,9 @@ class LocalPolicy:
     def _generate(self, eps: list[Episode]) -> list[str]:
         torch = _torch()
         from icmlkit.lib.distill.agent import truncate_at_stop
+
+        if self.cached:  # a Hugging Face student (BPE): key-value cached decoding
+            return self._generate_cached(eps)
 
         n = len(eps)
         new = [[] for _ in range(n)]
@@ -273,4 +279,62 @@ class LocalPolicy:
             e.gen += [1] * len(t)
             e.gen_turns += 1
             texts.append(text)
+        return texts
+
+    def _generate_cached(self, eps: list[Episode]) -> list[str]:
+        """Key-value cached decoding of one assistant turn per episode (Hugging Face students): the
+        episodes are left-padded, every row decodes until its turn's closing tag or EOS (rows that
+        finished keep their slot but draw no more samples), at most ``step_tokens`` tokens."""
+        import inspect
+
+        torch = _torch()
+        from icmlkit.lib.distill.agent import truncate_at_stop
+
+        n = len(eps)
+        pad = self.codec.tok.pad_token_id if self.codec.tok.pad_token_id is not None else 0
+        eos = self.codec.tok.eos_token_id
+        gens = [e.rng if e.rng is not None else torch.Generator().manual_seed(0) for e in eps]
+        L = max(len(e.ids) for e in eps)
+        x = torch.full((n, L), pad, dtype=torch.long)
+        mask = torch.zeros((n, L), dtype=torch.long)
+        for r, e in enumerate(eps):
+            x[r, L - len(e.ids):] = torch.tensor(e.ids, dtype=torch.long)
+            mask[r, L - len(e.ids):] = 1
+        x, mask = x.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        params = set(inspect.signature(self.model.forward).parameters)
+        cache_kw = "cache" if "cache" in params else "past_key_values"
+        extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        new = [[] for _ in range(n)]
+        active = list(range(n))
+        past, inp = None, x
+        with torch.no_grad():
+            for _ in range(self.step_tokens):
+                out = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True,
+                                 **{cache_kw: past}, **extra)
+                past = getattr(out, "cache", None) if cache_kw == "cache" else out.past_key_values
+                lg = out.logits[:, -1]
+                idx = torch.tensor(active, device=lg.device)
+                tokens = sample_next(lg[idx], [gens[i] for i in active], self.temperature, self.top_p,
+                                     self.top_k).tolist()
+                nxt = torch.full((n,), pad, dtype=torch.long)
+                still = []
+                for i, t in zip(active, tokens):
+                    new[i].append(int(t))
+                    nxt[i] = int(t)
+                    txt = self.codec.decode(new[i][-12:])
+                    if not ("</code>" in txt or "</first_thought>" in txt or t == eos):
+                        still.append(i)
+                active = still
+                if not active:
+                    break
+                inp = nxt[:, None].to(self.device)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                pos = pos[:, -1:] + 1
+        texts = []
+        for e, t in zip(eps, new):
+            e.ids += t
+            e.gen += [1] * len(t)
+            e.gen_turns += 1
+            texts.append(truncate_at_stop(self.codec.decode(t)))
         return texts

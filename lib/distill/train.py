@@ -110,6 +110,34 @@ def _schedule(opt, total: int, warmup: float):
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 
+def with_lora(model, cfg):
+    """Wrap a Hugging Face causal LM with peft LoRA adapters of rank ``cfg.lora`` on
+    ``cfg.lora_targets`` (the base weights frozen); the identity when ``cfg.lora`` is 0. peft comes with the
+    optional extra ``lime`` (which carries peft) (exit 4 with the install hint when it is missing)."""
+    if not getattr(cfg, "lora", 0):
+        return model
+    from icmlkit.lib.core.errors import require_module
+
+    peft = require_module("peft", "lime", "peft")
+    targets = [t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    missing = [t for t in targets if t not in names]
+    if missing or not targets:
+        raise UsageError(f"--lora-targets: the model has no module named {missing[0] if missing else '(none)'}")
+    conf = peft.LoraConfig(r=int(cfg.lora), lora_alpha=float(cfg.lora_alpha), lora_dropout=0.0,
+                           target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, conf)
+
+
+def merged(model):
+    """The plain model with the LoRA updates folded into its weights (a no-op without adapters)."""
+    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+
+
+def _trainable(model):
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpointer=None, model=None,
         tokenizer=None) -> TrainResult:
     """Supervised fine-tuning on assistant turns (loss on assistant tokens only)."""
@@ -134,7 +162,8 @@ def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpoin
     n = len(data)
     per_epoch = math.ceil(n / cfg.batch)
     total = cfg.epochs * per_epoch
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model = with_lora(model, cfg)
+    opt = torch.optim.AdamW(_trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = _schedule(opt, total, cfg.warmup)
     fp = fingerprint({"sft": _settings(cfg), "seed": seed, "world": dist.world}, [d[0] for d in data])
     step = 0
@@ -170,8 +199,11 @@ def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpoin
         if checkpointer is not None and checkpointer.due(step, total):
             checkpointer.save(step, fp, model=model, optimizer=opt, scheduler=sched)
     model.eval()
+    trainable = int(sum(p.numel() for p in _trainable(model)))
+    model = merged(model)
     summary = {"steps": total, "sequences": n, "trained_tokens": int(sum(sum(d[1][1:]) for d in data)),
-               "final_loss": round(losses[-1], 6) if losses else None,
+               "final_loss": round(losses[-1], 6) if losses else None, "lora_rank": int(cfg.lora),
+               "trainable_parameters": trainable,
                "vocab": len(tokenizer), "parameters": int(sum(p.numel() for p in model.parameters())),
                "world_size": dist.world}
     return TrainResult(model, tokenizer, summary, losses)
@@ -279,7 +311,8 @@ def rl(cfg, items: list[dict], model, tok, agent_cfg, *, seed: int, device, dist
 
     dist = dist or Dist()
     ref = copy.deepcopy(model).eval() if cfg.kl > 0 else None
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    model = with_lora(model, cfg)
+    opt = torch.optim.AdamW(_trainable(model), lr=cfg.lr, weight_decay=0.0)
     fp = fingerprint({"rl": _settings(cfg), "agent": _settings(agent_cfg), "seed": seed, "world": dist.world},
                      [{k: v for k, v in it.items()} for it in items])
     step, extra = 0, {}
@@ -358,9 +391,11 @@ def rl(cfg, items: list[dict], model, tok, agent_cfg, *, seed: int, device, dist
                               extra={"curve": curve, "rewards": all_rewards, "dropped": dropped_total})
     import statistics
 
+    model = merged(model)
     summary = {"steps": cfg.steps, "mean_reward": round(sum(curve) / len(curve), 6) if curve else 0.0,
                "reward_std": round(statistics.pstdev(all_rewards), 6) if all_rewards else 0.0,
                "reward_curve_var": round(statistics.pvariance(curve), 8) if len(curve) > 1 else 0.0,
                "final_reward": curve[-1] if curve else 0.0, "groups_dropped": dropped_total,
-               "rollouts": len(all_rewards), "reward": cfg.reward, "world_size": dist.world}
+               "rollouts": len(all_rewards), "reward": cfg.reward, "world_size": dist.world,
+               "lora_rank": int(cfg.lora)}
     return TrainResult(model, tok, summary, curve)
