@@ -10,7 +10,9 @@ TOOL = "solve-decentralized"
 RECONSTRUCTED = (
     "The reformulation (copies of x~, W' = Chebyshev polynomial of W, the auxiliary y, the blocks of K and "
     "their scalings alpha, beta, gamma, the augmentation of G), Tracking-ADMM's update and Algorithm 2's "
-    "restarts are [reconstructed] from the predecessor paper (arXiv 2407.02020), not confirmed by the paper text."
+    "restarts are [reconstructed] from the predecessor paper (arXiv 2407.02020), not confirmed by the paper text. "
+    "The DPMM baseline is [reconstructed] too (no primary source found): the linearised proximal method of "
+    "multipliers on the plain node-local reformulation, multipliers exchanged with neighbours only."
 )
 
 cli = ToolGroup(
@@ -65,6 +67,7 @@ def generate(run, kind, cfg, output):
     Examples:
       solve-decentralized generate mixed --graph path --n-nodes 5 --kappa 1000 -o mixed5/
       solve-decentralized generate vfl --graph star --n-nodes 4 --samples 30 -o vfl/
+      solve-decentralized generate resource --cost logbarrier --graph ring --n-nodes 6 -o res/
     """
     import dataclasses
 
@@ -76,7 +79,7 @@ def generate(run, kind, cfg, output):
     cfg = dataclasses.replace(cfg, kind=kind)
     prob = gen(cfg.kind, cfg.n_nodes, cfg.graph, seed_rng=numpy_rng(run.seed, f"generate-{cfg.kind}"), d=cfg.dim,
                m=cfg.m, r=cfg.local_rows, s=cfg.shared_rows, p=cfg.dim_shared, kappa=cfg.kappa, samples=cfg.samples,
-               lam=cfg.lam)
+               lam=cfg.lam, cost=cfg.cost)
     with run.run_dir(output) as folder:
         write_problem(folder, prob)
     kkt = kkt_residual(prob, prob.solution["x"], prob.solution["xt"])
@@ -113,6 +116,42 @@ def from_libsvm(run, data, nodes, graph, lam, n_features, output):
         write_problem(folder, prob)
     return {"samples": int(X.shape[0]), "features": int(X.shape[1]), "n_nodes": nodes, "graph": graph, "lam": lam,
             "spec": f"{output}/problem.json"}
+
+
+@cli.command("from-sklearn")
+@click.argument("dataset", type=click.Choice(["diabetes", "breast_cancer", "wine", "digits"]))
+@click.option("--split", type=click.Choice(["samples", "features"]), default="samples", show_default=True,
+              help="samples: horizontal FL (consensus on the model); features: vertical FL (feature blocks per "
+              "party, coupled constraint sum_i F_i x_i - z = 0, shared bias x~).")
+@click.option("--nodes", type=click.IntRange(min=2), default=4, show_default=True, help="Nodes / parties.")
+@click.option("--graph", type=click.Choice(["path", "ring", "grid", "er", "star", "complete"]), default="ring",
+              show_default=True, help="Communication graph.")
+@click.option("--loss", type=click.Choice(["ridge", "logistic"]), default="ridge", show_default=True,
+              help="ridge: 1/2||X w + b - y||^2 + lam/2||w||^2 (= scikit-learn's Ridge(alpha=lam), halved); "
+              "logistic (split samples only): mean logistic loss + lam/2||w||^2, labels +1 = the last class.")
+@click.option("--lam", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Ridge alpha / l2 weight.")
+@output_option("Folder for problem.json and its files.", directory=True, required=True)
+def from_sklearn(run, dataset, split, nodes, graph, loss, lam, output):
+    """A problem from a scikit-learn bundled set (features standardised; no download), split across
+    the nodes by samples (HFL) or by feature blocks (VFL).
+
+    \b
+    JSON keys: dataset, split, loss, samples, features, n_nodes, graph, lam, m, spec.
+    Example:  solve-decentralized from-sklearn breast_cancer --split features --nodes 4 --graph path -o vfl/
+    """
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.core.runtime import numpy_rng
+    from icmlkit.lib.decentral.generate import from_sklearn as build
+    from icmlkit.lib.decentral.problem import write_problem
+
+    if loss == "logistic" and split != "samples":
+        raise UsageError("--loss logistic needs --split samples (the vertical FL problem is ridge)")
+    prob, X, _ = build(dataset, split, nodes, graph, lam, loss, rng=numpy_rng(run.seed, "graph"))
+    with run.run_dir(output) as folder:
+        write_problem(folder, prob)
+    return {"dataset": dataset, "split": split, "loss": loss, "samples": int(X.shape[0]), "features": int(X.shape[1]),
+            "n_nodes": nodes, "graph": graph, "lam": lam, "m": prob.m, "spec": f"{output}/problem.json"}
 
 
 @cli.command(seed=False)
@@ -191,6 +230,7 @@ def solve(run, problem, output, trace, setup_out, require_converged, cfg):
     Examples:
       solve-decentralized solve prob/problem.json -o sol.npz --trace trace.csv --json
       solve-decentralized solve prob/problem.json -m tracking-admm --rho 2 --tol 1e-6 --json
+      solve-decentralized solve prob/problem.json -m dpmm --rho 30 --json
       solve-decentralized solve prob/problem.json --backend dist --require-converged
     """
     return _solve_common(run, problem, output, trace, setup_out, require_converged, cfg)

@@ -88,7 +88,7 @@ def test_planted_optimum_satisfies_K_u_and_kkt():
     assert np.abs(ops.K(u) - ops.bprime).max() < 1e-10
 
 
-@pytest.mark.parametrize("method", ["apapc-cheb", "apapc", "centralized", "tracking-admm"])
+@pytest.mark.parametrize("method", ["apapc-cheb", "apapc", "centralized", "tracking-admm", "dpmm"])
 def test_three_node_run_equals_numpy_kkt(method):
     from icmlkit.lib.decentral.config import SolveConfig
     from icmlkit.lib.decentral.reference import reference
@@ -100,6 +100,75 @@ def test_three_node_run_equals_numpy_kkt(method):
     res = solve(SolveConfig(method=method, tol=1e-9, max_iter=50000), prob, ref=ref)
     assert res.summary["converged"], res.summary
     assert np.abs(res.x - ref.x).max() < 1e-7 and np.abs(res.xt - ref.xt[None]).max() < 1e-7
+
+
+def test_dpmm_reaches_the_planted_optimum_and_counts_two_rounds_per_iteration():
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.reference import reference
+    from icmlkit.lib.decentral.solve import solve
+
+    prob = _mixed(4, "ring", kappa=10.0, seed=5)
+    ref = reference(prob)
+    assert ref.summary["planted_error"] < 1e-10
+    res = solve(SolveConfig(method="dpmm", tol=1e-8, max_iter=50000), prob, ref=ref)
+    s = res.summary
+    assert s["converged"] and s["rel_error"] <= 1e-8 and s["constraint_residual"] <= 1e-8, s
+    assert np.abs(res.x - prob.solution["x"]).max() < 1e-6
+    assert np.abs(res.xt - prob.solution["xt"][None]).max() < 1e-6
+    # accounting: one round for K u^0, then K^T (multipliers) and K u+ (residual): 2 rounds per iteration
+    k = s["iterations"]
+    assert (s["communications"], s["a_mults"], s["grad_calls"]) == (2 * k + 1, 2 * k + 1, k)
+    assert all(r["communications"] == 2 * r["iteration"] + 1 for r in res.trace)
+    assert res.setup["dpmm_prox"] == "exact" and res.setup["dpmm_c"] * res.setup["dpmm_rho"] * res.setup["L_k"] < 1
+    # a fixed iteration count gives exactly the predicted counters, and a tiny penalty does not converge
+    fixed = solve(SolveConfig(method="dpmm", iterations=7), prob, ref=ref).summary
+    assert (fixed["iterations"], fixed["communications"], fixed["a_mults"]) == (7, 15, 15)
+    slow = solve(SolveConfig(method="dpmm", rho=1e-4, tol=1e-8, max_iter=300), prob, ref=ref).summary
+    assert not slow["converged"]
+
+
+def test_dpmm_on_the_counting_communicator_talks_to_neighbours_only():
+    from icmlkit.lib.decentral.dist import run_threads
+    from icmlkit.lib.decentral.methods import NodeOps, dpmm, dpmm_prox
+    from icmlkit.lib.decentral.solve import dpmm_steps
+    from icmlkit.lib.decentral.spectral import make_setup
+
+    prob = _mixed(5, "path")
+    s = make_setup(prob, "plain", require_strong=False)
+    rho, c = dpmm_steps(s, 30.0, True)
+    W = prob.laplacian()
+    calls = []
+
+    def mix(V):
+        calls.append(V.shape)
+        return W @ V
+
+    ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, prob.grad, s, mix)
+    u, k = dpmm(ops, rho, c, 20, dpmm_prox(prob, c))
+    assert k == 20 and len(calls) == ops.cnt["rounds"] == 41
+    out = run_threads(prob, s, 20, dpmm_steps=(rho, c))
+    edges = {(int(a), int(b)) for a, b in prob.edges} | {(int(b), int(a)) for a, b in prob.edges}
+    assert out["pairs"] == edges and out["collectives_in_loop"] == 0
+    assert np.abs(out["u"] - u).max() < 1e-10
+    assert out["counters"] == dict(ops.cnt)
+
+
+def test_dpmm_linearised_on_logistic_consensus():
+    import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
+
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.generate import hfl_logistic
+    from icmlkit.lib.decentral.solve import solve
+
+    rng = np.random.default_rng(3)
+    X = sp.random(120, 6, density=0.5, random_state=3, format="csr")
+    y = np.where(rng.standard_normal(120) > 0, 1.0, -1.0)
+    prob = hfl_logistic(X, y, 4, lam=0.05, graph="ring")
+    sk = LogisticRegression(C=1 / (0.05 * 120), fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, y)
+    res = solve(SolveConfig(method="dpmm", rho=1.0, tol=1e-8), prob)
+    assert res.summary["converged"] and res.setup["dpmm_prox"] == "linearised", res.summary
+    assert np.abs(res.xt.mean(0) - sk.coef_[0]).max() < 1e-5
 
 
 def test_power_iteration_bounds_are_safe_and_converge():
@@ -253,10 +322,13 @@ def test_require_converged_exits_3_and_usage_errors_exit_2(problem_dir, tmp_path
     spec = problem_dir / "problem.json"
     code, _, err = _cli(capsys, "solve", spec, "--max-iter", 3, "--require-converged", "-o", tmp_path / "s.npz")
     assert code == 3 and "not converged" in err and (tmp_path / "s.npz").exists()
-    code, _, err = _cli(capsys, "solve", spec, "-m", "extra")
-    assert code == 2 and "consensus" in err
-    code, _, err = _cli(capsys, "solve", spec, "-m", "dpmm")
-    assert code == 2
+    # EXTRA on a constrained problem runs on the dual (one round per iteration)
+    s = _js(capsys, "solve", spec, "-m", "extra", "--iterations", 5)
+    assert s["communications"] == 5 and s["grad_calls"] == 5
+    code, _, err = _cli(capsys, "solve", spec, "-m", "dpmm", "--backend", "dist")
+    assert code == 2 and "simulator" in err
+    s = _js(capsys, "solve", spec, "-m", "dpmm", "--rho", 30)
+    assert s["method"] == "dpmm" and s["converged"] and s["communications"] == 2 * s["iterations"] + 1
     code, _, err = _cli(capsys, "launch", spec, "--nproc", 3)
     assert code == 2 and "--nproc" in err
     code, _, err = _cli(capsys, "solve", spec, "--backend", "dist", "-m", "tracking-admm")
@@ -304,6 +376,62 @@ def test_libsvm_reader_is_sparse_and_feeds_from_libsvm(tmp_path, capsys):
     assert s["features"] == 5
     r = _js(capsys, "solve", tmp_path / "lib" / "problem.json", "-m", "gradient-tracking")
     assert r["converged"]
+
+
+def test_from_sklearn_hfl_and_vfl_ridge_match_scikit_learn(tmp_path, capsys):
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_diabetes(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    sk = Ridge(alpha=1.0).fit(X, y)
+    s = _js(capsys, "from-sklearn", "diabetes", "--split", "samples", "--nodes", 4, "-o", tmp_path / "h")
+    assert (s["samples"], s["features"], s["m"]) == (442, 10, 0)
+    r = _js(capsys, "solve", tmp_path / "h" / "problem.json", "--tol", 1e-9, "-o", tmp_path / "h.npz")
+    assert r["converged"]
+    xt = np.load(tmp_path / "h.npz")["xt"]
+    assert np.abs(xt[:10] - sk.coef_).max() < 1e-5 * np.abs(sk.coef_).max() and abs(xt[10] - sk.intercept_) < 1e-5
+    # by feature blocks: the VFL formulation's optimum (reference) is scikit-learn's Ridge
+    s = _js(capsys, "from-sklearn", "diabetes", "--split", "features", "--nodes", 3, "--graph", "path",
+            "-o", tmp_path / "v")
+    assert s["m"] == 442
+    _js(capsys, "reference", tmp_path / "v" / "problem.json", "-o", tmp_path / "v.npz")
+    ref = np.load(tmp_path / "v.npz")
+    blocks = np.array_split(np.arange(10), 3)
+    coef = np.concatenate([ref["x"][i, :len(b)] for i, b in enumerate(blocks)])
+    assert np.abs(coef - sk.coef_).max() < 1e-8 and abs(ref["xt"][0] - sk.intercept_) < 1e-8
+    code, _, err = _cli(capsys, "from-sklearn", "wine", "--split", "features", "--loss", "logistic",
+                        "-o", tmp_path / "w")
+    assert code == 2 and "samples" in err and not (tmp_path / "w").exists()
+
+
+def test_logbarrier_resource_cost_planted_optimum_cvxpy_and_apapc(tmp_path, capsys):
+    s = _js(capsys, "generate", "resource", "--cost", "logbarrier", "--graph", "ring", "--n-nodes", 5, "--kappa", 10,
+            "-o", tmp_path / "r")
+    assert s["objective_check"] < 1e-10
+    spec = tmp_path / "r" / "problem.json"
+    assert json.loads(spec.read_text())["loss"] == "logbarrier"
+    ref = _js(capsys, "reference", spec, "-o", tmp_path / "ref.npz")
+    assert ref["method"] == "newton" and ref["planted_error"] < 1e-10
+    for method in ("apapc-cheb", "dpmm"):
+        r = _js(capsys, "solve", spec, "-m", method, "--tol", 1e-8, "--require-converged")
+        assert r["converged"] and r["rel_error"] <= 1e-8
+    from icmlkit.lib.decentral.problem import read_problem
+    from icmlkit.lib.decentral.reference import reference
+
+    prob = read_problem(spec)
+    # the planted optimum keeps every slack above bfloor, where the cost is the true log-barrier (cvxpy's)
+    assert np.all(prob.solution["x"] - prob.lb >= 2 * prob.bfloor[:, None] - 1e-12)
+    if __import__("importlib").util.find_spec("cvxpy") is not None:
+        cv = reference(prob, "cvxpy")
+        assert np.abs(cv.x - np.load(tmp_path / "ref.npz")["x"]).max() < 1e-6
+    # a barrier term is exact-solve-free: tracking-admm refuses it
+    code, _, err = _cli(capsys, "solve", spec, "-m", "tracking-admm")
+    assert code == 2 and "quadratic" in err
+    _edit_node(tmp_path / "r", 2, bw=-np.ones(5))
+    code, _, err = _cli(capsys, "solve", spec, "-o", tmp_path / "s.npz")
+    assert code == 1 and "node 2" in err and "bw" in err and not (tmp_path / "s.npz").exists()
 
 
 def test_demo_writes_a_run_folder(tmp_path, capsys):

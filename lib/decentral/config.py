@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from icmlkit.lib.core.config import option
 from icmlkit.lib.core.errors import UsageError
 
-METHODS = ("apapc-cheb", "apapc", "sliding", "tracking-admm", "extra", "gradient-tracking", "centralized")
+METHODS = ("apapc-cheb", "apapc", "sliding", "tracking-admm", "dpmm", "extra", "gradient-tracking", "centralized")
 BACKENDS = ("sim", "dist")
 KINDS = ("mixed", "resource", "hfl", "vfl")
 GRAPHS = ("path", "ring", "grid", "er", "star", "complete")
@@ -18,7 +18,9 @@ class SolveConfig:
 
     method: str = option("apapc-cheb", "apapc-cheb: Algorithm 1 (APAPC + Chebyshev); apapc: plain APAPC (W' = W, no "
                          "Chebyshev); sliding: Algorithm 2 (gradient sliding, non-smooth / non-strongly convex); "
-                         "tracking-admm, extra, gradient-tracking (consensus only), centralized: baselines.",
+                         "tracking-admm, dpmm (decentralized proximal method of multipliers, [reconstructed]: "
+                         "no primary source found), extra, gradient-tracking (primal on consensus problems; on the dual "
+                         "for constrained quadratic problems, [reconstructed]), centralized: baselines.",
                          choices=METHODS, flags=("-m", "--method"))
     backend: str = option("sim", "sim: single-process simulator; dist: one torch.distributed (gloo) process per "
                           "node on localhost, neighbour exchanges only (apapc-cheb and apapc).", choices=BACKENDS)
@@ -36,10 +38,12 @@ class SolveConfig:
     augment: str = option("auto", "Augmentation of G: coupled (the sheet: (r/2)||A x + alpha W'y - b||^2), all "
                           "((r/2)||K u - b'||^2 [reconstructed]) or auto (coupled unless G is then not strongly "
                           "convex).", choices=("auto", "coupled", "all"))
-    step: float | None = option(None, "extra / gradient-tracking: step in units of 1/L_f (default 1 for extra, 0.25 "
-                                "for gradient-tracking); sliding: penalty R in units of L_f/lambda_max(K^T K) "
-                                "(default 30).", min=0, min_open=True)
-    rho: float = option(1.0, "tracking-admm penalty rho.", min=0, min_open=True)
+    step: float | None = option(None, "extra / gradient-tracking: step in units of 1/L_f (on the dual: of "
+                                "1/L of the dual) (default 1 for extra, 0.25 for gradient-tracking); sliding: "
+                                "penalty R in units of L_f/lambda_max(K^T K) (default 30).", min=0, min_open=True)
+    rho: float | None = option(None, "tracking-admm penalty rho (default 1); dpmm [reconstructed]: penalty (dual "
+                               "step) in units of sqrt(mu_f L_f)/lambda_max(K^T K) (default 30), proximal step "
+                               "c = 0.99/(rho lambda_max(K^T K)).", min=0, min_open=True)
     reference: str = option("auto", "Central optimum: auto (numpy KKT for quadratics, Newton for logistic), kkt, "
                             "newton or cvxpy.", choices=("auto", "kkt", "newton", "cvxpy"))
     trace_every: int = option(1, "Write every k-th iteration to the trace.", min=1)
@@ -67,6 +71,8 @@ class GenerateConfig:
     kappa: float = option(10.0, "Condition number of each f_i (mixed, resource).", min=1)
     samples: int = option(20, "Samples per node (hfl) or in total (vfl).", min=1)
     lam: float = option(0.1, "Ridge weight (hfl, vfl).", min=0, min_open=True)
+    cost: str = option("quadratic", "resource: quadratic costs, or logbarrier (quadratic plus a log-barrier "
+                       "-sum_j bw_j log(x_j - lb_j) on each node's resources).", choices=("quadratic", "logbarrier"))
 
 
 

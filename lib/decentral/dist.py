@@ -37,7 +37,9 @@ def subproblem(prob: Problem, i: int) -> Problem:
                    Ct=prob.Ct[sl], ct=prob.ct[sl], Q=None if prob.Q is None else prob.Q[sl],
                    q=None if prob.q is None else prob.q[sl], F=None if prob.F is None else [prob.F[i]],
                    y=None if prob.y is None else [prob.y[i]], lam=None if prob.lam is None else prob.lam[sl],
-                   weight=None if prob.weight is None else prob.weight[sl])
+                   weight=None if prob.weight is None else prob.weight[sl],
+                   bw=None if prob.bw is None else prob.bw[sl], lb=None if prob.lb is None else prob.lb[sl],
+                   bfloor=None if prob.bfloor is None else prob.bfloor[sl])
 
 
 def _weights(prob: Problem, i: int):
@@ -46,9 +48,10 @@ def _weights(prob: Problem, i: int):
     return float(W[i, i]), nb, {j: float(W[i, j]) for j in nb}
 
 
-def node_loop(rank: int, prob: Problem, setup, comm, iterations: int, monitor=None):
-    """One node's Algorithm 1: the simulator's code on this node's row, ``comm.mix`` as the link."""
-    from icmlkit.lib.decentral.methods import NodeOps, apapc
+def node_loop(rank: int, prob: Problem, setup, comm, iterations: int, monitor=None, dpmm_steps=None):
+    """One node's Algorithm 1 (or, with ``dpmm_steps = (rho, c)``, the DPMM baseline [reconstructed]):
+    the simulator's code on this node's row, ``comm.mix`` as the link."""
+    from icmlkit.lib.decentral.methods import NodeOps, apapc, dpmm, dpmm_prox
 
     sub = subproblem(prob, rank)
     ops = NodeOps(sub.A, sub.b, sub.C, sub.c, sub.Ct, sub.ct, sub.grad, setup, comm.mix)
@@ -65,7 +68,11 @@ def node_loop(rank: int, prob: Problem, setup, comm, iterations: int, monitor=No
 
     comm.in_loop = True
     try:
-        u, k = apapc(ops, setup, iterations, mon)
+        if dpmm_steps is None:
+            u, k = apapc(ops, setup, iterations, mon)
+        else:
+            rho, c = dpmm_steps
+            u, k = dpmm(ops, rho, c, iterations, dpmm_prox(sub, c), mon)
     finally:
         comm.in_loop = False
     return u, k, dict(ops.cnt)
@@ -121,14 +128,15 @@ class ThreadComm:
         raise RuntimeError("the thread network runs without global logging")
 
 
-def run_threads(prob: Problem, setup, iterations: int) -> dict:
-    """Every node's loop on its own thread (fixed iteration count, no logging)."""
+def run_threads(prob: Problem, setup, iterations: int, dpmm_steps=None) -> dict:
+    """Every node's loop on its own thread (fixed iteration count, no logging); Algorithm 1, or DPMM
+    with ``dpmm_steps = (rho, c)``."""
     net = ThreadNetwork(prob)
     results, errors = {}, []
 
     def work(i):
         try:
-            results[i] = node_loop(i, prob, setup, ThreadComm(net, i), iterations)
+            results[i] = node_loop(i, prob, setup, ThreadComm(net, i), iterations, dpmm_steps=dpmm_steps)
         except Exception as exc:  # noqa: BLE001 - reported to the caller
             errors.append(exc)
 

@@ -49,12 +49,15 @@ def plant(Q, A, C, Ct, d, p, edges, rng, kind="mixed", scale=1.0) -> Problem:
 
 
 def generate(kind: str, n: int, graph: str, *, seed_rng, d: int = 5, m: int = 3, r: int = 1, s: int = 2,
-             p: int = 4, kappa: float = 10.0, samples: int = 20, lam: float = 0.1) -> Problem:
+             p: int = 4, kappa: float = 10.0, samples: int = 20, lam: float = 0.1, cost: str = "quadratic") -> Problem:
     """The four planted families of the issue.
 
     - mixed: d_i = d, m coupled rows, C_i with r rows, Ct_i s x p, quadratic f_i with condition number kappa
       (eigenvalues geometric in [1, kappa] on the joint (x_i, x~)).
-    - resource: sum_i x_i = sum_i b_i (A_i = I_d), quadratic costs, no shared variable.
+    - resource: sum_i x_i = sum_i b_i (A_i = I_d), no shared variable; cost quadratic, or logbarrier:
+      quadratic plus -sum_j bw_j log(x_j - lb_j) (bw in [0.5, 1], slack x*_j - lb_j in [1, 2] at the
+      planted optimum, bfloor = half the node's smallest planted slack: the region the curvature bound
+      L_i = lambda_max(Q_i) + max bw / bfloor^2 assumes [our choice]).
     - hfl: consensus ridge on a shared model of dimension p (Q_i = F_i^T F_i / N + lam/n I), no x_i.
     - vfl: features split across the n parties (d features each), node 0 also holds z (samples); the
       coupled constraint sum_i F_i x_i - z = 0; f_0 = 1/2 ||z + x~ 1||^2-type loss with a shared bias x~
@@ -72,7 +75,20 @@ def generate(kind: str, n: int, graph: str, *, seed_rng, d: int = 5, m: int = 3,
     if kind == "resource":
         Q = np.stack([_spd(rng, d, kappa) for _ in range(n)])
         A = np.repeat(np.eye(d)[None], n, 0)
-        return plant(Q, A, np.zeros((n, 0, d)), np.zeros((n, 0, 0)), [d] * n, 0, edges, rng, kind)
+        prob = plant(Q, A, np.zeros((n, 0, d)), np.zeros((n, 0, 0)), [d] * n, 0, edges, rng, kind)
+        if cost == "logbarrier":
+            x = prob.solution["x"]
+            bw = rng.uniform(0.5, 1.0, (n, d))
+            slack = rng.uniform(1.0, 2.0, (n, d))
+            prob.lb = x - slack
+            prob.bw = bw
+            prob.bfloor = 0.5 * slack.min(1)
+            prob.q = prob.q + bw / slack     # stationarity at x*: Q x* + q - bw / slack + A^T lam = 0
+            prob.loss = "logbarrier"
+            prob.meta["kind"] = "resource-logbarrier"
+        elif cost != "quadratic":
+            raise ValueError(f"unknown cost {cost!r}")
+        return prob
     if kind == "hfl":
         N = n * samples
         Q = []
@@ -152,3 +168,49 @@ def hfl_logistic(X, y, n: int, lam: float, graph: str = "ring", rng=None) -> Pro
                    A=np.zeros((n, 0, 0)), b=np.zeros((n, 0)), C=np.zeros((n, 0, 0)), c=np.zeros((n, 0)),
                    Ct=np.zeros((n, 0, p)), ct=np.zeros((n, 0)), F=F, y=Y, lam=np.full(n, lam / n),
                    weight=np.full(n, 1.0 / N), meta={"kind": "hfl-logistic"})
+
+
+SKLEARN_SETS = ("diabetes", "breast_cancer", "wine", "digits")
+
+
+def hfl_ridge(X, y, n: int, alpha: float, graph: str = "ring", rng=None) -> Problem:
+    """Horizontal FL ridge regression with an intercept: the rows of X split into n contiguous blocks,
+    consensus on the shared model x~ = (w, b) (p = n_features + 1), sum_i f_i =
+    1/2 ||X w + b 1 - y||^2 + alpha/2 ||w||^2 (the intercept unpenalised), i.e. scikit-learn's
+    Ridge(alpha, fit_intercept=True) objective halved. Q_i = F_i^T F_i + (alpha/n) diag(1, .., 1, 0)."""
+    X = np.asarray(X, float)
+    y = np.asarray(y, float)
+    N, f = X.shape
+    p = f + 1
+    F = np.concatenate([X, np.ones((N, 1))], 1)
+    reg = np.diag(np.concatenate([np.ones(f), [0.0]])) * alpha / n
+    parts = np.array_split(np.arange(N), n)
+    Q = np.stack([F[idx].T @ F[idx] + reg for idx in parts])
+    q = np.stack([-F[idx].T @ y[idx] for idx in parts])
+    edges = make_graph(graph, n, rng)
+    return Problem(n=n, d=[0] * n, p=p, m=0, loss="quadratic", edges=edges, edge_weights=np.ones(len(edges)),
+                   A=np.zeros((n, 0, 0)), b=np.zeros((n, 0)), C=np.zeros((n, 0, 0)), c=np.zeros((n, 0)),
+                   Ct=np.zeros((n, 0, p)), ct=np.zeros((n, 0)), Q=Q, q=q, meta={"kind": "hfl-ridge"})
+
+
+def from_sklearn(name: str, split: str, n: int, graph: str, lam: float, loss: str = "ridge", rng=None):
+    """A problem from one of scikit-learn's bundled sets (standardised features, no download):
+    split = samples: horizontal FL (ridge with intercept, or l2-logistic without intercept on labels
+    +1 = the last class, -1 = the rest), consensus on the model; split = features: vertical FL ridge
+    (feature blocks per party, node 0 holds z and the labels, shared bias x~). Returns (problem, X, y)."""
+    from sklearn import datasets
+    from sklearn.preprocessing import StandardScaler
+
+    if name not in SKLEARN_SETS:
+        raise ValueError(f"unknown scikit-learn set {name!r}")
+    X, y = getattr(datasets, f"load_{name}")(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    y = np.asarray(y, float)
+    if loss == "logistic":
+        if split != "samples":
+            raise ValueError("logistic loss: split by samples only (the VFL problem is ridge)")
+        ypm = np.where(y == y.max(), 1.0, -1.0)
+        return hfl_logistic(X, ypm, n, lam, graph, rng=rng), X, ypm
+    if split == "samples":
+        return hfl_ridge(X, y, n, lam, graph, rng=rng), X, y
+    return vfl_ridge(X, y, n, lam, graph, rng=rng), X, y

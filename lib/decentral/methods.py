@@ -383,3 +383,102 @@ class TrackingADMM:
             if monitor is not None and monitor(k, self, v):
                 break
         return v, k
+
+
+# --------------------------------------------------------------------------- DPMM [reconstructed]
+
+
+def dpmm_prox(prob, c: float):
+    """The local proximal step of DPMM, prox_{c f_i}(v) = argmin_w f_i(w) + ||w - v||^2 / (2c), on the
+    node rows (x_i, X_i): exact for quadratics ((I + c Q_i)^{-1} (v - c q_i), one local solve per node,
+    factorised once); ``None`` for other losses (DPMM then linearises f_i: one gradient step)."""
+    if prob.loss != "quadratic":
+        return None
+    D = prob.D
+    inv = np.linalg.inv(np.eye(D)[None] + c * prob.Q)
+    shift = c * prob.q
+
+    def prox(v):
+        return np.einsum("nij,nj->ni", inv, v - shift)
+
+    return prox
+
+
+def dpmm(ops: NodeOps, rho: float, c: float, iterations: int, prox=None, monitor=None):
+    """DPMM, a decentralized proximal method of multipliers, [reconstructed]: no primary source for
+    the DPMM baseline of the predecessor paper was found, so this is the standard (linearised) proximal
+    method of multipliers (Rockafellar 1976; linearised as in Yang-Yuan 2013) run on the same node-local
+    reformulation K u = b' as plain APAPC (u = (x, y, X); K built with W, not W': the coupled constraint
+    through the auxiliary y, A x - b + alpha (W/lambda_max) y = 0, the consensus of the copies of x~
+    through W X = 0, the local C_i, Ct_i rows); node i keeps the multipliers l_i of its own rows:
+
+      g      = K^T (l + rho (K u - b'))            (K^T: 1 round; the multipliers of the coupled and
+                                                     consensus rows go to the neighbours)
+      u+     = prox_{c f}(u - c g)                 (local; exact for quadratics, a gradient step else)
+      l+     = l + rho (K u+ - b')                 (K u+: 1 round, the residual reused by the next g)
+
+    with c = 0.99 / (rho lambda_max(K^T K)) (+ L_f in the linearised case), the step rule under which
+    the linearised method converges. 2 rounds, 2 K-products and one local prox (counted as a gradient
+    call) per iteration, plus one round for K u^0. ``monitor(k, ops, u)`` returns True to stop."""
+    u = ops.zeros()
+    lam = np.zeros_like(ops.bprime)
+    res = ops.K(u) - ops.bprime
+    k = 0
+    for k in range(1, iterations + 1):
+        g = ops.KT(lam + rho * res)
+        v = u - c * g
+        x, y, X = ops.split(v)
+        if prox is not None:
+            w = prox(np.concatenate([x, X], 1))
+            ops.cnt["grads"] += 1
+        else:
+            ux, _, uX = ops.split(u)
+            w = np.concatenate([x, X], 1) - c * ops.grad_fn(np.concatenate([ux, uX], 1))
+            ops.cnt["grads"] += 1
+        u = np.concatenate([w[:, :ops.dm], y, w[:, ops.dm:]], 1)
+        res = ops.K(u) - ops.bprime
+        lam = lam + rho * res
+        if monitor is not None and monitor(k, ops, u):
+            break
+    return u, k
+
+
+# --------------------------------------------------------------------------- EXTRA on the dual [reconstructed]
+
+
+class DualConsensusOps(ConsensusOps):
+    """EXTRA / gradient tracking for the constrained problems, [reconstructed]: run on the dual, which
+    is a consensus problem. With Tracking-ADMM's node data (v_i = (x_i, x~_i), the coupled rows
+    Ab_i = [A_i, 0; 0, W[:, i] (x) I_p] with right-hand side (b_i, 0), the local rows E_i v = e_i), node i
+    keeps a copy l_i of the multiplier of sum_i (Ab_i v_i - bb_i) = 0 and
+      phi_i(l) = -min_{E_i v = e_i} f_i(v) + l^T (Ab_i v - bb_i),   grad phi_i(l) = -(Ab_i v_i(l) - bb_i)
+    with v_i(l) one exact local KKT solve (quadratic f only); sum_i phi_i is minimised over consensual l by
+    the consensus method, and the primal iterate is v_i(l_i). One round per iteration (the multipliers)."""
+
+    def __init__(self, prob, mix, lam_max):
+        self.t = TrackingADMM(prob, mix, lam_max, 0.0)
+        self.prob = prob
+        super().__init__(self._dual_grad, 0, mix, lam_max)
+        self.k_rows = self.t.Ab.shape[1]
+        Ls = []
+        for i in range(prob.n):
+            Hinv = self.t.inv[i][:self.t.D, :self.t.D]
+            Ls.append(float(np.linalg.eigvalsh(self.t.Ab[i] @ Hinv @ self.t.Ab[i].T)[-1]))
+        self.L_dual = max(Ls)
+
+    def _v(self, lam):
+        t = self.t
+        v = np.empty((self.prob.n, t.D))
+        for i in range(self.prob.n):
+            rhs = -(self.prob.q[i] + t.Ab[i].T @ lam[i])
+            v[i] = (t.inv[i] @ np.concatenate([rhs, t.Erows[i]]))[:t.D]
+        return v
+
+    def _dual_grad(self, lam):
+        self.cnt["a_mults"] += 2
+        v = self._v(lam)
+        return -(np.einsum("nkd,nd->nk", self.t.Ab, v) - self.t.bb)
+
+    def primal(self, lam):
+        v = self._v(lam)
+        return v[:, :self.prob.dmax], v[:, self.prob.dmax:]

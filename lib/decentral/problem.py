@@ -6,7 +6,7 @@ connected graph whose Laplacian W is the gossip matrix.
 
 File format (``icmlkit-decentral/1``): a JSON spec naming one .npz per node and an edge-list CSV::
 
-    {"format": "icmlkit-decentral/1", "loss": "quadratic" | "logistic", "n_nodes": 3,
+    {"format": "icmlkit-decentral/1", "loss": "quadratic" | "logistic" | "logbarrier", "n_nodes": 3,
      "dim_shared": 4, "m": 3, "graph": "graph.csv", "nodes": ["node_0.npz", ...],
      "solution": "solution.npz"}                      # optional: the planted optimum
 
@@ -14,7 +14,11 @@ Node .npz arrays: ``A`` (m x d_i), ``b`` (m), ``C`` (r_i x d_i), ``c`` (r_i), ``
 ``ct`` (s_i) (all optional: absent = no such constraint) and the loss data over w = (x_i, x~):
 quadratic ``Q`` (D_i x D_i, D_i = d_i + p, symmetric positive semi-definite), ``q`` (D_i); logistic
 ``F`` (samples x D_i, dense) or ``F_data``/``F_indices``/``F_indptr``/``F_shape`` (CSR), ``y`` (+-1),
-``lam`` (l2 weight) and ``weight`` (the loss's factor). Graph CSV: ``source,target[,weight]``.
+``lam`` (l2 weight) and ``weight`` (the loss's factor); logbarrier (a resource cost): ``Q``, ``q`` as for
+quadratics plus -sum_j bw_j log(x_j - lb_j) on the node's own x: ``bw`` (d_i, >= 0), ``lb`` (d_i) and
+``bfloor`` (> 0): below the slack bfloor the barrier is continued by its second-order Taylor polynomial
+(f_i is then L-smooth with L_i = lambda_max(Q_i) + max bw / bfloor^2; the cost is the true log-barrier
+wherever x_j - lb_j >= bfloor, so a solution whose slacks are all >= bfloor solves the barrier problem). Graph CSV: ``source,target[,weight]``.
 
 Internally every node's arrays are padded to the largest d_i (zero columns: a padded coordinate has
 zero gradient and no constraint, so it stays at its initial 0) and stacked, so local operations are
@@ -32,7 +36,7 @@ from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.io import display_name, load_json, load_npz, open_text, write_json, write_npz, write_text
 
 FORMAT = "icmlkit-decentral/1"
-LOSSES = ("quadratic", "logistic")
+LOSSES = ("quadratic", "logistic", "logbarrier")
 
 
 @dataclass
@@ -59,6 +63,9 @@ class Problem:
     lam: np.ndarray | None = None   # (n,)
     weight: np.ndarray | None = None
     l1: np.ndarray | None = None    # (n,) weight of a non-smooth l1 term l1_i ||w_i||_1 (Algorithm 2 only)
+    bw: np.ndarray | None = None    # logbarrier: (n, D) barrier weights (0 off the barrier coordinates)
+    lb: np.ndarray | None = None    # logbarrier: (n, D) lower bounds of the barrier coordinates
+    bfloor: np.ndarray | None = None  # logbarrier: (n,) slack floor assumed by the curvature bound
     solution: dict | None = None    # {"x": (n, dmax), "xt": (p,)} when planted
     meta: dict = field(default_factory=dict)
 
@@ -88,10 +95,20 @@ class Problem:
         """Stacked gradients of f_i at w (n, D): the only place the loss is evaluated."""
         if self.loss == "quadratic":
             return np.einsum("nij,nj->ni", self.Q, w) + self.q
+        if self.loss == "logbarrier":
+            s, se = self._slack(w)
+            return np.einsum("nij,nj->ni", self.Q, w) + self.q + self.bw * (-1.0 / se + (s - se) / se ** 2)
         out = np.empty_like(w)
         for i in range(w.shape[0]):
             out[i] = _logistic_grad(self.F[i], self.y[i], w[i], self.lam[i], self.weight[i])
         return out
+
+    def _slack(self, w):
+        """logbarrier: slack s = w - lb and se = max(s, bfloor); below bfloor the barrier -log(s) is
+        continued by its second-order Taylor polynomial at bfloor (so f_i is L-smooth everywhere with
+        L = lambda_max(Q_i) + max bw / bfloor^2 and equals the log-barrier cost where s >= bfloor)."""
+        s = w - self.lb
+        return s, np.maximum(s, self.bfloor[:, None])
 
     @property
     def nonsmooth(self) -> bool:
@@ -102,8 +119,13 @@ class Problem:
         return self._smooth_value(w) + extra
 
     def _smooth_value(self, w: np.ndarray) -> float:
-        if self.loss == "quadratic":
-            return float(0.5 * np.einsum("ni,nij,nj->", w, self.Q, w) + np.sum(self.q * w))
+        if self.loss in ("quadratic", "logbarrier"):
+            quad = float(0.5 * np.einsum("ni,nij,nj->", w, self.Q, w) + np.sum(self.q * w))
+            if self.loss == "quadratic":
+                return quad
+            s, se = self._slack(w)
+            h = -np.log(se) - (s - se) / se + (s - se) ** 2 / (2 * se ** 2)
+            return quad + float(np.sum(self.bw * h))
         tot = 0.0
         for i in range(w.shape[0]):
             z = -self.y[i] * (self.F[i] @ w[i])
@@ -115,9 +137,11 @@ class Problem:
         Ls, mus = np.zeros(self.n), np.zeros(self.n)
         for i in range(self.n):
             idx = self.real_w(i)
-            if self.loss == "quadratic":
+            if self.loss in ("quadratic", "logbarrier"):
                 ev = np.linalg.eigvalsh(self.Q[i][np.ix_(idx, idx)]) if len(idx) else np.zeros(1)
                 Ls[i], mus[i] = ev[-1], max(ev[0], 0.0)
+                if self.loss == "logbarrier":
+                    Ls[i] += float(self.bw[i].max(initial=0.0)) / self.bfloor[i] ** 2
             else:
                 Fi = self.F[i]
                 top = _sq_norm_top(Fi) if Fi.shape[0] else 0.0
@@ -132,6 +156,9 @@ class Problem:
         """(n, D, D) quadratic minorant/majorant curvature matrices of f_i (exact for quadratics)."""
         if self.loss == "quadratic":
             return self.Q, self.Q
+        if self.loss == "logbarrier":   # barrier curvature in [0, bw / bfloor^2] on the assumed region
+            hi = self.Q + np.einsum("nd,de->nde", self.bw / self.bfloor[:, None] ** 2, np.eye(self.D))
+            return self.Q, hi
         lo = np.zeros((self.n, self.D, self.D))
         hi = np.zeros_like(lo)
         for i in range(self.n):
@@ -326,7 +353,7 @@ def read_problem(path) -> Problem:
         raw.append((npath, z))
     d = []
     for i, (npath, z) in enumerate(raw):
-        if loss == "quadratic":
+        if loss in ("quadratic", "logbarrier"):
             Q = _arr(z, "Q", npath, i, 2)
             if Q.shape[0] != Q.shape[1] or Q.shape[0] < p:
                 _fail(npath, f"node {i}: matrix Q has shape {Q.shape}, expected (d_i + p, d_i + p) with p = {p}")
@@ -345,8 +372,9 @@ def read_problem(path) -> Problem:
     A = np.zeros((n, m, dmax)); b = np.zeros((n, m))
     C = np.zeros((n, rmax, dmax)); c = np.zeros((n, rmax))
     Ct = np.zeros((n, smax, p)); ct = np.zeros((n, smax))
-    Q = np.zeros((n, D, D)) if loss == "quadratic" else None
-    q = np.zeros((n, D)) if loss == "quadratic" else None
+    Q = np.zeros((n, D, D)) if loss != "logistic" else None
+    q = np.zeros((n, D)) if loss != "logistic" else None
+    bw, lb, bfloor = (np.zeros((n, D)), np.zeros((n, D)), np.ones(n)) if loss == "logbarrier" else (None, None, None)
     F, Y, lam, weight = ([], [], np.zeros(n), np.ones(n)) if loss == "logistic" else (None, None, None, None)
     l1 = np.zeros(n)
     for i, (npath, z) in enumerate(raw):
@@ -365,7 +393,7 @@ def read_problem(path) -> Problem:
             cti = _arr(z, "ct", npath, i, 1, (Cti.shape[0],))
             Ct[i, :Cti.shape[0]] = Cti; ct[i, :Cti.shape[0]] = cti
             _feasible(Cti, cti, npath, i, "Ct", "ct")
-        if loss == "quadratic":
+        if loss in ("quadratic", "logbarrier"):
             Qi = _arr(z, "Q", npath, i, 2)
             qi = _arr(z, "q", npath, i, 1, (di + p,))
             if not np.allclose(Qi, Qi.T, atol=1e-10 * max(1.0, np.abs(Qi).max())):
@@ -373,6 +401,13 @@ def read_problem(path) -> Problem:
             if np.linalg.eigvalsh(Qi)[0] < -1e-9 * max(1.0, np.abs(Qi).max()):
                 _fail(npath, f"node {i}: matrix Q is not positive semi-definite (f_{i} not convex)")
             Q[i][np.ix_(cols, cols)] = Qi; q[i][cols] = qi
+            if loss == "logbarrier":
+                bwi = _arr(z, "bw", npath, i, 1, (di,))
+                lbi = _arr(z, "lb", npath, i, 1, (di,))
+                bfloor[i] = float(_arr(z, "bfloor", npath, i, 0))
+                if np.any(bwi < 0) or not bfloor[i] > 0:
+                    _fail(npath, f"node {i}: barrier weights bw must be >= 0 and bfloor > 0")
+                bw[i, :di] = bwi; lb[i, :di] = lbi
         else:
             Fi = _read_F(z, npath, i)
             yi = _arr(z, "y", npath, i, 1, (Fi.shape[0],))
@@ -388,7 +423,8 @@ def read_problem(path) -> Problem:
             if l1[i] < 0:
                 _fail(npath, f"node {i}: l1 must be >= 0")
     prob = Problem(n=n, d=d, p=p, m=m, loss=loss, edges=edges, edge_weights=ew, A=A, b=b, C=C, c=c, Ct=Ct, ct=ct,
-                   Q=Q, q=q, F=F, y=Y, lam=lam, weight=weight, l1=l1, meta={"spec": where})
+                   Q=Q, q=q, F=F, y=Y, lam=lam, weight=weight, l1=l1, bw=bw, lb=lb, bfloor=bfloor,
+                   meta={"spec": where})
     check_feasible(prob, where)
     if isinstance(spec.get("solution"), str):
         spath = base / spec["solution"]
@@ -478,8 +514,10 @@ def node_arrays(prob: Problem, i: int) -> dict:
         out["C"], out["c"] = prob.C[i, :, :di], prob.c[i]
     if prob.Ct.shape[1]:
         out["Ct"], out["ct"] = prob.Ct[i], prob.ct[i]
-    if prob.loss == "quadratic":
+    if prob.loss in ("quadratic", "logbarrier"):
         out["Q"], out["q"] = prob.Q[i][np.ix_(cols, cols)], prob.q[i][cols]
+        if prob.loss == "logbarrier":
+            out.update(bw=prob.bw[i, :di], lb=prob.lb[i, :di], bfloor=np.array(prob.bfloor[i]))
     else:
         Fi = prob.F[i][:, cols].tocsr()
         out.update(F_data=Fi.data, F_indices=Fi.indices, F_indptr=Fi.indptr, F_shape=np.array(Fi.shape),

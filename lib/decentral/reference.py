@@ -71,8 +71,11 @@ def _hess_grad(prob, v, idx):
     for i in range(prob.n):
         real = prob.real_w(i)
         g[idx[i]] += G[i][real]
-        if prob.loss == "quadratic":
+        if prob.loss in ("quadratic", "logbarrier"):
             Hi = prob.Q[i][np.ix_(real, real)]
+            if prob.loss == "logbarrier":
+                se = np.maximum(w[i] - prob.lb[i], prob.bfloor[i])
+                Hi = Hi + np.diag((prob.bw[i] / se ** 2)[real])
         else:
             Fi = prob.F[i][:, real]
             z = Fi @ w[i][real]
@@ -108,8 +111,11 @@ def reference(prob: Problem, method: str = "auto", tol: float = 1e-12, max_newto
         E, e = constraints(prob)
         _, nx, idx = _layout(prob)
         N = nx + prob.p
-        v = np.linalg.lstsq(E, e, rcond=None)[0] if E.shape[0] else np.zeros(N)
-        for it in range(1 if prob.loss == "quadratic" else max_newton):
+        if prob.loss == "logbarrier":
+            v = _barrier_newton(prob, E, e, idx, N, tol, max_newton)
+        else:
+            v = np.linalg.lstsq(E, e, rcond=None)[0] if E.shape[0] else np.zeros(N)
+        for it in range(0 if prob.loss == "logbarrier" else (1 if prob.loss == "quadratic" else max_newton)):
             H, g = _hess_grad(prob, v, idx)
             dv, _ = _kkt_step(H, g, E, E @ v - e)
             if prob.loss == "quadratic":
@@ -138,6 +144,43 @@ def reference(prob: Problem, method: str = "auto", tol: float = 1e-12, max_newto
     if prob.solution is not None:
         summary["planted_error"] = float(rel_error(prob, x, np.repeat(xt[None], prob.n, 0), prob.solution))
     return ReferenceResult(x=x, xt=xt, summary=summary)
+
+
+def _barrier_newton(prob, E, e, idx, N, tol, max_newton):
+    """Infeasible-start Newton (Boyd-Vandenberghe, Sec. 10.3) for the log-barrier loss (continued
+    quadratically below bfloor, so defined everywhere): start at x_j = lb_j + 1 (feasibility not
+    required), step on the primal-dual residual r = (grad f + E^T nu, E v - e) with backtracking on ||r||."""
+    offs, nx, _ = _layout(prob)
+    v = np.zeros(N)
+    for i in range(prob.n):
+        di = prob.d[i]
+        on = prob.bw[i, :di] > 0
+        v[offs[i]:offs[i] + di] = np.where(on, prob.lb[i, :di] + 1.0, 0.0)
+    nu = np.zeros(E.shape[0])
+
+    def resid(v, nu):
+        _, g = _hess_grad(prob, v, idx)
+        return np.concatenate([g + E.T @ nu, E @ v - e])
+
+    def inside(v):
+        return np.isfinite(_objective(prob, v))
+
+    r = resid(v, nu)
+    for _ in range(max_newton):
+        H, g = _hess_grad(prob, v, idx)
+        k = E.shape[0]
+        K = np.block([[H, E.T], [E, np.zeros((k, k))]])
+        sol = np.linalg.lstsq(K, -r, rcond=None)[0]
+        dv, dnu = sol[:N], sol[N:]
+        t, nr = 1.0, float(np.linalg.norm(r))
+        while t > 1e-12 and (not inside(v + t * dv) or
+                             np.linalg.norm(resid(v + t * dv, nu + t * dnu)) > (1 - 0.01 * t) * nr):
+            t /= 2
+        v, nu = v + t * dv, nu + t * dnu
+        r = resid(v, nu)
+        if float(np.linalg.norm(r)) <= tol * max(1.0, float(np.linalg.norm(v))):
+            break
+    return v
 
 
 def _objective(prob, v):
@@ -195,9 +238,14 @@ def _cvxpy(prob: Problem):
         parts = ([xs[i]] if prob.d[i] else []) + ([xt] if prob.p else [])
         w = cp.hstack(parts) if len(parts) > 1 else parts[0]
         real = prob.real_w(i)
-        if prob.loss == "quadratic":
+        if prob.loss in ("quadratic", "logbarrier"):
             Qi = prob.Q[i][np.ix_(real, real)]
             obj += 0.5 * cp.quad_form(w, cp.psd_wrap(Qi)) + prob.q[i][real] @ w
+            if prob.loss == "logbarrier" and prob.d[i]:
+                di = prob.d[i]
+                on = np.flatnonzero(prob.bw[i, :di] > 0)
+                if on.size:
+                    obj -= prob.bw[i, on] @ cp.log(xs[i][on] - prob.lb[i, on])
         else:
             Fi = prob.F[i][:, real]
             obj += prob.weight[i] * cp.sum(cp.logistic(-cp.multiply(prob.y[i], Fi @ w)))

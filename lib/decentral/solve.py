@@ -14,6 +14,7 @@ from icmlkit.lib.decentral.problem import Problem
 SUMMARY_KEYS = ("method", "backend", "n_nodes", "chi", "kappa_f", "kappa_ac", "kappa_ct", "iterations",
                 "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual", "converged",
                 "seconds")
+DPMM_RHO = 30.0   # dpmm's default penalty, in units of sqrt(mu_f L_f)/lambda_max(K^T K) [reconstructed]
 TRACE_COLUMNS = ("iteration", "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual",
                  "suboptimality")
 
@@ -138,14 +139,23 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
         from icmlkit.lib.decentral.methods import ConsensusOps, extra, gradient_tracking
         from icmlkit.lib.decentral.spectral import condition_numbers, exact_bounds
 
-        if prob.m or np.abs(prob.C).sum() or np.abs(prob.Ct).sum():
-            raise UsageError(f"--method {cfg.method} solves consensus problems only (no A, C or Ct constraints); "
-                             "use apapc-cheb, tracking-admm or centralized")
-        cn = condition_numbers(prob)
         _, lmax = exact_bounds(W)
-        ops = ConsensusOps(prob.grad, prob.dmax, lambda V: W @ V, lmax)
-        w0 = np.zeros((prob.n, prob.D))
-        step = (cfg.step if cfg.step is not None else (1.0 if cfg.method == "extra" else 0.25)) / cn["L_f"]
+        if prob.m or np.abs(prob.C).sum() or np.abs(prob.Ct).sum():
+            # constrained: the consensus method runs on the dual (multiplier copies) [reconstructed]
+            from icmlkit.lib.decentral.methods import DualConsensusOps
+
+            if prob.loss != "quadratic":
+                raise UsageError(f"--method {cfg.method} on a constrained problem runs on the dual and needs "
+                                 "quadratic losses (its local step is an exact solve)")
+            ops = DualConsensusOps(prob, lambda V: W @ V, lmax)
+            w0 = np.zeros((prob.n, ops.k_rows))
+            L_f = ops.L_dual
+        else:
+            cn = condition_numbers(prob)
+            ops = ConsensusOps(prob.grad, prob.dmax, lambda V: W @ V, lmax)
+            w0 = np.zeros((prob.n, prob.D))
+            L_f = cn["L_f"]
+        step = (cfg.step if cfg.step is not None else (1.0 if cfg.method == "extra" else 0.25)) / L_f
         t_loop = time.perf_counter()
         fn = extra if cfg.method == "extra" else gradient_tracking
         w, k = fn(ops, w0, step, iters, mon)
@@ -159,11 +169,26 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
         if prob.loss != "quadratic":
             raise UsageError("--method tracking-admm needs quadratic losses (its local step is an exact solve)")
         _, lmax = exact_bounds(W)
-        alg = TrackingADMM(prob, lambda V: W @ V, lmax, cfg.rho)
+        alg = TrackingADMM(prob, lambda V: W @ V, lmax, cfg.rho if cfg.rho is not None else 1.0)
         t_loop = time.perf_counter()
         v, k = alg.run(iters, mon)
         x, X = alg.primal(v)
         cnt = alg.cnt
+        loop_seconds = time.perf_counter() - t_loop
+    elif cfg.method == "dpmm":
+        from icmlkit.lib.decentral.methods import NodeOps, dpmm, dpmm_prox
+        from icmlkit.lib.decentral.spectral import make_setup
+
+        # the plain reformulation (W, not W'; no Chebyshev) gives K and its bounds [reconstructed]
+        setup = make_setup(prob, "plain", cfg.bounds, rng=np.random.default_rng(seed), aug=cfg.aug,
+                           require_strong=False)
+        rho, c = dpmm_steps(setup, cfg.rho if cfg.rho is not None else DPMM_RHO, prob.loss == "quadratic")
+        prox = dpmm_prox(prob, c)
+        ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, prob.grad, setup, lambda V: W @ V)
+        t_loop = time.perf_counter()
+        u, k = dpmm(ops, rho, c, iters, prox, mon)
+        x, X = ops.primal(u)
+        cnt = ops.cnt
         loop_seconds = time.perf_counter() - t_loop
     elif cfg.method == "sliding":
         from icmlkit.lib.decentral.sliding import sliding
@@ -188,12 +213,25 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
                "rel_error": _fin(meas["rel_error"]), "constraint_residual": _fin(meas["constraint_residual"]),
                "suboptimality": _fin(meas["suboptimality"]), "converged": mon.converged(meas),
                "seconds": round(time.perf_counter() - t0, 4), "loop_seconds": round(loop_seconds, 4)}
-    if setup is not None and setup.variant != "central":
+    if setup is not None and cfg.method in ("apapc-cheb", "apapc"):
         summary.update(deg_w=setup.deg_w, deg_k=setup.deg_k,
                        predicted_communications_scale=predicted_scale(setup),
                        predicted_communications=predicted_scale(setup) * math.log(1 / cfg.tol))
     sd = setup.as_dict() if setup is not None else {}
+    if cfg.method == "dpmm":
+        sd.update(method="dpmm", dpmm_rho=rho, dpmm_c=c, dpmm_prox="exact" if prox is not None else "linearised")
     return SolveResult(x=x, xt=X, trace=mon.rows, summary=summary, setup=sd)
+
+
+def dpmm_steps(setup, rho_units: float, exact_prox: bool) -> tuple[float, float]:
+    """DPMM's penalty rho = rho_units * sqrt(mu_f L_f) / lambda_max(K^T K) and proximal step
+    c = 0.99 / (rho lambda_max(K^T K)) (exact prox of f) or 0.99 / (L_f + rho lambda_max(K^T K))
+    (f linearised) [reconstructed]."""
+    L_k = setup.L_k if setup.L_k > 0 else 1.0
+    scale = math.sqrt(max(setup.mu_f, 1e-12 * setup.L_f) * setup.L_f)
+    rho = rho_units * scale / L_k
+    c = 0.99 / (rho * L_k) if exact_prox else 0.99 / (setup.L_f + rho * L_k)
+    return rho, c
 
 
 def _chi(W):
