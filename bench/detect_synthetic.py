@@ -14,13 +14,20 @@ on real generated images (issue 27). Every detector sees the same splits.
   its per-branch calibration and fusion rule), RIGID (training-free), the linear probe on frozen
   features, and the fine-tuned classifier (CNNDetection's recipe on the same EfficientNet-Lite0;
   100 steps of 32, lr 1e-4, Blur+JPEG 0.5 augmentation). Encoder at 112 px, one torch thread.
+- T2 leave-one-generator-out (LOGO): ten folds; fold g trains RA-Det, the linear probe and the
+  fine-tuned classifier on the other nine generators (one random 112-px crop per image at the native
+  resolution: 180 real + 180 generated crops, about T2's 160 + 160; 50 steps of 32, half T2's, so
+  that the twenty trainings fit the machine) and tests on the centre crops of g's 20 reals and 20
+  fakes, clean, JPEG 75 and 0.5x. RIGID is training-free (its AUROC does not depend on the training
+  set): part logo-rigid evaluates it once on every generator.
 - speed: RA-Det training steps/s of the landed loop (commit 27956b6, read with `git show`) vs this
   one, same size and thread count.
 
 The paper reports +12.92 % average over ten detectors on its 14 generators (ICML abstract); that is
 the paper's number, measured with DINOv3 on ProGAN-trained models, not ours.
 
-Run in parts (each under 8 minutes on one core): --parts speed,t1-radet,t1-base,t2-radet,t2-base;
+Run in parts (each under 8 minutes on one core): --parts speed,t1-radet,t1-base,t2-radet,t2-base,
+logo-rigid, logo-0,...,logo-9 (one fold each, about 3-4 minutes; --budget fits several in one slot);
 --parts report rewrites targets and tables from bench/results/detect_synthetic.json. Every part
 merges its results into that file. No --parts: all of them.
 Needs ../shared/data (cnndetection, taef2); T1's crops are cached in --cache (outside the repo).
@@ -51,13 +58,18 @@ SIZE, STEPS, BATCH, LR = 112, 100, 32, 1e-4
 TRAIN_GENS = ("stylegan", "biggan")
 CONDITIONS = ("clean", "jpeg75", "resize0.5")
 BASELINES = ("rigid", "linear-probe", "finetune")
-PARTS = ("speed", "t1-radet", "t1-base", "t2-radet", "t2-base")
+PARTS = ("speed", "t1-radet", "t1-base", "t2-radet", "t2-base", "logo-rigid",
+         *(f"logo-{i}" for i in range(len(CNNDETECTION_GENERATORS))))
+METHODS = ("ra-det", *BASELINES)
 OLD_COMMIT = "27956b6"  # the landed RA-Det training loop (before issue 27)
 RESULTS_JSON = RESULTS / "detect_synthetic.json"
 
 
-def config(method: str) -> DetectorConfig:
-    return DetectorConfig(method=method, image_size=SIZE, input_size=SIZE, preprocess="crop", steps=STEPS,
+LOGO_STEPS = 50  # the ten LOGO trainings per detector run at half T2's steps (the machine's time)
+
+
+def config(method: str, steps: int = STEPS) -> DetectorConfig:
+    return DetectorConfig(method=method, image_size=SIZE, input_size=SIZE, preprocess="crop", steps=steps,
                           batch_size=BATCH, lr=LR)
 
 
@@ -92,6 +104,30 @@ def t2_data(seed: int = 0) -> dict:
     return {"train_real": real, "train_fake": fake, "groups": src, "test": test}
 
 
+def logo_data(held: str, seed: int = 0) -> dict:
+    """Leave-one-generator-out fold ``held``: one random crop of every image of the nine other
+    generators for training (reals then fakes, each with its file as its source), the centre crops
+    of ``held``'s images for testing."""
+    pairs = read_cnndetection(shared_data_dir("cnndetection") / "images")
+    out = {}
+    for label in ("real", "fake"):
+        crops, src = [], []
+        for g in CNNDETECTION_GENERATORS:
+            if g == held:
+                continue
+            files = getattr(pairs[g], label)
+            c, idx = native_crops(load_native(files), SIZE, 1, seed, stream=f"logo/{g}/{label}")
+            crops.append(c)
+            src += [files[i] for i in idx]
+        out[f"train_{label}"], out[f"src_{label}"] = np.concatenate(crops), src
+    test = {label: native_crops(load_native(getattr(pairs[held], label)), SIZE, centre=True)[0]
+            for label in ("real", "fake")}
+    if any(f"_{held}_" in Path(p).name for p in out["src_real"] + out["src_fake"]):
+        raise RuntimeError(f"LOGO fold {held}: a training file of the held-out generator")
+    return {"train_real": out["train_real"], "train_fake": out["train_fake"],
+            "groups": out["src_real"] + out["src_fake"], "test": test}
+
+
 def t1_data(cache: Path, seed: int = 0) -> dict:
     f = cache / f"t1_{SIZE}_{seed}.npz"
     if f.exists():
@@ -116,11 +152,11 @@ def t1_data(cache: Path, seed: int = 0) -> dict:
 # --------------------------------------------------------------------------- detectors
 
 
-def run_method(method, enc, train_real, train_fake, groups, test_real, test_fakes, conditions) -> dict:
+def run_method(method, enc, train_real, train_fake, groups, test_real, test_fakes, conditions, steps=STEPS) -> dict:
     """Train ``method`` once; evaluate on every condition (``test_real``: uint8 crops or a dict per
     generator; ``test_fakes``: generator -> uint8 crops)."""
     print(f"training {method} ...", file=sys.stderr, flush=True)
-    fitted = train(config(method), ImageSet(to_tensor(train_real)), ImageSet(to_tensor(train_fake)), seed=0,
+    fitted = train(config(method, steps), ImageSet(to_tensor(train_real)), ImageSet(to_tensor(train_fake)), seed=0,
                    encoder=enc, groups=groups)
     det = fitted.detector
     row = {"fit": fitted.summary, "train_minutes": round(fitted.summary["seconds"] / 60, 2)}
@@ -175,6 +211,59 @@ def part_t2(methods) -> dict:
     for m in methods:
         out["methods"][m] = run_method(m, enc, d["train_real"], d["train_fake"], d["groups"], reals, fakes,
                                        CONDITIONS)
+    return out
+
+
+def part_logo(fold: int) -> dict:
+    """One LOGO fold: RA-Det, the linear probe and the fine-tuned classifier trained on the nine other
+    generators (LOGO_STEPS steps), tested on the held one (RIGID: part ``logo-rigid``)."""
+    held = CNNDETECTION_GENERATORS[fold]
+    d = logo_data(held)
+    enc = probe_detector(_probe()).encoder
+    out = {"held_out": held, "steps": LOGO_STEPS, "n_train_crops": [int(len(d["train_real"])), int(len(d["train_fake"]))],
+           "methods": {}}
+    for m in METHODS:
+        if m == "rigid":
+            continue
+        out["methods"][m] = run_method(m, enc, d["train_real"], d["train_fake"], d["groups"],
+                                       {held: d["test"]["real"]}, {held: d["test"]["fake"]}, CONDITIONS, LOGO_STEPS)
+    return out
+
+
+def part_logo_rigid() -> dict:
+    """RIGID on every LOGO fold at once. It is training-free: its score is a strictly increasing
+    function of the drift (the fit sets only the threshold and scale of that function), so its AUROC
+    on a held-out generator does not depend on the training set. Fitted once on fold 0's training
+    crops (the nine generators other than StyleGAN), evaluated on each generator's centre crops;
+    its acc@0.5 here is not a per-fold figure."""
+    d = logo_data(CNNDETECTION_GENERATORS[0])
+    pairs = read_cnndetection(shared_data_dir("cnndetection") / "images")
+    test = {g: {label: native_crops(load_native(getattr(pairs[g], label)), SIZE, centre=True)[0]
+                for label in ("real", "fake")} for g in CNNDETECTION_GENERATORS}
+    enc = probe_detector(_probe()).encoder
+    row = run_method("rigid", enc, d["train_real"], d["train_fake"], d["groups"],
+                     {g: v["real"] for g, v in test.items()}, {g: v["fake"] for g, v in test.items()}, CONDITIONS)
+    return row
+
+
+def logo_summary(logo: dict) -> dict:
+    """Per method: AUROC on each held-out generator per condition and their means (complete folds only)."""
+    folds = [logo[g] for g in CNNDETECTION_GENERATORS if g in logo and logo[g].get("steps") == LOGO_STEPS]
+    rigid = logo.get("rigid")
+    if rigid is not None:  # one evaluation, every generator (see part_logo_rigid)
+        folds = [{**f, "methods": {**f["methods"], "rigid": {
+            **{c: {"per_generator": {f["held_out"]: rigid[c]["per_generator"][f["held_out"]]},
+                   "mean_auroc": rigid[c]["per_generator"][f["held_out"]]["auroc"]} for c in CONDITIONS},
+            "train_minutes": rigid["train_minutes"]}}} for f in folds]
+    out = {}
+    for m in METHODS:
+        rows = [f["methods"][m] for f in folds if m in f["methods"]]
+        out[m] = {c: {"per_generator": {f["held_out"]: f["methods"][m][c]["per_generator"][f["held_out"]]["auroc"]
+                                        for f in folds if m in f["methods"]},
+                      "mean_auroc": float(np.mean([r[c]["mean_auroc"] for r in rows])) if rows else None}
+                  for c in CONDITIONS}
+        out[m]["n_folds"] = len(rows)
+        out[m]["train_minutes_mean"] = round(float(np.mean([r["train_minutes"] for r in rows])), 2) if rows else None
     return out
 
 
@@ -267,8 +356,28 @@ def targets_of(res: dict) -> dict:
         sp and sp["speedup"], 2.0, bool(sp) and sp["speedup"] >= 2.0,
         "steps/s now over steps/s of the landed loop, same data, size, batch and thread count" if sp
         else "speed part not run")
-    t["leave_one_generator_out"] = target(None, None, False, "not run: ten trainings per detector do not fit "
-                                          "this machine's time (the issue's 'if time allows')")
+    logo = res.get("logo", {})
+    n = sum(1 for g in CNNDETECTION_GENERATORS if logo.get(g, {}).get("steps") == LOGO_STEPS)
+    if n and "rigid" in logo:
+        ls = logo_summary(logo)
+        ra = ls["ra-det"]["clean"]["mean_auroc"]
+        base = {m: ls[m]["clean"]["mean_auroc"] for m in BASELINES}
+        best = max(base, key=base.get)
+        full = n == len(CNNDETECTION_GENERATORS)
+        t["logo_radet_minus_best_baseline_mean_auroc"] = target(
+            round(ra - base[best], 4), 0.02, full and ra - base[best] >= 0.02,
+            f"leave-one-generator-out, {n} of {len(CNNDETECTION_GENERATORS)} folds"
+            + ("" if full else " (incomplete: met stays false)") + f", mean held-out AUROC: RA-Det {ra:.4f}; "
+            + ", ".join(f"{m} {v:.4f}" for m, v in base.items()))
+        for c in ("jpeg75", "resize0.5"):
+            drop = {m: ls[m]["clean"]["mean_auroc"] - ls[m][c]["mean_auroc"] for m in ("ra-det", "linear-probe")}
+            t[f"logo_{c}_radet_drop_below_linear_probe_drop"] = target(
+                round(drop["ra-det"], 4), round(drop["linear-probe"], 4),
+                full and drop["ra-det"] < drop["linear-probe"],
+                f"LOGO mean held-out AUROC lost under {c}: RA-Det {drop['ra-det']:.4f}, linear probe "
+                f"{drop['linear-probe']:.4f}")
+    else:
+        t["logo_radet_minus_best_baseline_mean_auroc"] = target(None, 0.02, False, "LOGO parts not run")
     return t
 
 
@@ -298,6 +407,21 @@ def markdown(out: dict) -> str:
                       "", "| generator | foundation | cnn | l2 | diff |", "|---|---|---|---|---|"]
             lines += [f"| {g} | " + " | ".join(f"{v[b]:.3f}" for b in ("p_foundation", "p_cnn", "p_l2", "p_diff")) + " |"
                       for g, v in br.items()]
+    logo = res.get("logo")
+    gens = [g for g in CNNDETECTION_GENERATORS if (logo or {}).get(g, {}).get("steps") == LOGO_STEPS]
+    if gens and "rigid" in logo:
+        ls = logo_summary(logo)
+        lines += ["", f"T2 leave-one-generator-out ({len(gens)} of {len(CNNDETECTION_GENERATORS)} folds run): each "
+                  "column trains on the other nine generators (180 real + 180 generated crops; RA-Det and the "
+                  f"fine-tuned classifier {LOGO_STEPS} steps of {BATCH}, half T2's; RIGID training-free, evaluated "
+                  "once) and tests on that one's 20 reals vs its 20 fakes; AUROC:", "",
+                  "| method | condition | " + " | ".join(gens) + " | mean | train min |", "|---|---|" + "---|" * (len(gens) + 2)]
+        for meth in METHODS:
+            for c in CONDITIONS:
+                pg = ls[meth][c]["per_generator"]
+                lines.append(f"| {meth} | {c} | " + " | ".join(f"{pg[g]:.3f}" if g in pg else "" for g in gens)
+                             + f" | **{ls[meth][c]['mean_auroc']:.4f}** | "
+                             + (f"{ls[meth]['train_minutes_mean']} |" if c == "clean" else " |"))
     t1 = res.get("t1")
     if t1:
         lines += ["", f"T1 aligned: {t1['n_train_pairs']} train / {t1['n_test_pairs']} test pairs (real crop, TAEF2 "
@@ -321,6 +445,9 @@ def markdown(out: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated: {', '.join(PARTS)}, report")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds: start no further part once the time used plus the longest part so far would pass "
+                    "this (parts already written are kept; for running several logo folds inside one time slot)")
     ap.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "icmlkit-detect-bench"),
                     help="folder for T1's crops and reconstructions (outside the repository)")
     args = ap.parse_args()
@@ -334,10 +461,24 @@ def main() -> None:
     old = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
     res = old.get("results", {}) if "parts" in old.get("results", {}) else {"parts": {}}
     mach = machine()
+    t_start, longest = time.perf_counter(), {}  # the longest part so far of each kind (the logo folds are one kind)
+
+    def kind(q):
+        return "logo-fold" if q.startswith("logo-") and q != "logo-rigid" else q
+
     for p in [*[q for q in parts if q != "report"], "report"]:
         t0 = time.perf_counter()
+        need = longest.get(kind(p), max(longest.values(), default=0.0))
+        if p != "report" and args.budget is not None and t0 - t_start + need > args.budget:
+            print(f"part {p} not started: the budget of {args.budget:.0f} s would be passed", file=sys.stderr)
+            continue
         if p == "speed":
             res["speed"] = part_speed()
+        elif p == "logo-rigid":
+            res.setdefault("logo", {})["rigid"] = part_logo_rigid()
+        elif p.startswith("logo-"):
+            fold = part_logo(int(p.split("-")[1]))
+            res.setdefault("logo", {})[fold["held_out"]] = fold
         elif p != "report":
             tier, which = p.split("-")
             methods = ("ra-det",) if which == "radet" else BASELINES
@@ -346,7 +487,9 @@ def main() -> None:
             new["methods"] = {**prev.get("methods", {}), **new["methods"]}
             res[tier] = new
         if p != "report":
-            res["parts"][p] = {"date": today(), "seconds": round(time.perf_counter() - t0, 1),
+            longest[kind(p)] = max(longest.get(kind(p), 0.0), time.perf_counter() - t0)
+            res["parts"][p] = {"date": today(), "seconds": round(time.perf_counter() - t0, 1), "torch_threads":
+                               torch.get_num_threads(),
                                "load_average_1min_start": mach["load_average_1min"],
                                "load_average_1min_end": machine()["load_average_1min"]}
         # written after every part, so a part cut short by a time limit loses only itself
