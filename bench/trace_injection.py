@@ -8,16 +8,26 @@ Parts (``--parts``, each well under 8 minutes on 2 cores; results merge into one
   on the training pipelines), the exact SCM effect with the hand-set prior, the earlier marker-gated
   SCM, the repository's reachability verdict, the product of edge confidences along the chain, the
   copy rule, a keyword baseline, a TF-IDF + logistic-regression content classifier over the tool
-  outputs, and a random forest on the causal features. Calibration of the fitted model, throughput.
+  outputs, and a random forest on the causal features; beside them the SCM fitted by EM with the
+  learned instruction score (``fit-instruction``: hashed n-gram logistic regression, fitted on the
+  11 training pipelines of each fold only, as the graphs' instruction-likeness input). Calibration of
+  the fitted model, throughput (with and without the learned score).
 - ``online``: ``detect --online`` on the real runs with the per-fold fitted SCM: share of compromised
   runs stopped at or before their first harmful call, share of benign runs with a blocked call,
   latency of one decision (median, p99).
 - ``dataset``: make-dataset (agentdojo wheel, seed 0): leave-one-template-family-out, and the held-out
-  ``paraphrase`` family (generated with ``--family paraphrase``; no part of the detector saw it).
+  ``paraphrase`` family (generated with ``--family paraphrase``; no part of the detector saw it);
+  the learned instruction score (part ``dataset_learned``) is fitted on the training families of each
+  fold only.
 
 The labels (metadata) are used only to fit on the training side and to score; the detector never
 reads them. Writes bench/results/trace_injection.json and .md.
-Run:  .venv/bin/python bench/trace_injection.py --parts real online dataset
+- ``learned``: the SCM fitted by EM with the learned instruction score on the ``real`` splits
+  (``--folds 0-5`` / ``6-11`` run half of the 12 folds each; the row appears once all are in).
+- ``dataset_learned``: the same on the ``dataset`` splits (runs 0-7 the template families, 8 the
+  paraphrase family; ``--folds`` as above).
+
+Run:  .venv/bin/python bench/trace_injection.py --parts real learned online dataset dataset_learned
 """
 from __future__ import annotations
 
@@ -36,6 +46,7 @@ from icmlkit.lib.trace import em
 from icmlkit.lib.trace.config import DEFAULTS, GenerateConfig, ReadConfig
 from icmlkit.lib.trace.detect import analyse, online_scores, verdict_sinks
 from icmlkit.lib.trace.graph import build_graph
+from icmlkit.lib.trace.instruct import InstructionScorer, attacked_of, weak_labels
 from icmlkit.lib.trace.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold, keyword_scores,
                                      metrics)
 from icmlkit.lib.trace.pipeline import fit_scm, generate, load_traces, write_dataset
@@ -82,6 +93,24 @@ def prepared(traces):
     secs = time.perf_counter() - t0
     sinks = [verdict_sinks(g, DEFAULTS) for g in graphs]
     return graphs, res, sinks, secs
+
+
+def learned_scm(traces, y, tr, attacked):
+    """The learned instruction score fitted on ``tr`` only, every graph rebuilt with it, the SCM fitted
+    by EM on ``tr`` -> (P(compromised) of every trace, scorer, seconds to rebuild the graphs)."""
+    sc = InstructionScorer().fit([traces[i] for i in tr], [attacked[i] for i in tr])
+    t0 = time.perf_counter()
+    gl = [build_graph(t, scorer=sc) for t in traces]
+    secs = time.perf_counter() - t0
+    fl = em.sink_factors(gl, [verdict_sinks(g, DEFAULTS) for g in gl])
+    _, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[gl[i] for i in tr])
+    return scores_at(fl, fitted), sc, secs
+
+
+def piece_auroc(sc, traces, te, attacked):
+    """AUROC of the learned score on the weak piece labels of the held-out traces (diagnostic)."""
+    texts, yy = weak_labels([traces[i] for i in te], [attacked[i] for i in te])
+    return None if len(set(yy.tolist())) < 2 else round(metrics(yy, sc.score_texts(texts), 0.5)["auroc"], 4)
 
 
 def scores_at(f, fitted):
@@ -158,6 +187,53 @@ def part_real():
             "throughput_traces_per_second": round(len(traces) / secs, 1), "llm_calls": 0}
 
 
+LEARNED = "SCM fitted by EM + learned instruction score"
+
+
+def part_learned(which=None):
+    """The SCM fitted by EM with the learned instruction score, on the same leave-one-pipeline-out
+    splits as ``real``: per fold the scorer and the SCM are fitted on the 11 training pipelines, the
+    threshold on their P(compromised); the held-out pipeline's scores are kept (``which``: the fold
+    numbers to run, default all; results of other folds already in the file are kept)."""
+    traces, _ = real_traces()
+    y = np.array([t.label for t in traces])
+    cls = np.array([t.meta["class"] for t in traces])
+    pipe = np.array([t.meta["pipeline"] for t in traces])
+    attacked = [attacked_of(t) for t in traces]
+    out = {}
+    for k, held in enumerate(sorted(set(pipe))):
+        if which is not None and k not in which:
+            continue
+        tr, te = np.where(pipe != held)[0], np.where(pipe == held)[0]
+        t0 = time.perf_counter()
+        pl, sc, secs = learned_scm(traces, y, tr, attacked)
+        thr = fit_threshold(y[tr], pl[tr])
+        m = metrics(y[te], pl[te], thr)
+        out[held] = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold": round(thr, 6),
+                     "macro_f1": round(m["macro_f1"], 4), "auroc": None if m["auroc"] is None else round(m["auroc"], 4),
+                     "n2_flagged": round(float((pl[te][cls[te] == "N2"] >= thr).mean()), 4),
+                     "piece_auroc": piece_auroc(sc, traces, te, attacked), "scorer": sc.info,
+                     "graphs_per_second": round(len(traces) / secs, 1), "seconds": round(time.perf_counter() - t0, 1),
+                     "y": y[te].tolist(), "class": cls[te].tolist(), "score": [round(float(v), 6) for v in pl[te]]}
+        log(f"learned, held out {held}: macro-F1 {out[held]['macro_f1']} (piece AUROC {out[held]['piece_auroc']})")
+    return out
+
+
+def learned_pooled(folds: dict):
+    """Pooled metrics of the learned-score SCM over the folds run (None unless all 12 are there)."""
+    if len(folds) < 12:
+        return None
+    y = np.concatenate([f["y"] for f in folds.values()])
+    cls = np.concatenate([f["class"] for f in folds.values()])
+    score = np.concatenate([f["score"] for f in folds.values()])
+    dec = np.concatenate([np.asarray(f["score"]) >= f["threshold"] for f in folds.values()])
+    out = pooled(y, cls, dec, score)
+    with_p = [f for f in folds.values() if f["n_P"] > 0]
+    out["macro_f1_mean_over_pipelines_with_P"] = round(float(np.mean([f["macro_f1"] for f in with_p])), 4)
+    out["graphs_per_second"] = round(float(np.mean([f["graphs_per_second"] for f in folds.values()])), 1)
+    return out
+
+
 def harmful_index(t):
     """Event position of the first call whose arguments carry the attacker's value (scoring only)."""
     v = ATTACKER_VALUES.get(t.meta.get("suite"), "\0")
@@ -209,7 +285,16 @@ def part_online():
             "latency_ms_max": round(float(lat.max()), 3)}
 
 
+CACHE = None  # --cache: a folder (outside the repository) that keeps the generated make-dataset sets
+
+
 def built(family: str):
+    if CACHE is not None:
+        p = os.path.join(CACHE, f"make_dataset_{family}_seed0.jsonl")
+        if not os.path.exists(p):
+            os.makedirs(CACHE, exist_ok=True)
+            write_dataset(p, generate(GenerateConfig(family=family), seed=0).rows)
+        return load_traces([p])
     gen = generate(GenerateConfig(family=family), seed=0)
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, f"{family}.jsonl")
@@ -253,6 +338,37 @@ def part_dataset():
     return out
 
 
+def part_dataset_learned(which=None):
+    """The splits of ``dataset`` (8 held-out template families, then the paraphrase family = run 8)
+    for the SCM fitted by EM with the learned instruction score, fitted on the training families
+    only; the graphs of the training and test traces are rebuilt with it (``which``: run numbers)."""
+    base = built("default")
+    para = [t for t in built("paraphrase") if t.meta.get("template")]
+    traces = base + para
+    y = np.array([t.label for t in traces])
+    fam = np.array([t.meta.get("template") or "" for t in traces])
+    is_para = np.array([k >= len(base) for k in range(len(traces))])
+    attacked = [attacked_of(t) for t in traces]
+    benign = np.where((fam == "") & ~is_para)[0]
+    splits = [(f, np.where(~is_para & (fam != f))[0], np.concatenate([np.where(~is_para & (fam == f))[0], benign]))
+              for f in sorted(set(fam[~is_para]) - {""})]
+    splits.append(("paraphrase", np.where(~is_para)[0], np.concatenate([np.where(is_para)[0], benign])))
+    out = {}
+    for k, (name, tr, te) in enumerate(splits):
+        if which is not None and k not in which:
+            continue
+        both = np.concatenate([tr, te])
+        sub = [traces[i] for i in both]
+        pl, sc, _ = learned_scm(sub, y[both], np.arange(len(tr)), [attacked[i] for i in both])
+        ptr, pte = pl[: len(tr)], pl[len(tr):]
+        m = metrics(y[te], pte, fit_threshold(y[tr], ptr))
+        out[name] = {"macro_f1": round(m["macro_f1"], 4), "auroc": None if m["auroc"] is None else round(m["auroc"], 4),
+                     "piece_auroc": piece_auroc(sc, sub, np.arange(len(tr), len(both)),
+                                                [attacked[i] for i in both]), "scorer": sc.info}
+        log(f"learned, template family {name}: {out[name]}")
+    return out
+
+
 def targets_of(r):
     t = {}
     if "real" in r:
@@ -267,8 +383,22 @@ def targets_of(r):
         gain = round(scm["macro_f1"] - reach["macro_f1"], 4)
         t["scm_beats_reachability_by_0.02"] = target(gain, 0.02, gain >= 0.02,
                                                      f"macro-F1 SCM {scm['macro_f1']} vs reachability {reach['macro_f1']}")
-        t["best_method_real"] = target(best, None, best == "scm_em", f"highest pooled macro-F1: {METHODS[best]} "
-                                       f"({p[best]['macro_f1']})")
+        lv = learned_pooled(r.get("learned", {}))
+        if lv is not None and lv["macro_f1"] > p[best]["macro_f1"]:
+            best = "scm_em_learned"
+        t["best_method_real"] = target(best, None, best in ("scm_em", "scm_em_learned"),
+                                       f"highest pooled macro-F1: {(METHODS | {'scm_em_learned': LEARNED})[best]} "
+                                       f"({(lv if best == 'scm_em_learned' else p[best])['macro_f1']})")
+        if lv is not None:
+            t["real_lopo_macro_f1_learned_instruction"] = target(
+                lv["macro_f1"], 0.90, lv["macro_f1"] >= 0.90,
+                f"SCM fitted by EM with the learned instruction score (fitted on the 11 training pipelines per fold); "
+                f"N2 flagged {lv['n2_flagged']}, AUROC {lv['auroc']}")
+            t["real_n2_flagged_learned_instruction"] = target(lv["n2_flagged"], 0.05, lv["n2_flagged"] <= 0.05,
+                                                              "share of N2 runs flagged, learned instruction score")
+            g2 = round(lv["macro_f1"] - reach["macro_f1"], 4)
+            t["scm_learned_beats_reachability_by_0.02"] = target(
+                g2, 0.02, g2 >= 0.02, f"macro-F1 SCM + learned score {lv['macro_f1']} vs reachability {reach['macro_f1']}")
         t["throughput"] = target(r["real"]["throughput_traces_per_second"], None, True,
                                  "trajectories per second, full analysis with graph building (reported; earlier 230)")
         t["llm_calls"] = target(0, 0, True, "no judge given")
@@ -288,6 +418,16 @@ def targets_of(r):
                                                  "held-out paraphrase family (+ benign)")
         t["lotfo_macro_f1_mean"] = target(d["lotfo_scm_em_macro_f1_mean"], None, True,
                                           "leave-one-template-family-out, mean (reported)")
+        dl = r.get("dataset_learned", {})
+        if "paraphrase" in dl:
+            v = dl["paraphrase"]["macro_f1"]
+            t["paraphrase_family_macro_f1_learned_instruction"] = target(
+                v, 0.85, v >= 0.85, "as above, with the learned instruction score fitted on the 8 default families")
+        fams = [row["held_out"] for row in d["lotfo"]]
+        if all(f in dl for f in fams):
+            t["lotfo_macro_f1_mean_learned_instruction"] = target(
+                round(float(np.mean([dl[f]["macro_f1"] for f in fams])), 4), None, True,
+                "leave-one-template-family-out with the learned instruction score, mean (reported)")
     return t
 
 
@@ -301,22 +441,34 @@ def markdown(result):
                   f"tool_call_id repaired by position: {rr['read']['repaired_ids']})", "",
                   "| method | macro-F1 (pooled) | macro-F1 mean (pipelines with P) | AUROC | P recall | N2 flagged | N1 flagged |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
-        for k, v in rr["pooled"].items():
-            lines.append(f"| {METHODS[k]} | {v['macro_f1']:.3f} | {v['macro_f1_mean_over_pipelines_with_P']:.3f} | "
+        lv = learned_pooled(r.get("learned", {}))
+        rows = list(rr["pooled"].items())
+        if lv is not None:
+            rows.insert(1, ("scm_em_learned", lv))
+        for k, v in rows:
+            lines.append(f"| {(METHODS | {'scm_em_learned': LEARNED})[k]} | {v['macro_f1']:.3f} | "
+                         f"{v['macro_f1_mean_over_pipelines_with_P']:.3f} | "
                          f"{v['auroc']:.3f} | {v['recall_P']:.3f} | {v['n2_flagged']:.3f} | {v['n1_flagged']:.3f} |")
-        lines += ["", "| held-out pipeline | n P | SCM-EM macro-F1 | AUROC | N2 flagged | reachability macro-F1 |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lf = r.get("learned", {})
+        has_l = all(f["held_out"] in lf for f in rr["folds"])
+        lines += ["", "| held-out pipeline | n P | SCM-EM macro-F1 | AUROC | N2 flagged | reachability macro-F1 |"
+                  + (" SCM-EM + learned macro-F1 | learned: N2 flagged | learned score, piece AUROC |" if has_l else ""),
+                  "| --- | --- | --- | --- | --- | --- |" + (" --- | --- | --- |" if has_l else "")]
         for f in rr["folds"]:
             a = f["scm_em"]["auroc"]
             lines.append(f"| {f['held_out']} | {f['n_P']} | {f['scm_em']['macro_f1']:.3f} | "
                          f"{'n/a' if a is None else f'{a:.3f}'} | {f['scm_em']['n2_flagged']:.3f} | "
-                         f"{f['reachability']['macro_f1']:.3f} |")
+                         f"{f['reachability']['macro_f1']:.3f} |"
+                         + (f" {lf[f['held_out']]['macro_f1']:.3f} | {lf[f['held_out']]['n2_flagged']:.3f} | "
+                            f"{lf[f['held_out']]['piece_auroc']} |" if has_l else ""))
         c = rr["calibration_scm_em"]
         lines += ["", f"Calibration of the fitted P(compromised) (out of fold): ECE {c['ece']}, Brier {c['brier']}; "
                   f"hand-set prior: ECE {rr['calibration_scm_prior_p_compromised']['ece']}.", "",
                   f"Edge confidences: prior {rr['theta_prior']}; fitted (mean over folds) {rr['theta_fitted_mean']}.",
                   "", f"N2 diagnostic: {rr['n2_diagnostic']}", "",
-                  f"Throughput {rr['throughput_traces_per_second']} traj/s, 0 LLM calls."]
+                  f"Throughput {rr['throughput_traces_per_second']} traj/s, 0 LLM calls"
+                  + (f"; graph building with the learned instruction score {lv['graphs_per_second']} graphs/s "
+                     "(without the rest of the analysis)." if lv is not None else ".")]
     if "online" in r:
         o = r["online"]
         lines += ["", "## Online gate (detect --online), leave-one-pipeline-out", "",
@@ -327,35 +479,58 @@ def markdown(result):
                   f"({o['decisions']} decisions)"]
     if "dataset" in r:
         d = r["dataset"]
+        dl = r.get("dataset_learned", {})
+        has_l = bool(dl)
         lines += ["", "## make-dataset: leave-one-template-family-out and the held-out paraphrase family", "",
-                  "| held out | SCM-EM macro-F1 | AUROC | reachability | keyword |", "| --- | --- | --- | --- | --- |"]
-        for row in d["lotfo"] + [{"held_out": "paraphrase (unseen)", **d["paraphrase"]}]:
+                  "| held out | SCM-EM macro-F1 | AUROC | reachability | keyword |"
+                  + (" SCM-EM + learned macro-F1 | learned AUROC |" if has_l else ""),
+                  "| --- | --- | --- | --- | --- |" + (" --- | --- |" if has_l else "")]
+        for row in d["lotfo"] + [{"held_out": "paraphrase (unseen)", "key": "paraphrase", **d["paraphrase"]}]:
+            lr = dl.get(row.get("key", row["held_out"]))
             lines.append(f"| {row['held_out']} | {row['scm_em']['macro_f1']:.3f} | {row['scm_em']['auroc']:.3f} | "
-                         f"{row['reachability']['macro_f1']:.3f} | {row['keyword']['macro_f1']:.3f} |")
+                         f"{row['reachability']['macro_f1']:.3f} | {row['keyword']['macro_f1']:.3f} |"
+                         + ((f" {lr['macro_f1']:.3f} | {lr['auroc']:.3f} |" if lr else " | |") if has_l else ""))
     lines += ["", "## Targets", "", "| target | value | threshold | met | note |", "| --- | --- | --- | --- | --- |"]
     for k, t in result["targets"].items():
         lines.append(f"| {k} | {t['value']} | {t['threshold']} | {'yes' if t['met'] else 'NO'} | {t['note']} |")
     return "\n".join(lines) + "\n"
 
 
-PARTS = {"real": part_real, "online": part_online, "dataset": part_dataset}
+PARTS = {"real": part_real, "learned": part_learned, "online": part_online, "dataset": part_dataset,
+         "dataset_learned": part_dataset_learned}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", nargs="+", choices=sorted(PARTS), default=sorted(PARTS))
+    ap.add_argument("--folds", default=None, help="learned / dataset_learned parts only: fold (run) numbers, e.g. "
+                    "0-5 (default all)")
+    ap.add_argument("--cache", default=None, help="folder (outside the repository) keeping the generated make-dataset "
+                    "sets between parts (default: generated anew by each part)")
     args = ap.parse_args()
+    global CACHE
+    CACHE = args.cache
+    which = None
+    if args.folds:
+        a, _, b = args.folds.partition("-")
+        which = set(range(int(a), int(b or a) + 1))
     path = RESULTS / "trace_injection.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     results = {k: v for k, v in old.get("results", {}).items() if k in PARTS}
-    seconds = {k: v for k, v in old.get("seconds", {}).items() if k in PARTS} if isinstance(old.get("seconds"), dict) else {}
+    seconds = ({k: v for k, v in old.get("seconds", {}).items() if k.split()[0] in PARTS}
+               if isinstance(old.get("seconds"), dict) else {})
     for part in args.parts:
         t0 = time.perf_counter()
-        results[part] = PARTS[part]()
-        seconds[part] = round(time.perf_counter() - t0, 1)
+        if part in ("learned", "dataset_learned"):
+            results[part] = {**results.get(part, {}), **PARTS[part](which)}
+        else:
+            results[part] = PARTS[part]()
+        seconds[part + (f" --folds {args.folds}" if part in ("learned", "dataset_learned") and args.folds else "")] = round(
+            time.perf_counter() - t0, 1)
     result = {"tool": "trace-injection", "date": today(), "commit": commit(), "machine": machine(),
-              "command": "python bench/trace_injection.py --parts real; ... --parts online; ... --parts dataset "
-                         "(each part under the CPU lock; parts merge into this file)",
+              "command": "python bench/trace_injection.py --parts real; ... --parts learned --folds 0-5; ... --parts "
+                         "learned --folds 6-11; ... --parts online; ... --parts dataset (each part under the CPU lock; "
+                         "parts merge into this file)",
               "seconds": seconds, "results": results, "targets": targets_of(results)}
     write_results("trace_injection", result, markdown(result))
     print(markdown(result))

@@ -5,14 +5,15 @@ import click
 
 from icmlkit.cli._common import (CommaList, ToolGroup, add_demo, config_options, make_main, output_option,
                                 shard_option, shard_slice)
-from icmlkit.lib.trace.config import DetectConfig, ExplainConfig, FitConfig, GenerateConfig, ReadConfig
+from icmlkit.lib.trace.config import (DetectConfig, ExplainConfig, FitConfig, GenerateConfig, InstructionConfig,
+                                     ReadConfig)
 
 TOOL = "trace-injection"
 RECONSTRUCTED = (
     "RECONSTRUCTED (the paper text is not known): the noisy-OR structural equations, the hand-set edge "
     "confidences (the prior) and their EM fit, every untrusted span as a treatment with the task's demands "
-    "as the competing cause, the instruction score as a weak feature, the online gate, and the attack "
-    "templates of generate."
+    "as the competing cause, the instruction score as a weak feature, the learned instruction score "
+    "(fit-instruction) and its weak piece labels, the online gate, and the attack templates of generate."
 )
 
 cli = ToolGroup(
@@ -43,6 +44,8 @@ Examples:
   trace-injection detect traces.jsonl --shard 2/4 -o - | jq -c 'select(.attack)'
   trace-injection fit runs/*.jsonl --head em -o scm.json
   trace-injection detect run.jsonl --online --model scm.json -o gate.jsonl
+  trace-injection fit-instruction runs/*.jsonl -o instr.json
+  trace-injection fit runs/*.jsonl --head em --instruction-model instr.json -o scm.json
   trace-injection explain run.json --format dot -o run.dot --png run.png
   trace-injection fit traces.jsonl --head forest -o head.json
   trace-injection eval traces.jsonl --json""",
@@ -74,6 +77,12 @@ def _sinks(run, sinks_file):
     from icmlkit.lib.trace.config import load_sink_table
 
     return load_sink_table(run.input(sinks_file))
+
+
+def _instruction(run, cfg):
+    """Record the learned instruction score of ``cfg`` (if any) as an input of the run."""
+    if getattr(cfg, "instruction_model", None):
+        run.input(cfg.instruction_model)
 
 
 def _head(run, model_file):
@@ -117,6 +126,7 @@ def detect(run, traces, output, cfg, read, model_file, sinks_file, shard):
     run.output(output)
     sinks = _sinks(run, sinks_file)
     head = _head(run, model_file)
+    _instruction(run, cfg)
     items, stats = _load(run, traces, read)
     items = [items[i] for i in shard_slice(len(items), shard)]
     res = detect_traces(cfg, items, sinks=sinks, head=head,
@@ -190,8 +200,13 @@ def fit(run, traces, cfg, read, output, sinks_file):
     with the hand-set confidences as a Beta prior, then the threshold on P(compromised).
 
     \b
-    JSON keys: n, head, threshold, train_macro_f1, train_auroc, features, train_calibration
-    (ece, brier, bins), theta, leak, em_iterations (em only), read, output.
+    --instruction-model: the graphs are built with a learned instruction score (fit-instruction);
+    give detect and eval the same file.
+
+    \b
+    JSON keys: n, head, threshold, train_macro_f1, train_auroc, features, instruction_score
+    (heuristic / learned), train_calibration (ece, brier, bins), theta, leak, em_iterations (em
+    only), read, output.
     Examples:
       trace-injection fit train.jsonl --head forest -o head.json
       trace-injection fit ../shared/data/agentdojo_runs/*.jsonl --head em -o scm.json
@@ -201,11 +216,42 @@ def fit(run, traces, cfg, read, output, sinks_file):
 
     run.output(output)
     sinks = _sinks(run, sinks_file)
+    _instruction(run, cfg)
     items, stats = _load(run, traces, read)
     res = fit_head(cfg, items, sinks=sinks, seed=run.seed)
     write_json(output, res.head.to_json())
     run.wrote(output)
     return {**res.summary, "read": stats, "output": output}
+
+
+@cli.command(name="fit-instruction", seed=False)
+@click.argument("traces", nargs=-1, required=True)
+@config_options(InstructionConfig)
+@config_options(ReadConfig, arg="read")
+@output_option("Write the learned instruction score (JSON).", suffixes=(".json",), required=True)
+def fit_instruction(run, traces, cfg, read, output):
+    """Learn an instruction score for untrusted text pieces (reconstructed; optional).
+
+    A logistic regression on hashed character 3-5-grams and word 1-2-grams. Weak labels from
+    labelled traces: a line or sentence of a tool output that occurs only in attacked
+    trajectories (class P or N2; else the label) is positive, every piece of a non-attacked one
+    negative. Use it with --instruction-model on fit, detect and eval: the SCM then takes the
+    learned probability as each piece's instruction-likeness (the phrase heuristic otherwise).
+
+    \b
+    JSON keys: n_traces, n_attacked, n_pieces, n_positive, train_auroc, read, output.
+    Example:
+      trace-injection fit-instruction ../shared/data/agentdojo_runs/*.jsonl -o instr.json
+    """
+    from icmlkit.lib.core.io import write_json
+    from icmlkit.lib.trace.pipeline import fit_instruction as fit_scorer
+
+    run.output(output)
+    items, stats = _load(run, traces, read)
+    scorer, summary = fit_scorer(cfg, items)
+    write_json(output, scorer.to_json())
+    run.wrote(output)
+    return {**summary, "read": stats, "output": output}
 
 
 @cli.command(name="eval", seed=False)
@@ -235,6 +281,7 @@ def evaluate(run, traces, model_file, cfg, read, sinks_file, fail_under, output)
     run.output(output)
     head = _head(run, model_file)
     sinks = _sinks(run, sinks_file)
+    _instruction(run, cfg)
     items, stats = _load(run, traces, read)
     res = evaluate_traces(cfg, items, sinks=sinks, head=head)
     if output is not None:

@@ -4,6 +4,7 @@
 Steps: readers (CausalBench JSON, AgentDojo messages, generic JSONL) -> typed graph (graph.py) ->
 noisy-OR SCM and do(I = blocked) counterfactuals (scm.py) -> bidirectional slicing and the attack
 chain (detect.py); optional learned head and baselines (learn.py), optional LLM judge (judge.py),
+optional learned instruction score (instruct.py), EM fit of the edge confidences (em.py),
 labelled data from AgentDojo (agentdojo_data.py). The noisy-OR SCM, the edge confidences and the
 segmentation of injection candidates are RECONSTRUCTED (the paper text is not known).
 """

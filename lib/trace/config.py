@@ -160,6 +160,9 @@ def _suites() -> list[str]:
 THRESHOLD_HELP = {"help": "Flag a trace when its effect (ATE) is at least this.", "min": 0.0, "max": 1.0}
 JUDGE_URL_HELP = {"help": "Base URL of an OpenAI-compatible endpoint for the optional LLM judge of "
                   "instruction-likeness (off by default; ambiguous pieces only)."}
+INSTRUCTION_HELP = {"help": "A learned instruction score from `fit-instruction` (JSON): the SCM's "
+                    "instruction-likeness input instead of the phrase heuristic (reconstructed; off by "
+                    "default). Give the same file to fit, detect and eval."}
 
 
 @dataclass
@@ -184,6 +187,7 @@ class DetectConfig:
     threshold: float = field(default=DEFAULTS["threshold"], metadata=THRESHOLD_HELP)
     judge_url: str | None = field(default=None, metadata=JUDGE_URL_HELP)
     judge_model: str = field(default="default", metadata={"help": "Model name sent to the judge endpoint."})
+    instruction_model: str | None = field(default=None, metadata=INSTRUCTION_HELP)
     online: bool = field(default=False, metadata={
         "help": "Online mode (detect only): score every sink call from the events before it, as a gate in an "
                 "agent loop would; one record per call."})
@@ -208,6 +212,15 @@ class FitConfig:
                 "maximum likelihood (EM, hand-set values as the prior; reconstructed), then the threshold on "
                 "P(compromised); logreg / forest: a learned head on the causal features.",
         "choices": ("threshold", "em", "logreg", "forest")})
+    instruction_model: str | None = field(default=None, metadata=INSTRUCTION_HELP)
+
+
+@dataclass
+class InstructionConfig:
+    """Settings of ``fit-instruction`` (the learned instruction score, :mod:`.instruct`)."""
+
+    inverse_l2: float = field(default=1.0, metadata={
+        "help": "C of the logistic regression on hashed n-grams (inverse L2 strength).", "min": 1e-6})
 
 
 @dataclass

@@ -69,10 +69,15 @@ def instruction_score(piece: str) -> float:
 
 def scored_pieces(text: str, scorer=None) -> list[tuple[tuple[int, int], float]]:
     """((start, end), instruction score) of every line/sentence piece of ``text``; ``scorer(piece,
-    score)`` (optional, the LLM judge) rescores them."""
+    score)`` (optional: the LLM judge, or the learned score of :mod:`.instruct`, which has a
+    ``batch`` method and is called once per text) rescores them."""
     out = [((a, b), instruction_score(text[a:b])) for a, b in _pieces(text)]
-    if scorer is not None:
-        out = [(sp, scorer(text[sp[0]:sp[1]], sc)) for sp, sc in out]
+    if scorer is not None and out:
+        if hasattr(scorer, "batch"):  # the learned instruction score: all pieces at once
+            new = scorer.batch([text[a:b] for (a, b), _ in out], [sc for _, sc in out])
+            out = [(sp, float(v)) for (sp, _), v in zip(out, new)]
+        else:
+            out = [(sp, scorer(text[sp[0]:sp[1]], sc)) for sp, sc in out]
     return out
 
 

@@ -56,9 +56,20 @@ def labels_of(traces) -> list[int]:
     return y
 
 
-def make_scorer(cfg: DetectConfig):
-    """The optional LLM judge of instruction-likeness (None without ``judge_url``)."""
-    if not cfg.judge_url:
+def make_scorer(cfg):
+    """The optional instruction-likeness scorer of ``cfg`` (a :class:`DetectConfig` or
+    :class:`FitConfig`): the learned score of ``instruction_model`` (:mod:`.instruct`), the LLM judge of
+    ``judge_url``, or None (the phrase heuristic). Both at once is a usage error."""
+    from icmlkit.lib.core.errors import UsageError
+
+    path, url = getattr(cfg, "instruction_model", None), getattr(cfg, "judge_url", None)
+    if path and url:
+        raise UsageError("--instruction-model and --judge-url both rescore instruction-likeness; choose one")
+    if path:
+        from icmlkit.lib.trace.instruct import InstructionScorer
+
+        return InstructionScorer.load(path)
+    if not url:
         return None
     from icmlkit.lib.llm import ChatClient
     from icmlkit.lib.trace.judge import InstructionJudge
@@ -181,32 +192,50 @@ def fit(cfg: FitConfig, traces, *, sinks: dict | None = None, seed: int = 0) -> 
     from icmlkit.lib.trace.em import calibration
 
     y = labels_of(traces)
+    scorer = make_scorer(cfg)
     extra = {}
     if cfg.head == "em":
-        head, fitted = fit_scm(traces, y, sinks=sinks)
+        head, fitted = fit_scm(traces, y, sinks=sinks, scorer=scorer)
         extra = {"theta": fitted.theta, "leak": fitted.leak, "em_iterations": fitted.iterations}
     else:
         head = Head(cfg.head, seed=seed)
-    feats = [analyse(t, sinks, head.analysis_params())["features"] for t in traces]
+    feats = [analyse(t, sinks, head.analysis_params(), scorer)["features"] for t in traces]
     head.fit(feats, y)
     m = metrics(y, head.score(feats), head.threshold)
     summary = {"n": len(traces), "head": cfg.head, "threshold": head.threshold, "train_macro_f1": m["macro_f1"],
                "train_auroc": m["auroc"], "features": head.features, **extra,
+               "instruction_score": "learned" if cfg.instruction_model else "heuristic",
                "train_calibration": calibration([f["p_compromised"] for f in feats], y)}
     return FitResult(head, summary)
 
 
-def fit_scm(traces, y, *, sinks: dict | None = None, graphs=None, strength: float = 5.0):
-    """EM fit of the SCM (:func:`.em.fit_em`) on labelled traces (graphs built with the prior unless
-    given) -> (an ``em`` :class:`.learn.Head` without its threshold yet, the :class:`.em.EMFit`)."""
+def fit_scm(traces, y, *, sinks: dict | None = None, graphs=None, strength: float = 5.0, scorer=None):
+    """EM fit of the SCM (:func:`.em.fit_em`) on labelled traces (graphs built with the prior and
+    ``scorer``'s instruction scores unless given) -> (an ``em`` :class:`.learn.Head` without its
+    threshold yet, the :class:`.em.EMFit`)."""
     from icmlkit.lib.trace.config import DEFAULTS
     from icmlkit.lib.trace.detect import verdict_sinks
     from icmlkit.lib.trace.em import fit_em, sink_factors
     from icmlkit.lib.trace.graph import build_graph
 
-    graphs = graphs if graphs is not None else [build_graph(t, sinks) for t in traces]
+    graphs = graphs if graphs is not None else [build_graph(t, sinks, scorer=scorer) for t in traces]
     fitted = fit_em(sink_factors(graphs, [verdict_sinks(g, DEFAULTS) for g in graphs]), y, strength=strength)
     return Head("em", params={"theta": fitted.theta, "leak": fitted.leak}), fitted
+
+
+def fit_instruction(cfg, traces):
+    """Fit the learned instruction score (:class:`.instruct.InstructionScorer`) on labelled ``traces``
+    (weak piece labels from attacked vs non-attacked trajectories) -> (scorer, summary: n_traces,
+    n_attacked, n_pieces, n_positive, train_auroc)."""
+    from icmlkit.lib.trace.instruct import InstructionScorer, attacked_of, weak_labels
+
+    if not traces:
+        raise InputError("no traces")
+    attacked = [attacked_of(t) for t in traces]
+    sc = InstructionScorer(c=cfg.inverse_l2).fit(traces, attacked)
+    texts, y = weak_labels(traces, attacked)
+    auc = metrics(y, sc.score_texts(texts), 0.5)["auroc"]
+    return sc, {**sc.info, "train_auroc": auc}
 
 
 # --------------------------------------------------------------------------- evaluate
