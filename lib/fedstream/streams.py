@@ -4,7 +4,7 @@ and a held-out test pool per group that scores a model on that exact distributio
 A stream is a set of *groups* g = 0..G-1 and, for every client k and period t, a distribution
 ``hist[k, t]`` over them (Delta^G):
 
-- label shift (``digits``, ``mnist``, ``gaussian``, user streams): a group is a class, ``hist`` the
+- label shift (``digits``, ``mnist``, ``mnist1d``, ``gaussian``, user streams): a group is a class, ``hist`` the
   class histogram;
 - covariate drift (``rotated-digits``, ``rotated-mnist``): a group is a rotation *regime* (an angle),
   ``hist`` the mixture weights over regimes; classes are uniform within a regime.
@@ -110,6 +110,28 @@ def _mnist():
     return a[:, :-1] / 255.0, a[:, -1].astype(np.int64), 28
 
 
+def _mnist1d():
+    """MNIST-1D (Greydanus & Steinbach; ``mnist1d`` 0.0.2, Apache-2.0, optional, extra ``fed``):
+    generated offline by its ``make_dataset()`` with the package's default arguments (5,000
+    length-40 signals, 500 per class, its fixed seed 42): the package's train and test splits are
+    pooled, and the stream makes its own split. ``make_dataset`` reseeds Python's and numpy's
+    global generators; their states are restored afterwards."""
+    import random
+
+    require_module("mnist1d", "fed", "mnist1d==0.0.2.post1")
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = make_dataset(get_dataset_args())
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    x = np.concatenate([d["x"], d["x_test"]]).astype(np.float32)
+    y = np.concatenate([d["y"], d["y_test"]]).astype(np.int64)
+    return x, y, 0
+
+
 def _rotate(images: np.ndarray, side: int, degrees: float) -> np.ndarray:
     """Rotate flattened square images by ``degrees`` (bilinear, zero padding), vectorised in torch."""
     import torch
@@ -199,7 +221,7 @@ def make_stream(cfg, seed: int = 0) -> Stream:
         x_test, y_test, g_test = draw(gt), gt, gt
         pools = None
     else:
-        X, Y, side = _digits() if base == "digits" else _mnist()
+        X, Y, side = {"digits": _digits, "mnist": _mnist, "mnist1d": _mnist1d}[base]()
         C = int(Y.max()) + 1
         perm = rng.permutation(len(Y))
         X, Y = X[perm], Y[perm]
