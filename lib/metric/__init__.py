@@ -1,7 +1,7 @@
 """Riemannian metric matching (method sheet metric-match.md): the carre du champ of a point cloud
 learned by denoising, M(y, h) with Gamma = M^T M, and geometry queries at a constant cost per query.
 
-- :mod:`.config`: option dataclasses (torch-free); :mod:`.core`: low-rank loss, FiLM MLP, r x r
+- :mod:`.config`: option dataclasses (torch-free); :mod:`.core`: low-rank loss, FiLM MLP and UNet, r x r
   eigen route, local dimension; :mod:`.train`: training (checkpoints, torchrun);
   :mod:`.model`: the .safetensors model; :mod:`.knn`: the kNN-CDC baseline; :mod:`.api`: query,
   knn, interpolate, eval; :mod:`.generate`: manifolds with exact geometry; :mod:`.demo`.

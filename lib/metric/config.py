@@ -11,6 +11,7 @@ from icmlkit.lib.core.errors import UsageError
 BANDWIDTHS = ("lognormal", "uniform", "lognormalwide")
 SCALES = ("rms", "none")
 DIM_RULES = ("eigengap", "threshold")
+NETS = ("auto", "mlp", "unet")
 MANIFOLDS = ("sphere", "squiggly-circle", "torus", "swiss-roll")  # plus skdim:<name>
 
 
@@ -24,6 +25,10 @@ class TrainConfig:
     rank: int | None = _opt(None, "Rows r of M(y, h) (Gamma = M^T M has rank <= r; at least 1); default "
                             "min(D, 16). Thm 4.2: r >= 2d - 1 suffices.", min=1)
     dim: int | None = _opt(None, "Known intrinsic dimension d (only to warn when --rank < 2d - 1).", min=1)
+    net: str = _opt("auto", "Network: auto (the small UNet for image sets - a folder of PNGs or an .npz of (N, H, "
+                    "W[, C]) images - the FiLM MLP otherwise), mlp, or unet (image sets only) [reconstructed "
+                    "layouts].", choices=NETS)
+    channels: int = _opt(32, "unet: base channels (2x at the two lower resolutions).", min=1)
     width: int = _opt(256, "Hidden width of the FiLM MLP.", min=1)
     blocks: int = _opt(3, "Residual FiLM blocks of the MLP.", min=1)
     emb: int = _opt(32, "Sinusoidal frequencies of the log-h embedding.", min=1)
@@ -55,6 +60,8 @@ class TrainConfig:
             raise UsageError(f"--bandwidth must be one of {', '.join(BANDWIDTHS)}, not {self.bandwidth!r}")
         if self.scale not in SCALES:
             raise UsageError(f"--scale must be rms or none, not {self.scale!r}")
+        if self.net not in NETS:
+            raise UsageError(f"--net must be one of {', '.join(NETS)}, not {self.net!r}")
         if not (0 < self.h_min < self.h_max):
             raise UsageError(f"--h-min ({self.h_min}) must be > 0 and below --h-max ({self.h_max})")
         if self.steps < 1 or self.batch < 1 or self.width < 1 or self.blocks < 1:

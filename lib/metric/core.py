@@ -9,6 +9,8 @@
   FiLM (scale, shift) in every residual block. The input is divided by sqrt(1 + h^2) (data of RMS
   radius 1 after standardisation) **[reconstructed]** preconditioning; widths and block layout
   **[reconstructed]** (the paper's MLP: hidden 1024, 4 layers, a time embedding).
+- :class:`FiLMUNet`: the small UNet for image sets (two downsamplings, FiLM conv blocks on the same
+  h embedding) with r output maps per channel: M(y, h) for images **[reconstructed]** layout.
 - :func:`eig_route`: eigen-decomposition of the r x r Gram M M^T (float64), its eigenvectors mapped back
   to R^D (v_i = M^T u_i / sqrt(lambda_i)): the spectrum and an orthonormal eigenbasis of Gamma = M^T M.
 - :func:`local_dimension`: the local intrinsic dimension from the spectrum's decay (eigen-gap or
@@ -87,29 +89,117 @@ class FiLMMLP(nn.Module):
         return self.head(self.norm(x))
 
 
-class MetricNet(nn.Module):
-    """M(y, h) in R^{r x D}: a :class:`FiLMMLP` with r D outputs."""
+class FiLMConvBlock(nn.Module):
+    """GroupNorm -> FiLM(scale, shift from the h embedding) -> SiLU-conv3x3-SiLU-conv3x3, residual."""
 
-    def __init__(self, D: int, rank: int, width: int = 256, blocks: int = 3, emb: int = 32):
+    def __init__(self, cin: int, cout: int, emb_width: int):
         super().__init__()
-        self.D, self.rank = D, rank
-        self.mlp = FiLMMLP(D, rank * D, width, blocks, emb)
+        self.norm = nn.GroupNorm(math.gcd(8, cin), cin, affine=False)
+        self.film = nn.Linear(emb_width, 2 * cin)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x, e):
+        s, b = self.film(e)[:, :, None, None].chunk(2, dim=1)
+        z = self.norm(x) * (1 + s) + b
+        silu = torch.nn.functional.silu
+        return self.skip(x) + self.conv2(silu(self.conv1(silu(z))))
+
+
+def image_dims(image_shape) -> tuple[int, int, int]:
+    """(H, W, C) of an image shape (H, W) or (H, W, C)."""
+    shape = tuple(int(v) for v in image_shape)
+    return (shape[0], shape[1], shape[2] if len(shape) > 2 else 1)
+
+
+class FiLMUNet(nn.Module):
+    """The small UNet for images: (y (B, D) flattened (H, W[, C]) images, h (B,)) -> (B, out_per_channel,
+    H, W, C)-shaped outputs flattened to (B, out_per_channel, D). Two resolutions below the input
+    (stride-2 convolutions, nearest upsampling, skip concatenation), a FiLM conv block at each level
+    conditioned on the sinusoidal log-h embedding, the input divided by sqrt(1 + h^2) as in the MLP.
+    Layout and widths **[reconstructed]** (the paper uses "a UNet" for images; its configuration is
+    not reproduced here)."""
+
+    def __init__(self, image_shape, out_per_channel: int, channels: int = 32, emb: int = 32):
+        super().__init__()
+        self.H, self.W, self.C = image_dims(image_shape)
+        self.out_per_channel, self.n_freq = out_per_channel, emb
+        c, ew = channels, 4 * channels
+        self.emb = nn.Sequential(nn.Linear(2 * emb, ew), nn.SiLU(), nn.Linear(ew, ew), nn.SiLU())
+        self.inp = nn.Conv2d(self.C, c, 3, padding=1)
+        self.enc1 = FiLMConvBlock(c, c, ew)
+        self.down1 = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
+        self.enc2 = FiLMConvBlock(2 * c, 2 * c, ew)
+        self.down2 = nn.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1)
+        self.mid = FiLMConvBlock(2 * c, 2 * c, ew)
+        self.dec2 = FiLMConvBlock(4 * c, 2 * c, ew)
+        self.dec1 = FiLMConvBlock(3 * c, c, ew)
+        self.norm = nn.GroupNorm(math.gcd(8, c), c)
+        self.out = nn.Conv2d(c, out_per_channel * self.C, 3, padding=1)
 
     def forward(self, y, h):
-        return self.mlp(y, h).view(-1, self.rank, self.D) / math.sqrt(self.D)
+        B = y.shape[0]
+        up = torch.nn.functional.interpolate
+        x = (y / torch.sqrt(1 + h * h)[:, None]).reshape(B, self.H, self.W, self.C).permute(0, 3, 1, 2)
+        e = self.emb(sinusoidal(h, self.n_freq))
+        a = self.enc1(self.inp(x), e)
+        b = self.enc2(self.down1(a), e)
+        m = self.mid(self.down2(b), e)
+        u = self.dec2(torch.cat([up(m, size=b.shape[-2:], mode="nearest"), b], 1), e)
+        u = self.dec1(torch.cat([up(u, size=a.shape[-2:], mode="nearest"), a], 1), e)
+        o = self.out(torch.nn.functional.silu(self.norm(u)))          # (B, out * C, H, W)
+        o = o.reshape(B, self.out_per_channel, self.C, self.H, self.W).permute(0, 1, 3, 4, 2)
+        return o.reshape(B, self.out_per_channel, self.H * self.W * self.C)
+
+
+def _backbone(D: int, out_rows: int, width: int, blocks: int, emb: int, kind: str, image_shape, channels: int):
+    if kind == "unet":
+        H, W, C = image_dims(image_shape)
+        if H * W * C != D:
+            raise ValueError(f"image shape {tuple(image_shape)} does not hold D = {D} values")
+        return FiLMUNet(image_shape, out_rows, channels, emb)
+    return FiLMMLP(D, out_rows * D, width, blocks, emb)
+
+
+class MetricNet(nn.Module):
+    """M(y, h) in R^{r x D}: a :class:`FiLMMLP` with r D outputs, or (``kind="unet"``, images) a
+    :class:`FiLMUNet` with r output maps per image channel."""
+
+    def __init__(self, D: int, rank: int, width: int = 256, blocks: int = 3, emb: int = 32, kind: str = "mlp",
+                 image_shape=None, channels: int = 32):
+        super().__init__()
+        self.D, self.rank, self.kind = D, rank, kind
+        net = _backbone(D, rank, width, blocks, emb, kind, image_shape, channels)
+        if kind == "unet":
+            self.unet = net
+        else:
+            self.mlp = net
+
+    def forward(self, y, h):
+        out = self.unet(y, h) if self.kind == "unet" else self.mlp(y, h)
+        return out.reshape(-1, self.rank, self.D) / math.sqrt(self.D)
 
 
 class Denoiser(nn.Module):
     """D(y, h) ~ E[X | Y = y] with EDM-style preconditioning for data of unit RMS radius
-    (c_skip = 1/(1+h^2), c_out = h/sqrt(1+h^2)) **[reconstructed]**."""
+    (c_skip = 1/(1+h^2), c_out = h/sqrt(1+h^2)) **[reconstructed]**; the same backbone as the metric
+    network (MLP, or the UNet for images)."""
 
-    def __init__(self, D: int, width: int = 256, blocks: int = 3, emb: int = 32):
+    def __init__(self, D: int, width: int = 256, blocks: int = 3, emb: int = 32, kind: str = "mlp",
+                 image_shape=None, channels: int = 32):
         super().__init__()
-        self.mlp = FiLMMLP(D, D, width, blocks, emb)
+        self.kind = kind
+        net = _backbone(D, 1, width, blocks, emb, kind, image_shape, channels)
+        if kind == "unet":
+            self.unet = net
+        else:
+            self.mlp = FiLMMLP(D, D, width, blocks, emb)
 
     def forward(self, y, h):
         h2 = (h * h)[:, None]
-        return y / (1 + h2) + h[:, None] / torch.sqrt(1 + h2) * self.mlp(y, h)
+        out = self.unet(y, h).reshape(y.shape) if self.kind == "unet" else self.mlp(y, h)
+        return y / (1 + h2) + h[:, None] / torch.sqrt(1 + h2) * out
 
 
 def eig_route(M: torch.Tensor, eps: float = 1e-12) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,3 +58,19 @@ def knn_cdc(data: torch.Tensor, queries: torch.Tensor, k: int, h: float, chunk: 
     if not lams:
         return torch.zeros((0, D), dtype=torch.float64), torch.zeros((0, D, D), dtype=torch.float64)
     return torch.cat(lams), torch.cat(vecs)
+
+
+@torch.no_grad()
+def knn_flow(data: torch.Tensor, ya: torch.Tensor, yb: torch.Tensor, k: int, h: float, steps: int) -> torch.Tensor:
+    """The interpolation baseline: the same intrinsic-gradient flow as metric matching's
+    :func:`~icmlkit.lib.metric.api.interpolate` (y_{i+1} = y_i + Gamma(y_i)(b - y_i) / (lambda_1(y_i)
+    (S - 1 - i)), [reconstructed] step rule) with the kNN kernel carre du champ as Gamma (the factor 2
+    cancels in Gamma / lambda_1). Returns the paths (n, steps, D), A and B included."""
+    data, y, yb = data.double(), ya.double().clone(), yb.double()
+    path = [y.clone()]
+    for i in range(steps - 1):
+        lam, V = knn_cdc(data, y, k, h, exclude_self=False)
+        g = torch.einsum("nr,nrd,nre,ne->nd", lam, V, V, yb - y)
+        y = y + g / lam[:, :1].clamp_min(1e-12) / (steps - 1 - i)
+        path.append(y.clone())
+    return torch.stack(path, 1)

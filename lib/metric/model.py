@@ -81,12 +81,14 @@ def build_nets(config: dict, seed: int, dtype=torch.float32):
     """The metric network (and the denoiser when ``config["centred"]``), built under the named
     stream ``seeded(seed, "init")`` / ``"init-denoiser"``."""
     arch = config["arch"]
+    extra = {"kind": arch.get("kind", "mlp"), "image_shape": config.get("image_shape"),
+             "channels": int(arch.get("channels", 32))}
     with seeded(seed, "init"):
-        net = MetricNet(config["D"], config["rank"], arch["width"], arch["blocks"], arch["emb"]).to(dtype)
+        net = MetricNet(config["D"], config["rank"], arch["width"], arch["blocks"], arch["emb"], **extra).to(dtype)
     den = None
     if config.get("centred"):
         with seeded(seed, "init-denoiser"):
-            den = Denoiser(config["D"], arch["width"], arch["blocks"], arch["emb"]).to(dtype)
+            den = Denoiser(config["D"], arch["width"], arch["blocks"], arch["emb"], **extra).to(dtype)
     return net, den
 
 

@@ -26,7 +26,7 @@ import torch
 
 from icmlkit.lib.core.checkpoint import fingerprint, restore
 from icmlkit.lib.core.console import log, progress
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.runtime import Dist, generator
 from icmlkit.lib.metric.config import TrainConfig
 from icmlkit.lib.metric.core import lowrank_loss
@@ -98,7 +98,12 @@ def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist
     if cfg.dim is not None and rank < 2 * cfg.dim - 1:
         log.warning("--rank %d is below 2d - 1 = %d for d = %d: Gamma may fail to represent the tangent spaces "
                     "(Thm 4.2)", rank, 2 * cfg.dim - 1, cfg.dim)
-    config = {"D": D, "rank": rank, "arch": {"width": cfg.width, "blocks": cfg.blocks, "emb": cfg.emb},
+    kind = "unet" if cfg.net == "unet" or (cfg.net == "auto" and points.image_shape) else "mlp"
+    if kind == "unet" and not points.image_shape:
+        raise UsageError(f"--net unet needs an image set (a folder of PNGs or an .npz of (N, H, W[, C]) images); "
+                         f"{points.path} holds points of shape N x {D}")
+    config = {"D": D, "rank": rank, "arch": {"width": cfg.width, "blocks": cfg.blocks, "emb": cfg.emb, "kind": kind,
+                                             "channels": cfg.channels},
               "h_min": cfg.h_min, "h_max": cfg.h_max, "bandwidth": cfg.bandwidth, "tikhonov": cfg.tikhonov,
               "centred": bool(cfg.centred), "scale_mode": cfg.scale,
               "image_shape": list(points.image_shape) if points.image_shape else None}
