@@ -11,7 +11,8 @@ TOOL = "train-operator"
 RECONSTRUCTED = (
     "RECONSTRUCTED (not confirmed by the paper's text or code): the fixed-Fourier-basis ablation (cosine bases of the "
     "coordinates, quadrature 1/n), the no-inverse-transform ablation (the bases' mean broadcast to the points), the "
-    "FNO width matching rule, the Burgers GRF normalisation, and the few-shot setup (tasks, decoder, schedule)."
+    "FNO width matching rule, the Burgers and Navier-Stokes GRF normalisations, and the few-shot setup (tasks, "
+    "encoders, decoder, schedule)."
 )
 DATA_FORMATS = (".pt", ".npz", ".mat")
 
@@ -61,35 +62,41 @@ def _read(run, path, x_key, y_key, need_y=True):
 @output_option("The data set (.npz with x, y, coords).", suffixes=(".npz",), stdout=False, required=True)
 @config_options(GenerateConfig)
 def generate(run, pde, output, cfg):
-    """Exact data: Darcy (FD + spsolve) or periodic Burgers (ETDRK4), solved fine and subsampled.
+    """Exact data: Darcy (FD + spsolve), periodic Burgers (ETDRK4) or 2-D Navier-Stokes vorticity
+    (pseudo-spectral Crank-Nicolson), solved fine and subsampled.
 
     darcy: -div(a grad u) = 1 on [0,1]^2, u = 0 on the boundary, a = 12 / 3 from a thresholded GRF
     with covariance (-Laplacian + 9 I)^-2; x, y: N x 1 x H x W; coords: H*W x 2 (row-major nodes).
     burgers: nu = 0.1, u0 ~ N(0, 625 (-Laplacian + 25 I)^-2), u(1) by ETDRK4 at 8192 points; x, y: N x L,
-    coords L x 1. Test sets at another resolution: the same --seed and --n with another --resolution
-    (the same fine solves, subsampled). 2-D Navier-Stokes is not built.
+    coords L x 1. ns: w_t + u.grad w = nu Lap w + f (f = 0.1(sin 2pi(x+y) + cos 2pi(x+y)), nu 1e-3) on the
+    periodic unit square at 64 x 64, Crank-Nicolson diffusion and Heun advection (2/3 dealiasing), w0 ~
+    N(0, 7^3 (-Laplacian + 49 I)^-2.5); x = w at t = 1..10 (N x 10 x H x W), y = w at t = 11..20; coords the
+    periodic nodes. Test sets at another resolution: the same --seed and --n with another --resolution
+    (the same fine solves, subsampled).
 
     \b
-    JSON keys: pde, n, solve_resolution, resolution, y_mean, y_max, seconds (burgers also nu), output.
+    JSON keys: pde, n, solve_resolution, resolution, y_mean, y_max, seconds (burgers and ns also nu;
+    ns also t_in, t_out, record_dt), output.
     Examples:
       train-operator generate darcy -o train33.npz --n 1000 --resolution 33
       train-operator generate darcy -o test129.npz --n 50 --resolution 129 --seed 1
       train-operator generate burgers -o burgers.npz --n 200 --resolution 1024
+      train-operator generate ns -o ns64.npz --n 100 --nu 1e-3
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.neuralop.solvers import generate_burgers, generate_darcy
+    from icmlkit.lib.neuralop.solvers import generate_burgers, generate_darcy, generate_ns
 
     run.output(output)
     sub = cfg.for_pde(pde)
-    res = (generate_darcy if pde == "darcy" else generate_burgers)(sub, seed=run.seed)
+    res = {"darcy": generate_darcy, "burgers": generate_burgers, "ns": generate_ns}[pde](sub, seed=run.seed)
     run.save(output, write_npz, **res.arrays)
     return {**res.summary, "output": output}
 
 
 @cli.command(device=True)
 @click.argument("data")
-@output_option("The model (.safetensors: weights + config in the metadata).", suffixes=(".safetensors",),
-               stdout=False, required=True)
+@output_option("The model (.safetensors: weights + config in the metadata; the config also in OUTPUT.config.json).",
+               suffixes=(".safetensors",), stdout=False, required=True)
 @output_option("Per-epoch table (default: OUTPUT with .epochs.csv).", suffixes=(".csv",), stdout=False,
                flags=("--epochs-csv",), name="epochs_csv")
 @click.option("--val", "val_path", default=None, type=click.Path(dir_okay=False),
@@ -111,7 +118,7 @@ def train(run, data, output, epochs_csv, val_path, x_key, y_key, checkpoint_ever
     \b
     JSON keys: model, epochs, params, best_val_rel_l2, final_val_rel_l2, final_train_rel_l2,
     seconds_per_epoch, n_train, n_val, resolution, resumed_from, world_size, fno_width (fno), output,
-    epochs_csv.
+    epochs_csv, config_json (OUTPUT.config.json: the model config, its metadata and the training options).
     Examples:
       train-operator train data/darcy/darcy_train_16.pt -o fa.safetensors --epochs 100 --json
       train-operator train train33.npz --val test33.npz -o tr.safetensors --model transolver
@@ -120,17 +127,25 @@ def train(run, data, output, epochs_csv, val_path, x_key, y_key, checkpoint_ever
     from icmlkit.lib.core.io import write_rows
     from icmlkit.lib.neuralop.train import train as train_model
 
-    epochs_csv = epochs_csv or str(output)[: -len(".safetensors")] + ".epochs.csv"
+    from dataclasses import asdict
+
+    from icmlkit.lib.core.io import write_json
+
+    stem = str(output)[: -len(".safetensors")]
+    epochs_csv = epochs_csv or stem + ".epochs.csv"
+    config_json = stem + ".config.json"
     run.output(output)
     run.output(epochs_csv)
+    run.output(config_json)
     ck = run.checkpointer(output, checkpoint_every, resume)
     ds = _read(run, data, x_key, y_key)
     val = _read(run, val_path, x_key, y_key) if val_path else None
     res = train_model(mcfg, tcfg, ds, val, seed=run.seed, device=run.device, dist=run.dist, checkpointer=ck)
     run.save(output, res.model.save)
     run.save(epochs_csv, write_rows, res.rows, ["epoch", "train_rel_l2", "val_rel_l2", "lr"])
+    run.save(config_json, write_json, {"model": res.model.cfg, "meta": res.model.meta(), "train": asdict(tcfg)})
     ck.done()
-    return {**res.summary, "output": output, "epochs_csv": epochs_csv}
+    return {**res.summary, "output": output, "epochs_csv": epochs_csv, "config_json": config_json}
 
 
 @cli.command(name="eval", device=True, seed=False)
@@ -219,14 +234,17 @@ def superres(run, model, data, output, plot, x_key, y_key, batch, max_ratio):
 @config_options(FewShotConfig)
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="torch CPU threads.")
 def few_shot(run, cfg, threads):
-    """Few-shot sine regression: FuncAttn's ridge map (lambda 1e-4) vs softmax cross-attention.
+    """Few-shot sine regression: FuncAttn vs the ridge map over the points vs softmax cross-attention.
 
-    Both regressors get the same encoders, decoder, task stream and test tasks; only the attention
-    differs. The setup beyond "4-layer MLP encoders, ridge 1e-4" is RECONSTRUCTED.
+    FuncAttn slices the context into --bases soft bases with a softmax over the points (learned tau),
+    and its least-squares map (ridge 1e-4) sends each query to the bases' value coefficients; "ridge"
+    is the same map over the context points directly (Intention-style). All three get the same
+    encoders, decoder, task stream and test tasks; only the attention differs. The setup beyond
+    "4-layer MLP encoders, ridge 1e-4, softmax over points" is RECONSTRUCTED.
 
     \b
-    JSON keys: context, mse_funcattn, mse_softmax, ratio (funcattn / softmax), target_met (ratio <= 0.1),
-    steps, seconds_funcattn, seconds_softmax.
+    JSON keys: context, bases, mse_funcattn, mse_ridge, mse_softmax, ratio (funcattn / softmax), target_met
+    (ratio <= 0.1), steps, seconds_funcattn, seconds_ridge, seconds_softmax.
     Example:  train-operator few-shot --context 4 --steps 2000 --json
     """
     import torch

@@ -171,6 +171,17 @@ def test_a_column_major_tensor_of_our_own_reads_in_logical_order(tmp_path):
     assert np.array_equal(fs.y[..., 0], 2 * a.reshape(2, 12).numpy())
 
 
+@pytest.mark.skipif(not (REPO.parent / "shared" / "data" / "darcy" / "burgers_lowres.pt").is_file(),
+                    reason="../shared/data/darcy/burgers_lowres.pt is not here")
+def test_the_low_resolution_burgers_set_reads_as_one_input_and_17_output_channels(tmp_path):
+    path = REPO.parent / "shared" / "data" / "darcy" / "burgers_lowres.pt"
+    raw = torch.load(path, weights_only=True)
+    fs = read_fields(path, "input", "output")
+    assert fs.grid == (16,) and fs.x.shape == (1200, 16, 1) and fs.y.shape == (1200, 16, 17)
+    assert np.array_equal(fs.y[:, :, 0], raw["input"].numpy().astype(np.float32))  # the first output step is u0
+    assert np.array_equal(fs.to_layout(fs.y), raw["output"].numpy().astype(np.float32))  # N x C x L back
+
+
 def test_npz_and_mat_point_sets_and_grids(tmp_path):
     import scipy.io
 
@@ -245,6 +256,48 @@ def test_burgers_etdrk4_converges_in_time_and_keeps_the_mean():
     assert np.abs(a - b).max() < 1e-6 * max(1.0, np.abs(b).max())
     assert np.allclose(a.mean(1), u0.mean(1), atol=1e-10)
     assert np.abs(a - a.mean(1, keepdims=True)).max() < np.abs(u0 - u0.mean(1, keepdims=True)).max()
+
+
+def test_navier_stokes_decays_a_steady_euler_mode_exactly_at_second_order():
+    """A vorticity whose Fourier modes share one |k| has u . grad w = 0, so without forcing the solution
+    is w0 exp(-nu 4 pi^2 |k|^2 t): the Crank-Nicolson error falls 4x when dt halves."""
+    from icmlkit.lib.neuralop.solvers import solve_ns
+
+    s, nu = 16, 0.01
+    t = np.arange(s) / s
+    X, Y = np.meshgrid(t, t, indexing="ij")
+    w0 = (np.cos(4 * np.pi * X) + 0.7 * np.sin(4 * np.pi * Y) + 0.2 * np.sin(4 * np.pi * X))[None]
+    exact = w0 * np.exp(-nu * 4 * np.pi ** 2 * 4 * 1.0)
+    errs = [np.abs(solve_ns(w0, 0.0, nu, [0.5, 1.0], dt)[:, 1] - exact).max() for dt in (0.02, 0.01)]
+    assert errs[1] < 2e-5 and 3.5 < errs[0] / errs[1] < 4.5
+    # two different |k|: the advection term acts; inviscid, unforced: mean and enstrophy are conserved
+    w1 = (np.cos(2 * np.pi * X) + np.sin(4 * np.pi * Y))[None]
+    w = solve_ns(w1, 0.0, 0.0, [0.5], 0.01)[:, 0]
+    assert np.abs(w - w1).max() > 0.1
+    assert abs(w.mean()) < 1e-12 and abs((w ** 2).mean() - (w1 ** 2).mean()) < 1e-4
+
+
+def test_generated_ns_is_a_subsample_of_the_fine_solve_and_runs_from_the_cli(tmp_path):
+    from icmlkit.lib.neuralop.config import NSConfig
+    from icmlkit.lib.neuralop.solvers import generate_ns
+
+    kw = dict(n=2, solve_resolution=16, t_in=2, t_out=1, record_dt=0.5, dt=0.05)
+    fine = generate_ns(NSConfig(resolution=16, **kw), seed=3).arrays
+    coarse = generate_ns(NSConfig(resolution=8, **kw), seed=3).arrays
+    assert fine["x"].shape == (2, 2, 16, 16) and fine["y"].shape == (2, 1, 16, 16)
+    assert np.array_equal(coarse["x"], fine["x"][:, :, ::2, ::2]) and np.array_equal(coarse["y"], fine["y"][:, :, ::2, ::2])
+    assert np.allclose(coarse["coords"][:3], [[0, 0], [0, 0.125], [0, 0.25]])
+    assert not np.allclose(fine["x"][:, 0], fine["x"][:, 1])  # the flow moves between snapshots
+    out = tmp_path / "ns.npz"
+    s = js(run_tool(TOOL, "generate", "ns", "-o", out, "--n", "2", "--solve-resolution", "16", "--resolution", "8",
+                    "--t-in", "2", "--t-out", "1", "--record-dt", "0.5", "--dt", "0.05", "--seed", "3", "--json"))
+    assert s["pde"] == "ns" and s["t_in"] == 2
+    fs = read_fields(out)  # a grid file with its periodic nodes in coords: 2 input and 1 output channels
+    assert fs.grid == (8, 8) and fs.x.shape == (2, 64, 2) and fs.y.shape == (2, 64, 1)
+    assert np.array_equal(fs.coords, coarse["coords"])
+    t = js(run_tool(TOOL, "train", out, "-o", tmp_path / "ns.safetensors", "--width", "8", "--heads", "2", "--layers",
+                    "1", "--bases", "4", "--epochs", "1", "--batch", "1", "--val-fraction", "0.5", "--json"))
+    assert t["resolution"] == "8x8" and np.isfinite(t["best_val_rel_l2"])
 
 
 # --------------------------------------------------------------------------- training
@@ -390,6 +443,9 @@ def test_cli_generate_train_eval_predict_superres(tmp_path):
                     "--epochs", "2", "--batch", "4", "--json"))
     assert {"epochs", "params", "best_val_rel_l2", "seconds_per_epoch"} <= set(s)
     assert (tmp_path / "m.epochs.csv").read_text().splitlines()[0] == "epoch,train_rel_l2,val_rel_l2,lr"
+    conf = json.loads((tmp_path / "m.config.json").read_text())
+    assert conf["model"]["model"] == "funcattn" and conf["model"]["bases"] == 4 and conf["train"]["epochs"] == 2
+    assert conf["meta"]["params"] == s["params"] and s["config_json"].endswith("m.config.json")
     e = js(run_tool(TOOL, "eval", m, g17, "--json"))
     assert {"model", "resolution", "n", "rel_l2_x100", "rel_l2_std", "params", "seconds"} <= set(e)
     assert e["resolution"] == "17x17" and e["n"] == 12 and e["params"] == s["params"]
@@ -404,11 +460,30 @@ def test_cli_generate_train_eval_predict_superres(tmp_path):
     assert len((tmp_path / "sr.csv").read_text().splitlines()) == 3
 
 
-def test_few_shot_runs_both_attentions():
+def test_few_shot_runs_the_three_attentions():
     from icmlkit.lib.neuralop.fewshot import few_shot
 
     s = few_shot(FewShotConfig(steps=30, test_tasks=20, width=16, tasks=8)).summary
-    assert s["mse_funcattn"] > 0 and s["mse_softmax"] > 0 and s["ratio"] == s["mse_funcattn"] / s["mse_softmax"]
+    assert min(s["mse_funcattn"], s["mse_ridge"], s["mse_softmax"]) > 0
+    assert s["ratio"] == s["mse_funcattn"] / s["mse_softmax"]
+
+
+def test_few_shot_funcattn_slices_over_points_and_reduces_to_the_ridge_map():
+    """Softmax over the points: every basis is a distribution over the context points. When the k >= K
+    bases span the K context points, the map through the bases equals the ridge map over the points
+    (as lambda -> 0, both are Q K^+ V)."""
+    from icmlkit.lib.neuralop.fewshot import point_bases, sliced_map
+
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(3, 7, 8, generator=g, dtype=torch.float64)
+    K = torch.randn(3, 4, 8, generator=g, dtype=torch.float64)
+    V = torch.randn(3, 4, 5, generator=g, dtype=torch.float64)
+    W = point_bases(torch.randn(3, 4, 6, generator=g, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64))
+    assert torch.allclose(W.sum(-2), torch.ones(3, 6, dtype=torch.float64))
+    lam = 1e-10
+    ridge = Q @ K.transpose(-1, -2) @ torch.linalg.solve(K @ K.transpose(-1, -2) + lam * torch.eye(4, dtype=torch.float64), V)
+    assert torch.allclose(sliced_map(Q, K, V, W, lam), ridge, atol=1e-5)
+    assert not torch.allclose(sliced_map(Q, K, V, W[..., :2], lam), ridge, atol=1e-2)  # 2 bases < 4 points
 
 
 # --------------------------------------------------------------------------- fuzz

@@ -113,7 +113,8 @@ class BurgersConfig:
 
 @dataclass
 class FewShotConfig:
-    """Few-shot sine regression: FuncAttn (ridge map) vs softmax cross-attention [reconstructed setup]."""
+    """Few-shot sine regression: FuncAttn (sliced bases, softmax over points, ridge map) vs the ridge map over
+    the points and softmax cross-attention [reconstructed setup]."""
 
     context: int = option(4, "Context points K per task.", min=1)
     queries: int = option(50, "Query points per task.", min=1)
@@ -121,11 +122,30 @@ class FewShotConfig:
     tasks: int = option(32, "Tasks per step.", min=1)
     width: int = option(64, "Encoder width.", min=4)
     ridge: float = option(1e-4, "FuncAttn ridge lambda.", min=0, min_open=True)
+    bases: int = option(16, "FuncAttn: soft bases k over the context points.", min=1)
     lr: float = option(1e-3, "Adam learning rate.", min=0, min_open=True)
     test_tasks: int = option(1000, "Test tasks.", min=1)
 
 
-PDES = ("darcy", "burgers")
+@dataclass
+class NSConfig:
+    """The 2-D Navier-Stokes generator: vorticity on the periodic [0, 1)^2, pseudo-spectral Crank-Nicolson."""
+
+    n: int = option(20, "Samples.", min=1)
+    solve_resolution: int = option(64, "Grid points per side of the solve.", min=8)
+    resolution: int = option(64, "Points per side written (a divisor of solve_resolution).", min=4)
+    nu: float = option(1e-3, "Viscosity.", min=0, min_open=True)
+    t_in: int = option(10, "Input snapshots (x).", min=1)
+    t_out: int = option(10, "Output snapshots (y).", min=1)
+    record_dt: float = option(1.0, "Time between snapshots.", min=0, min_open=True)
+    dt: float = option(1e-3, "Largest time step.", min=0, min_open=True)
+
+    def check(self) -> None:
+        if self.solve_resolution % self.resolution:
+            raise UsageError(f"--resolution {self.resolution} does not divide --solve-resolution {self.solve_resolution}")
+
+
+PDES = ("darcy", "burgers", "ns")
 
 
 @dataclass
@@ -134,18 +154,24 @@ class GenerateConfig:
 
     n: int = option(100, "Samples.", min=1)
     solve_resolution: int | None = option(None, "Grid of the solve (darcy: nodes per side incl. the boundary, "
-                                          "default 129; burgers: points, default 8192).", min=5)
+                                          "default 129; burgers: points, default 8192; ns: points per side, "
+                                          "default 64).", min=5)
     resolution: int | None = option(None, "Grid written, a subsample of the solve (darcy: default 33, and "
                                     "(solve - 1) must be a multiple of (resolution - 1); burgers: default 1024, "
-                                    "a divisor of the solve).", min=3)
+                                    "a divisor of the solve; ns: default 64, a divisor of the solve).", min=3)
     alpha: float | None = option(None, "GRF exponent alpha (darcy: (-Laplacian + tau^2)^-alpha, default 2; "
                                  "burgers: 625 (-Laplacian + 25)^-alpha, default 2).", min=0, min_open=True)
     tau: float = option(3.0, "darcy: GRF tau.", min=0, min_open=True)
     high: float = option(12.0, "darcy: a where the GRF is >= 0.", min=0, min_open=True)
     low: float = option(3.0, "darcy: a where the GRF is < 0.", min=0, min_open=True)
-    nu: float = option(0.1, "burgers: viscosity.", min=0, min_open=True)
+    nu: float | None = option(None, "Viscosity (burgers: default 0.1; ns: default 1e-3).", min=0, min_open=True)
     t_final: float = option(1.0, "burgers: time of the output field.", min=0, min_open=True)
-    dt: float = option(1e-4, "burgers: ETDRK4 time step.", min=0, min_open=True)
+    dt: float | None = option(None, "Time step (burgers: ETDRK4 step, default 1e-4; ns: largest Crank-Nicolson "
+                              "step, default 1e-3).", min=0, min_open=True)
+    t_in: int = option(10, "ns: input snapshots (x: N x t_in x H x W).", min=1)
+    t_out: int = option(10, "ns: output snapshots (y: N x t_out x H x W).", min=1)
+    record_dt: float = option(1.0, "ns: time between snapshots (x at record_dt * 1..t_in, y after).", min=0,
+                              min_open=True)
 
     def for_pde(self, pde: str):
         if pde == "darcy":
@@ -153,8 +179,12 @@ class GenerateConfig:
                             alpha=self.alpha or 2.0, tau=self.tau, high=self.high, low=self.low)
         elif pde == "burgers":
             c = BurgersConfig(n=self.n, solve_resolution=self.solve_resolution or 8192,
-                              resolution=self.resolution or 1024, nu=self.nu, t_final=self.t_final, dt=self.dt,
-                              alpha=self.alpha or 2.0)
+                              resolution=self.resolution or 1024, nu=self.nu or 0.1, t_final=self.t_final,
+                              dt=self.dt or 1e-4, alpha=self.alpha or 2.0)
+        elif pde == "ns":
+            c = NSConfig(n=self.n, solve_resolution=self.solve_resolution or 64, resolution=self.resolution or 64,
+                         nu=self.nu or 1e-3, t_in=self.t_in, t_out=self.t_out, record_dt=self.record_dt,
+                         dt=self.dt or 1e-3)
         else:
             raise UsageError(f"PDE must be one of {', '.join(PDES)}, not {pde!r}")
         c.check()

@@ -4,7 +4,9 @@ Layouts accepted for ``x`` and ``y`` (``y`` optional for ``predict``):
 
 - 2-D grids without coordinates: ``N x C x H x W`` (neuraloperator's ``N x 1 x H x W``) or ``N x H x W``;
   the points are the nodes of ``linspace(0, 1, H) x linspace(0, 1, W)`` in row-major order;
-- 1-D grids without coordinates: ``N x L`` (``linspace(0, 1, L)``);
+- 1-D grids without coordinates: ``N x L`` (``linspace(0, 1, L)``); ``y`` may be ``N x C x L`` (C output
+  channels, e.g. neuraloperator's ``burgers_lowres.pt``: ``input`` N x 16, ``output`` N x 17 x 16, the
+  solution at 17 times);
 - point sets: ``N x n`` or ``N x n x C`` with ``coords`` of shape ``n x d`` (d = 1, 2 or 3), the same
   points for every sample.
 
@@ -74,7 +76,7 @@ class FieldSet:
             return values.reshape(N, *self.grid, c)[..., 0].copy() if c == 1 else \
                 values.reshape(N, *self.grid, c).transpose(0, 3, 1, 2).copy()
         if self.layout == "nl":
-            return values[..., 0].copy() if c == 1 else values.copy()
+            return values[..., 0].copy() if c == 1 else values.transpose(0, 2, 1).copy()
         return values[..., 0].copy() if c == 1 else values.copy()
 
 
@@ -232,6 +234,8 @@ def _match_y(x, y, layout, grid, where, x_key, y_key) -> np.ndarray:
         return np.ascontiguousarray(y.reshape(N, n, -1), dtype=np.float32)
     if y.ndim == 4 and tuple(y.shape[2:]) == grid:
         return np.ascontiguousarray(y.reshape(N, y.shape[1], -1).transpose(0, 2, 1), dtype=np.float32)
+    if layout == "nl" and y.ndim == 3 and tuple(y.shape[2:]) == grid:  # N x C x L, e.g. a trajectory in time
+        return np.ascontiguousarray(y.transpose(0, 2, 1), dtype=np.float32)
     if tuple(y.shape[1:]) == grid:
         return np.ascontiguousarray(y.reshape(N, -1, 1), dtype=np.float32)
     raise InputError(f"keys {x_key!r} {tuple(x.shape)} and {y_key!r} {tuple(y.shape)} disagree: the output "
