@@ -146,6 +146,64 @@ def test_P_one_without_shared_is_plain_lora():
         torch.testing.assert_close(layer(x), ref(x), atol=1e-12, rtol=0)
 
 
+def _emb_model(method, **kw):
+    model, tok = tiny_llama()
+    ad = apply_adapter(model, AdapterConfig(method=method, targets=["q_proj"], embeddings=True, **kw))
+    return model, tok, ad, ad.layers["model.embed_tokens"]
+
+
+def test_wrapped_embeddings_start_frozen_P_one_is_lora_and_counts_are_the_closed_form():
+    from icmlkit.lib.lime.layers import LimeEmbedding, LoraEmbedding
+
+    ids = torch.tensor([[5, 7, 9, 11], [3, 4, 5, 6]])
+    mask = torch.ones_like(ids)
+    frozen, _ = tiny_llama()
+    with torch.no_grad():
+        ref_logits = frozen(input_ids=ids, attention_mask=mask).logits
+    model, tok, ad, emb = _emb_model("lime-lora", experts=3, rank=2, shared=True)
+    assert isinstance(emb, LimeEmbedding) and model.get_input_embeddings() is emb
+    with torch.no_grad():  # B = 0: the frozen model exactly
+        torch.testing.assert_close(ad.logits(ids, mask), ref_logits, atol=0, rtol=0)
+    V, H = emb.d_in, emb.H
+    c = count_parts(ad)
+    q = ad.layers["model.layers.0.self_attn.q_proj"]
+    per_q = 2 * (q.d_in + q.H) + 3 * q.H + q.H + 1
+    assert c["trainable"] == 2 * per_q + 2 * (V + H) + 3 * H + H + 1 and c["layers"] == 3
+    # P = 1 without p_s: plain LoRA on the embedding rows
+    _, _, ad1, e1 = _emb_model("lime-lora", experts=3, rank=2, shared=False)
+    _, _, ad2, e2 = _emb_model("lora", rank=2)
+    assert isinstance(e2, LoraEmbedding)
+    with torch.no_grad():
+        e1.lora_B.normal_()
+        e1.experts.fill_(1.0)
+        e2.lora_A.copy_(e1.lora_A)
+        e2.lora_B.copy_(e1.lora_B)
+    e1.eval()
+    torch.testing.assert_close(e1(ids), e2(ids), atol=1e-6, rtol=0)
+    assert not torch.allclose(e1(ids), e1.base(ids))
+    # the frozen embedding and output head stay frozen
+    assert not emb.base.weight.requires_grad and not model.get_output_embeddings().weight.requires_grad
+
+
+def test_embeddings_option_trains_reloads_and_is_refused_elsewhere(tmp_path):
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.core.io import safetensors_bytes
+    from icmlkit.lib.lime.train import evaluate, train
+
+    model, tok = tiny_llama()
+    res = train(FAST, AdapterConfig(method="lime-lora", rank=2, embeddings=True), Loaded(model, tok), _rows(), seed=0)
+    assert float(res.tensors["model.embed_tokens.lora_B"].abs().sum()) > 0
+    p = tmp_path / "e.safetensors"
+    p.write_bytes(safetensors_bytes(res.tensors, res.metadata))
+    fresh, _ = tiny_llama()
+    ad2 = load_adapted(fresh, p)
+    assert ad2.cfg.embeddings and "model.embed_tokens" in ad2.layers
+    ev, ev2 = (evaluate(EvalConfig(max_new_tokens=3), a, tok, _rows()[:6]) for a in (res.adapted, ad2))
+    assert ev.predictions == ev2.predictions
+    with pytest.raises(UsageError, match="--embeddings"):
+        AdapterConfig(method="molora", embeddings=True).check()
+
+
 def test_lora_matches_peft():
     peft = pytest.importorskip("peft")
     base = nn.Sequential()

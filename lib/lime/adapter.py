@@ -19,7 +19,7 @@ import torch.nn as nn
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.runtime import seeded
 from icmlkit.lib.lime.config import AdapterConfig, LIME_METHODS
-from icmlkit.lib.lime.layers import (LAYERS, MOE_PARTS, PARTS, RouteContext, balance_terms,
+from icmlkit.lib.lime.layers import (EMBEDDING_LAYERS, LAYERS, MOE_PARTS, PARTS, RouteContext, balance_terms,
                                      normaliser, selection_weights, sparse_mix)
 
 FORMAT = "icmlkit.finetune-lime.adapter/1"
@@ -160,10 +160,25 @@ def linear_names(model: nn.Module) -> list[str]:
     return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear) and n})
 
 
+def _input_embedding(model: nn.Module) -> tuple[str, nn.Embedding]:
+    """(module path, module) of the model's input token embedding (``get_input_embeddings``, else the
+    only nn.Embedding)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    cands = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding) and n]
+    named = [(n, m) for n, m in cands if m is emb] if emb is not None else []
+    if named:
+        return named[0]
+    if len(cands) == 1:
+        return cands[0]
+    raise UsageError("--embeddings: the model has no single input nn.Embedding "
+                     f"(found: {', '.join(n for n, _ in cands) or 'none'})")
+
+
 def apply_adapter(model: nn.Module, cfg: AdapterConfig, *, seed: int = 0) -> Adapted:
     """Freeze ``model`` and wrap every nn.Linear whose path ends with one of ``cfg.targets`` (the
-    adapter's tensors drawn from the named stream ``init`` of ``seed``). Usage errors: no target
-    matches (the message lists the Linear names that exist), E > H of a wrapped layer."""
+    adapter's tensors drawn from the named stream ``init`` of ``seed``), and with ``cfg.embeddings`` the
+    input token embedding too. Usage errors: no target matches (the message lists the Linear names that
+    exist), E > H of a wrapped layer."""
     cfg.check()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -194,6 +209,14 @@ def apply_adapter(model: nn.Module, cfg: AdapterConfig, *, seed: int = 0) -> Ada
                 parent_name, _, child = name.rpartition(".")
                 parent = model.get_submodule(parent_name) if parent_name else model
                 setattr(parent, child, layer)
+                layers[name] = layer
+            if cfg.embeddings:
+                name, emb = _input_embedding(model)
+                if cfg.method in LIME_METHODS and cfg.experts > emb.embedding_dim:
+                    raise UsageError(f"--experts {cfg.experts} exceeds the embedding width {emb.embedding_dim}")
+                layer = EMBEDDING_LAYERS[cfg.method](emb, cfg, ctx, name)
+                parent_name, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
                 layers[name] = layer
     dev = next(model.parameters()).device
     for mod in list(layers.values()) + ([prompt] if prompt is not None else []):

@@ -12,6 +12,7 @@ from icmlkit.lib.core.errors import UsageError
 
 LIME_METHODS = ("lime-lora", "lime-dora", "lime-lorafa", "lime-slicefine", "lime-prompt")
 BASELINES = ("lora", "molora", "hydralora")
+EMBEDDING_METHODS = ("lime-lora", "lora")
 METHODS = LIME_METHODS + BASELINES
 DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "out_proj"]
 SELECTIONS = ("soft", "hard")
@@ -57,6 +58,9 @@ class AdapterConfig:
     ngram_rule: str = _opt("causal", "causal: the group's first token decides (no future leak); last: the official "
                            "last-token rule (leaks future tokens in a causal LM; warns).", choices=NGRAM_RULES)
     prompt_tokens: int = _opt(8, "lime-prompt: soft-prompt length [reconstructed].", min=1)
+    embeddings: bool = _opt(False, "Also wrap the input token embedding (lime-lora: LiME-LoRA on the embedding "
+                            "rows, routed like a Linear; lora: plain LoRA). A tied output head keeps the frozen "
+                            "weight (the adapter acts on the input path only).")
 
     def check(self) -> None:
         if self.method not in METHODS:
@@ -73,6 +77,8 @@ class AdapterConfig:
             raise UsageError("--targets must name at least one module suffix")
         if self.alpha is not None and self.alpha <= 0:
             raise UsageError("--alpha must be > 0")
+        if self.embeddings and self.method not in EMBEDDING_METHODS:
+            raise UsageError(f"--embeddings is built for --method {' / '.join(EMBEDDING_METHODS)}, not {self.method}")
 
     @property
     def scale(self) -> float:

@@ -353,6 +353,67 @@ class HydraLoraLinear(AdapterLayer):
         return torch.where(m, y, h)
 
 
+class LimeEmbedding(LimeLinear):
+    """LiME-LoRA around a frozen ``nn.Embedding`` (``LoRALiMEEmbedding``): h = E0[ids], delta = (alpha/r)
+    B A[:, ids] with A (r x vocab, Kaiming) and B = 0, then the routing, selection and output of
+    :class:`LimeLinear` (first E channels of h and delta; pads return h)."""
+
+    def __init__(self, base: nn.Embedding, cfg, ctx: RouteContext, name: str):
+        nn.Module.__init__(self)
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.cfg, self.ctx, self.layer_name, self.kind = cfg, ctx, name, "embedding"
+        self.d_in, self.H = base.num_embeddings, base.embedding_dim
+        self.s = cfg.scale
+        E, r = cfg.experts, cfg.rank
+        self.lora_A = nn.Parameter(_kaiming(r, self.d_in))
+        self.lora_B = nn.Parameter(torch.zeros(self.H, r))
+        self.experts = nn.Parameter(torch.empty(E, self.H).uniform_(0.9, 1.1))
+        if cfg.shared:
+            self.shared = nn.Parameter(torch.randn(self.H) * 0.1)
+            self.gamma_s = nn.Parameter(torch.zeros(1))
+
+    def _delta(self, ids, h):
+        return h, self.s * (nn.functional.embedding(ids, self.lora_A.T) @ self.lora_B.T)
+
+    def forward(self, ids):
+        h = self.base(ids)
+        m = self.ctx.token_mask(h)
+        hr, delta = self._delta(ids, h)
+        pi = self.routing(hr, delta, m)
+        cfg = self.cfg
+        if cfg.selection == "hard" and cfg.sparse:
+            p = sparse_mix(pi, self.experts, top_k=cfg.top_k, auto=cfg.auto_topk, theta=cfg.theta)
+        else:
+            p = selection_weights(pi, top_k=cfg.top_k, auto=cfg.auto_topk, theta=cfg.theta, mode=cfg.selection,
+                                  ts=cfg.select_temperature) @ self.experts
+        if cfg.shared:
+            p = p + self.gamma_s * self.shared
+        y = h + delta * p
+        self._collect(pi, m)
+        return y if self.ctx.mask is None else torch.where(m, y, h)
+
+
+class LoraEmbedding(AdapterLayer):
+    """Plain LoRA on a frozen ``nn.Embedding``: y = E0[ids] + (alpha/r) B A[:, ids] (A Kaiming, B = 0)."""
+
+    def __init__(self, base: nn.Embedding, cfg, ctx, name):
+        nn.Module.__init__(self)
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.cfg, self.ctx, self.layer_name = cfg, ctx, name
+        self.d_in, self.H, self.s = base.num_embeddings, base.embedding_dim, cfg.scale
+        self.lora_A = nn.Parameter(_kaiming(cfg.rank, self.d_in))
+        self.lora_B = nn.Parameter(torch.zeros(self.H, cfg.rank))
+
+    def forward(self, ids):
+        return self.base(ids) + self.s * (nn.functional.embedding(ids, self.lora_A.T) @ self.lora_B.T)
+
+
+EMBEDDING_LAYERS = {"lime-lora": LimeEmbedding, "lora": LoraEmbedding}
+
 LAYERS = {
     "lime-lora": lambda b, c, x, n: LimeLinear(b, c, x, n, "lora"),
     "lime-dora": lambda b, c, x, n: LimeLinear(b, c, x, n, "dora"),
