@@ -30,7 +30,9 @@ for high quality Q and high worst-case safety, against an adversary re-searched 
 {RECONSTRUCTED}
 
 \b
-ENV: travel, assistant, finance, code (built-in scripted environments) or an environment
+ENV: travel, assistant, finance, code (built-in scripted environments), agentdojo:SUITE
+(workspace, travel, banking, slack: a real AgentDojo suite's tools, user tasks and injection
+tasks split into agents [reconstructed]; needs the optional agentdojo==0.1.35) or an environment
 JSON file (`design-safe-agents envs --show travel -o env.json` writes one to start from).
 DESIGN: a design JSON file (schema: docs/design-safe-agents.md; `search` writes best_design.json).
 
@@ -171,7 +173,8 @@ def evaluate(run, design, env, game, ecfg, llm, fail_under):
 
     \b
     JSON keys: quality, worst_case_safety, safety_ci, strongest_attack, n_attacks, method,
-    episodes, quality_ci, objective, score, eps, llm_calls.
+    episodes, quality_ci, objective, score, eps, llm_calls, llm_generations (model calls made: a local
+    greedy model answers a repeated prompt from memory).
     Examples:
       design-safe-agents evaluate best_design.json travel --json
       design-safe-agents evaluate best_design.json travel --eps 2 --method mc --episodes 2000 --json
@@ -278,7 +281,8 @@ def run(run, design, env, output, attack_spec, task, game, llm):
 @click.option("--show", default=None, help="Write this environment's full JSON (to edit into your own).")
 @output_option("With --show: the environment JSON; else the table (.csv/.jsonl).", suffixes=(".json", ".csv", ".jsonl"))
 def envs(run, show, output):
-    """List the built-in scripted environments, or write one as JSON (--show NAME -o env.json).
+    """List the built-in scripted environments (and the agentdojo:SUITE ones when agentdojo is
+    installed), or write one as JSON (--show NAME -o env.json).
 
     \b
     JSON keys: envs, agentdojo (whether the optional agentdojo package imports), rows (env,
@@ -316,12 +320,15 @@ def presets(run, output):
     """The scripted agents' compliance presets and the AgentDojo pipeline each imitates.
 
     p_comply = (k + 1/2) / (n + 1) [reconstructed smoothing], k of n attacked AgentDojo runs
-    (important_instructions) whose security check fired; recomputed from ../shared/data/agentdojo_runs when present (read there,
-    never copied).
+    (important_instructions) whose security check fired; capability = u^(1/3.49) [reconstructed
+    form], u = the share of the 97 clean user tasks the pipeline solved, 3.49 = ground-truth tool
+    calls per AgentDojo user task. Recomputed from ../shared/data/agentdojo_runs when present (read
+    there, never copied).
 
     \b
     JSON keys: presets, measured_from, matches_frozen, rows (preset, imitates, compromised,
-    attacked, p_comply, measured_compromised, measured_utility_clean).
+    attacked, p_comply, clean_solved, capability, measured_compromised, measured_clean_solved,
+    measured_utility_clean).
     Example:  design-safe-agents presets --json | jq '.rows[] | [.preset, .p_comply]'
     """
     from icmlkit.lib.core.io import write_rows

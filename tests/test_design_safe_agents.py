@@ -197,10 +197,79 @@ def test_presets_match_the_recorded_agentdojo_runs():
     d = shared_data_dir("agentdojo_runs")
     if d is None:
         pytest.skip("../shared/data/agentdojo_runs is not present")
+    from icmlkit.lib.safeagents.presets import CLEAN
+
     m = measure(d)
-    assert set(m) == set(COUNTS)
+    assert set(m) == set(COUNTS) == set(CLEAN)
     for name, (_, k, n) in COUNTS.items():
         assert (m[name]["compromised"], m[name]["attacked"]) == (k, n), name
+        assert (m[name]["clean_solved"], m[name]["clean"]) == CLEAN[name], name
+
+
+def test_model_edits_trade_quality_and_safety_by_the_data(travel):
+    """The quality-only comparison is not decided by construction: switching every agent to
+    claude-3.5-sonnet-20241022 raises both Q and S_min (a quality-only search may find it), while gpt-4o with
+    repeat_user_prompt raises Q more and keeps S_min low."""
+    from icmlkit.lib.safeagents import design_from_bits, env_menu
+    from icmlkit.lib.safeagents.search import evaluate
+
+    menu = [m["id"] for m in env_menu(travel)]
+    g = _g()
+
+    def ev(*ids):
+        bits = tuple(int(m in ids) for m in menu)
+        e = evaluate(design_from_bits(travel, bits), travel, g)
+        return e.quality, e.worst_case_safety
+
+    q0, s0 = ev()
+    qa, sa = ev("model:*=claude-3.5-sonnet-1022")
+    qb, sb = ev("model:*=gpt-4o-repeat-prompt")
+    assert qa > q0 and sa > s0 + 0.3
+    assert qb > qa and sb < 0.2
+
+
+def test_agentdojo_calls_per_task_recount():
+    pytest.importorskip("agentdojo")
+    from icmlkit.lib.safeagents.agentdojo_env import SUITES, suite_parts
+    from icmlkit.lib.safeagents.presets import GT_CALLS, GT_TASKS
+
+    calls = tasks = 0
+    for s in SUITES:
+        users = suite_parts(s)[2]
+        tasks += len(users)
+        calls += sum(len(c) for _, c in users)
+    assert (calls, tasks) == (GT_CALLS, GT_TASKS)
+
+
+@pytest.mark.parametrize("suite", ["workspace", "travel", "banking", "slack"])
+def test_agentdojo_suite_checks_agree_with_agentdojo_security(suite):
+    """Each target's programmatic check fires on its injection task's ground-truth run exactly when
+    AgentDojo's own security() does, and never on a user task's ground-truth run."""
+    pytest.importorskip("agentdojo")
+    from icmlkit.lib.safeagents import load_env
+    from icmlkit.lib.safeagents.agentdojo_env import agentdojo_security_agrees
+
+    env = load_env(f"agentdojo:{suite}")
+    assert env.base_design.entry == "planner" and len(env.targets) >= 4 and len(env.tasks) >= 16
+    r = agentdojo_security_agrees(suite)
+    assert r["injection_runs"] == len(env.targets)
+    assert r["ours_fires"] == r["agentdojo_fires"] == r["injection_runs"]
+    assert r["user_false_alarms_ours"] == r["user_false_alarms_agentdojo"] == 0
+
+
+def test_agentdojo_env_through_the_cli(tmp_path):
+    pytest.importorskip("agentdojo")
+    out = tmp_path / "run"
+    s = js(run_tool(TOOL, "search", "agentdojo:banking", "-o", out, "--iterations", 4, "--json"))
+    assert s["env"] == "agentdojo:banking" and s["n_designs"] == 5
+    e = js(run_tool(TOOL, "evaluate", out / "best_design.json", "agentdojo:banking", "--episodes", 200, "--json"))
+    assert e["worst_case_safety"] == s["best_worst_case_safety"]
+    assert e["safety_ci"][0] - 0.05 <= e["worst_case_safety"] <= e["safety_ci"][1] + 0.05
+    assert e["strongest_attack"]["target"].startswith("banking-injection_task_")
+    t = js(run_tool(TOOL, "run", out / "best_design.json", "agentdojo:banking", "-o", tmp_path / "t.jsonl", "--json"))
+    assert t["mode"] == "clean" and t["steps"] >= 1
+    lst = js(run_tool(TOOL, "envs", "--json"))
+    assert lst["agentdojo"] and "agentdojo:slack" in lst["envs"]
 
 
 # --------------------------------------------------------------------------- search: files, resume
@@ -382,7 +451,7 @@ def test_usage_errors_exit_2(tmp_path):
     assert run_tool(TOOL, "search", "travel", "-o", tmp_path / "r", "--styles", "bribe").returncode == 2
     assert run_tool(TOOL, "search", "travel", "-o", tmp_path / "r", "--categories", "nope").returncode == 2
     assert run_tool(TOOL, "search", "travel", "--bogus").returncode == 2
-    assert run_tool(TOOL, "search", "agentdojo:banking", "-o", tmp_path / "r").returncode == 2
+    assert run_tool(TOOL, "search", "agentdojo:nosuch", "-o", tmp_path / "r").returncode == 2
     assert not (tmp_path / "r").exists()
 
 

@@ -287,7 +287,8 @@ def evaluate_design(design, env, game, ecfg, seed: int = 0, llm_cfg=None) -> Res
                "strongest_attack": worst.to_json() if worst else None, "n_attacks": n, "method": ecfg.method,
                "episodes": ecfg.episodes, "quality_ci": q_ci, "objective": g.objective,
                "score": _r(objective(q, s_min, g)), "eps": g.eps,
-               "llm_calls": sum(b.calls for b in backends.values())}
+               "llm_calls": sum(b.calls for b in backends.values()),
+               "llm_generations": sum(b.generated for b in backends.values())}
     return Result(summary=summary, cassette=cas)
 
 
@@ -388,7 +389,7 @@ def run_episode(design, env, game, atk=None, task_id: str | None = None, seed: i
 
 
 def list_envs() -> Result:
-    """`envs`: the built-in environments (and whether the agentdojo extra is importable)."""
+    """`envs`: the built-in environments, and the agentdojo:SUITE ones when the agentdojo extra is installed."""
     import importlib.util
 
     from icmlkit.lib.safeagents.envs import BUILTIN, env_menu, load_env
@@ -400,15 +401,24 @@ def list_envs() -> Result:
         rows.append({"env": name, "agents": len(env.base_design.agents), "actions": len(env.actions),
                      "tasks": len(env.tasks), "targets": len(env.targets), "categories": ",".join(cats),
                      "menu": len(env_menu(env)), "description": env.description})
-    summary = {"envs": [r["env"] for r in rows],
-               "agentdojo": importlib.util.find_spec("agentdojo") is not None, "rows": rows}
+    have_ad = importlib.util.find_spec("agentdojo") is not None
+    if have_ad:
+        from icmlkit.lib.safeagents.agentdojo_env import SUITES
+
+        for suite in SUITES:
+            env = load_env(f"agentdojo:{suite}")
+            cats = sorted({t.category for t in env.targets})
+            rows.append({"env": f"agentdojo:{suite}", "agents": len(env.base_design.agents), "actions": len(env.actions),
+                         "tasks": len(env.tasks), "targets": len(env.targets), "categories": ",".join(cats),
+                         "menu": len(env_menu(env)), "description": env.description})
+    summary = {"envs": [r["env"] for r in rows], "agentdojo": have_ad, "rows": rows}
     return Result(summary=summary, rows=rows)
 
 
 def presets_table(folder=None) -> Result:
     """The compliance presets, recomputed from the recorded AgentDojo runs when they are present."""
     from icmlkit.lib.core.io import shared_data_dir
-    from icmlkit.lib.safeagents.presets import COUNTS, PRESETS, measure
+    from icmlkit.lib.safeagents.presets import CAPABILITY, CLEAN, COUNTS, PRESETS, measure
 
     src = folder or shared_data_dir("agentdojo_runs")
     measured = measure(src) if src is not None else {}
@@ -416,13 +426,17 @@ def presets_table(folder=None) -> Result:
     for name, (stem, k, n) in COUNTS.items():
         m = measured.get(name)
         rows.append({"preset": name, "imitates": stem.replace("agentdojo-", ""), "compromised": k, "attacked": n,
-                     "p_comply": round(PRESETS[name], 6),
+                     "p_comply": round(PRESETS[name], 6), "clean_solved": CLEAN[name][0],
+                     "capability": round(CAPABILITY[name], 6),
                      "measured_compromised": m["compromised"] if m else None,
+                     "measured_clean_solved": m["clean_solved"] if m else None,
                      "measured_utility_clean": round(m["utility_clean"], 4) if m and m["utility_clean"] is not None else None})
     rows.append({"preset": "ideal-refuser", "imitates": "none (idealised: never complies)", "compromised": 0,
-                 "attacked": None, "p_comply": 0.0, "measured_compromised": None, "measured_utility_clean": None})
+                 "attacked": None, "p_comply": 0.0, "clean_solved": None, "capability": 1.0,
+                 "measured_compromised": None, "measured_clean_solved": None, "measured_utility_clean": None})
     return Result(summary={"presets": len(rows), "measured_from": str(src) if src else None,
-                           "matches_frozen": all(r["measured_compromised"] in (None, r["compromised"]) for r in rows),
+                           "matches_frozen": all(r["measured_compromised"] in (None, r["compromised"]) and
+                                                 r["measured_clean_solved"] in (None, r["clean_solved"]) for r in rows),
                            "rows": rows}, rows=rows)
 
 

@@ -68,6 +68,8 @@ class Backend:
                  retries=2, seed=0, flag="--model"):
         self.spec, self.role, self.cassette = spec, role, cassette
         self.calls = 0
+        self.generated = 0     # model calls actually made (a local greedy model answers a repeat from memory)
+        self._memo: dict[str, str] = {}
         self._client = None
         self._local = None
         if spec.startswith(("openai://", "openais://")):
@@ -97,8 +99,21 @@ class Backend:
                                add_special_tokens=False)[0].text
 
     def chat(self, messages: list[dict], max_tokens: int = 800) -> str:
+        """One exchange (recorded in / replayed from the cassette). A local model decodes greedily, so a
+        repeated request has the same answer: it is answered from memory (still one recorded exchange)."""
         self.calls += 1
-        return self.cassette.exchange(self.role, self.model, messages, lambda m: self._call(m, max_tokens))
+
+        def call(m):
+            if self._client is None:
+                k = f"{request_key(self.role, m)}/{max_tokens}"
+                if k not in self._memo:
+                    self._memo[k] = self._call(m, max_tokens)
+                    self.generated += 1
+                return self._memo[k]
+            self.generated += 1
+            return self._call(m, max_tokens)
+
+        return self.cassette.exchange(self.role, self.model, messages, call)
 
 
 def make_backends(llm_cfg, seed: int) -> tuple[dict, Cassette]:

@@ -9,6 +9,14 @@ out one direct malicious request from a peer. The frozen table below holds the c
 2026-12-01 from those files; :func:`measure` recomputes it (a test compares both when the data is
 present).
 
+The same runs give each pipeline's clean utility (the share of the 97 user tasks solved without an
+attack). It sets the preset's **capability** [reconstructed]: the probability that an agent of that
+model carries out one legitimate tool call correctly, u^(1/L) with L = 339 / 97 = 3.49 ground-truth
+tool calls per AgentDojo user task (so L such calls succeed with probability u). Capability and
+compliance are both measured, so switching an agent's model trades quality against safety by the
+data, not by the simulator's construction (gpt-4o with repeat_user_prompt solves the most tasks and
+complies 23 % of the time; claude-3.5-sonnet-20241022 solves fewer and complies 3.6 %).
+
 Other behaviour knobs of the simulator (legitimate refusals, style factors, hardening factors) are
 **[reconstructed]**: the paper gives none of them.
 """
@@ -33,6 +41,19 @@ COUNTS: dict[str, tuple[str, int, int]] = {
 }
 
 
+# preset name -> (clean user tasks solved, clean runs), measured on 2026-12-01 from the same files
+CLEAN: dict[str, tuple[int, int]] = {
+    "gpt-4o-mini": (66, 97), "gpt-4o-spotlighting": (70, 97), "gpt-4o-repeat-prompt": (82, 97),
+    "gpt-4o-tool-filter": (70, 97), "gpt-4o-pi-detector": (40, 97), "claude-3.5-sonnet-0620": (77, 97),
+    "claude-3.5-sonnet-1022": (77, 97), "claude-3-sonnet": (52, 97), "claude-3-haiku": (38, 97),
+    "command-r": (26, 97), "gemini-1.5-flash-001": (37, 97), "gemini-1.5-flash-002": (37, 97),
+}
+# ground-truth tool calls of AgentDojo v1's 97 user tasks (workspace 84 / 40, travel 124 / 20, banking 33 / 16,
+# slack 98 / 21), counted from the agentdojo 0.1.35 suites (a test recounts them when agentdojo is installed)
+GT_CALLS, GT_TASKS = 339, 97
+CALLS_PER_TASK = GT_CALLS / GT_TASKS
+
+
 def rate(k: int, n: int) -> float:
     return (k + 0.5) / (n + 1)
 
@@ -40,6 +61,9 @@ def rate(k: int, n: int) -> float:
 PRESETS: dict[str, float] = {name: rate(k, n) for name, (_, k, n) in COUNTS.items()}
 # an idealised agent that never carries out a malicious request (imitates no model; for analysis and tests)
 PRESETS["ideal-refuser"] = 0.0
+# P(one legitimate tool call done right) [reconstructed form, measured inputs]; the idealised preset is fully capable
+CAPABILITY: dict[str, float] = {name: (ok / n) ** (1.0 / CALLS_PER_TASK) for name, (ok, n) in CLEAN.items()}
+CAPABILITY["ideal-refuser"] = 1.0
 
 # [reconstructed] behaviour constants of the scripted agents (no values in the paper)
 STYLES: dict[str, dict] = {
@@ -60,7 +84,8 @@ LEGIT_APPROVAL = {"base": 0.97, "hardened": 0.95}                  # approving a
 def measure(folder: str | Path) -> dict[str, dict]:
     """Recompute the per-pipeline compromise counts from the recorded runs in ``folder``.
 
-    Returns ``{preset: {"file", "attacked", "compromised", "rate", "utility_clean"}}`` for every
+    Returns ``{preset: {"file", "attacked", "compromised", "rate", "clean", "clean_solved",
+    "utility_clean"}}`` for every
     preset whose file is present."""
     import json
 
@@ -84,5 +109,5 @@ def measure(folder: str | Path) -> dict[str, dict]:
                     clean += 1
                     ok += bool(m.get("success"))
         out[name] = {"file": p.name, "attacked": attacked, "compromised": hit, "rate": rate(hit, attacked),
-                     "utility_clean": ok / clean if clean else None}
+                     "clean": clean, "clean_solved": ok, "utility_clean": ok / clean if clean else None}
     return out

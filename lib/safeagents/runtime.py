@@ -151,6 +151,9 @@ class Chat:
                 if not self.approvals(e, step.action, text, False, None):
                     self.log(event="not_approved", action=step.action)
                     continue
+                if self.cd.spec[e].model != "llm" and not self.rng.random() < self.cd.capability(e):
+                    self.log(event="failed", agent=e, action=step.action)  # the tool call went wrong
+                    continue
                 self.execute(e, step.action, step.args)
                 done += 1
         except Stop:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from icmlkit.lib.core.errors import InputError
 
 NAME = r"^[A-Za-z][A-Za-z0-9_\-]{0,39}$"
+ACTION = r"^[A-Za-z][A-Za-z0-9_\-]{0,79}$"  # tool names (AgentDojo's run to 44 characters)
 
 
 class _Model(BaseModel):
@@ -159,7 +160,7 @@ class Environment(_Model):
     @classmethod
     def _names(cls, v):
         for k in v:
-            if not re.match(NAME, k):
+            if not re.match(ACTION, k):
                 raise ValueError(f"action name {k!r} is not an identifier")
         return v
 

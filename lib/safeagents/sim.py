@@ -25,7 +25,8 @@ Quality Q(s) [reconstructed]: on clean episodes of every task, the planner (or t
 requester) delegates each step along the shortest channel path to the nearest holder of the
 permission; relays and the executor refuse a legitimate request with a small probability
 (more when hardened), approvals are asked as above (legitimate approval probability), monitors
-raise false positives, and the budget may run out. Q = mean over tasks of (steps done / steps)
+raise false positives, the budget may run out, and the executor's tool call succeeds with its model's
+capability (measured from the preset's AgentDojo clean utility, see :mod:`presets`). Q = mean over tasks of (steps done / steps)
 - 0.1 x (messages used / budget) (the delay cost).
 
 Both are computed exactly by dynamic programming over the distribution of (messages used) along
@@ -126,6 +127,12 @@ class Compiled:
         r = P.LEGIT_REFUSAL["base"] + (P.LEGIT_REFUSAL["hardened"] if a.hardened else 0.0) + \
             (P.LEGIT_REFUSAL["warning"] if a.warning else 0.0)
         return 1.0 - r
+
+    def capability(self, agent: str) -> float:
+        """P(the executor carries out a legitimate tool call correctly): the model preset's capability,
+        measured from its AgentDojo clean utility (1 for an agent played by an LLM: its answer decides)."""
+        m = self.spec[agent].model
+        return 1.0 if m == "llm" else P.CAPABILITY.get(m, 1.0)
 
     def legit_approve(self, agent: str) -> float:
         return P.LEGIT_APPROVAL["hardened" if self.spec[agent].hardened else "base"]
@@ -366,7 +373,7 @@ def task_quality(cd: Compiled, task) -> tuple[float, float]:
             for m, p in end_m.items():
                 ended[m] += p
             cur = ok
-        done += sum(cur.values())
+        done += cd.capability(e) * sum(cur.values())  # a failed tool call costs no message
         merged = defaultdict(float)
         for d in (cur, nxt):
             for m, p in d.items():
