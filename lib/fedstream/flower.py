@@ -19,8 +19,12 @@
 flwr is not installed in the project's main environment (it downgrades rich/typer/packaging);
 this path was run in a separate venv with flwr 1.42.0 + ray 2.55.1, where ``--engine flower-sim``
 reproduced the in-process engine's buffers and weights exactly (tests marked slow, skipped
-without flwr). The exported app was not launched with ``flwr run``; the Deployment Engine was
-not tried.
+without flwr). The exported app was launched by hand in that venv (2026-12-02, a 3-client stream,
+3 rounds): ``flwr run . local-simulation`` and the Deployment Engine on one machine (one
+``flower-superlink``, three ``flower-supernode``; insecure, then TLS with a self-signed CA, then TLS
+with SuperNode authentication) gave the same final per-group accuracies. icmlkit is not on a
+package index, so the SuperLink and SuperNodes run with runtime dependency installation disabled
+in an environment that has ``icmlkit[flower]`` installed.
 """
 from __future__ import annotations
 
@@ -289,16 +293,6 @@ stream-path = "{stream}"
 run-config = '{run_config}'
 seed = {seed}
 state-dir = "{state_dir}"
-
-[tool.flwr.federations]
-default = "local-simulation"
-
-[tool.flwr.federations.local-simulation]
-options.num-supernodes = {clients}
-
-[tool.flwr.federations.deployment]
-address = "127.0.0.1:9093"   # your flower-superlink (Exec API)
-root-certificates = "certificates/ca.crt"  # TLS; see Flower's "Enable TLS connections"
 """
 
 _CLIENT = '''"""ClientApp: DDS / buffer rule + local training per round (icmlkit.lib.fedstream.flower)."""
@@ -331,17 +325,38 @@ def main(grid, context):
 _README = """# fed-stream as a Flower app
 
 Written by `fed-stream export-flower`. The stream file must be readable at `stream-path` on the
-server and on every SuperNode (each client reads only its own rows).
+server and on every SuperNode (each client reads only its own rows). Flower 1.42 reads SuperLink
+connections from `$FLWR_HOME/config.toml` (default `~/.flwr/config.toml`), not from this
+pyproject.toml; `flwr-config.toml` here holds the two entries to append to it.
 
-Simulation (one machine):   flwr run . local-simulation
-Deployment (several machines), with TLS and node authentication:
+icmlkit is not on a package index: install `icmlkit[flower]` into the environment of the
+SuperLink and of every SuperNode, and turn off Flower's per-run dependency installation
+(`--disable-runtime-dependency-installation`, or `FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`
+for the local simulation), else `uv sync` fails to resolve icmlkit.
+
+Simulation (one machine):
+  FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 flwr run . fedstream-sim
+Deployment (one SuperLink, one SuperNode per client machine), with TLS and node authentication:
   flower-superlink --ssl-ca-certfile certificates/ca.crt --ssl-certfile certificates/server.pem \\
-      --ssl-keyfile certificates/server.key --enable-supernode-auth ...
-  flower-supernode --superlink SERVER:9092 --root-certificates certificates/ca.crt \\
-      --node-config "partition-id=K num-partitions={clients}" --auth-supernode-private-key keys/client_k
-  flwr run . deployment
+      --ssl-keyfile certificates/server.key --enable-supernode-auth \\
+      --disable-runtime-dependency-installation
+  flwr supernode register keys/client_K.pub fedstream-deploy        # once per SuperNode
+  flower-supernode --superlink SERVER:8000 --root-certificates certificates/ca.crt \\
+      --auth-supernode-private-key keys/client_K --node-config "partition-id=K num-partitions={clients}"
+  flwr run . fedstream-deploy
+(port 8000 is flwr 1.42's default SuperLink HTTP API; keys from `ssh-keygen -t ecdsa -b 384`.)
 Set `state-dir` so that a client's buffer survives a SuperNode restart (context.state does not).
 See Flower's docs: "Enable TLS connections", "Authenticate SuperNodes".
+"""
+
+_FLWR_CONFIG = """# append to $FLWR_HOME/config.toml (default ~/.flwr/config.toml)
+[superlink.fedstream-sim]
+address = ":local:"
+options.num-supernodes = {clients}
+
+[superlink.fedstream-deploy]
+address = "SERVER:8000"
+root-certificates = "certificates/ca.crt"
 """
 
 
@@ -357,6 +372,7 @@ def export_app(folder, stream_path: str, cfg, seed: int, clients: int, state_dir
         "fedstream_app/client_app.py": _CLIENT,
         "fedstream_app/server_app.py": _SERVER,
         "README.md": _README.format(clients=int(clients)),
+        "flwr-config.toml": _FLWR_CONFIG.format(clients=int(clients)),
     }
     for name, text in files.items():
         write_text(folder / name, text)
