@@ -26,12 +26,8 @@ the ground truth is empty in this benchmark version) are left out and listed in 
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-import types
-
-from icmlkit.lib.core.errors import EnvironmentProblem, UsageError
+from icmlkit.lib.core.errors import UsageError
+from icmlkit.lib.trace.agentdojo_data import jsonable, load_suites
 
 SUITES = ("workspace", "travel", "banking", "slack")
 VERSION = "v1.2.2"
@@ -46,33 +42,6 @@ _CATEGORIES = (
 )
 
 _CACHE: dict[str, dict] = {}
-
-
-def _suites() -> dict:
-    """agentdojo's v1 suites, imported without its agent_pipeline package (which imports every LLM vendor SDK)."""
-    spec = importlib.util.find_spec("agentdojo")
-    if spec is None or spec.origin is None:
-        raise EnvironmentProblem("agentdojo is not installed: agentdojo:SUITE environments need the optional "
-                                 "extra (pip install agentdojo==0.1.35, or pip install 'icmlkit[trace]')")
-    if "agentdojo.agent_pipeline" not in sys.modules:
-        stub = types.ModuleType("agentdojo.agent_pipeline")
-        stub.__path__ = [os.path.join(os.path.dirname(spec.origin), "agent_pipeline")]
-        sys.modules["agentdojo.agent_pipeline"] = stub
-    try:
-        from agentdojo.task_suite.load_suites import get_suites
-    except ImportError as exc:
-        raise EnvironmentProblem(f"agentdojo is not usable ({exc}); pip install agentdojo==0.1.35") from None
-    return get_suites(VERSION)
-
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    return str(v)
 
 
 def is_read(tool: str) -> bool:
@@ -94,7 +63,7 @@ def _num(task_id: str) -> int:
 def suite_parts(suite_name: str):
     """(suite, default environment, user tasks [(id, calls)], injection tasks [(id, task, calls, harmful index)],
     skipped injection task ids) of one suite."""
-    suites = _suites()
+    suites = load_suites(VERSION)
     if suite_name not in suites:
         raise UsageError(f"ENV agentdojo:{suite_name}: unknown suite (agentdojo suites: {', '.join(SUITES)})")
     suite = suites[suite_name]
@@ -131,11 +100,11 @@ def agentdojo_env(suite_name: str) -> dict:
     for _, calls in users:
         for c in calls:
             for k, v in c.args.items():
-                legit.setdefault(c.function, {}).setdefault(k, []).append(_jsonable(v))
+                legit.setdefault(c.function, {}).setdefault(k, []).append(jsonable(v))
     targets = []
     for tid, t, calls, i in inj:
         c = calls[i]
-        args = _jsonable(dict(c.args))
+        args = jsonable(dict(c.args))
         seen = legit.get(c.function, {})
         where = {k: {"equals": v} for k, v in args.items() if v not in seen.get(k, [])}
         if not where:
@@ -146,7 +115,7 @@ def agentdojo_env(suite_name: str) -> dict:
                         "target_agent": "reader" if c.function in reads else "executor", "action": c.function,
                         "args": args, "pattern": f"{c.function}({short})"[:300],
                         "check": {"action": c.function, "where": where}})
-    tasks = [{"id": tid, "steps": [{"action": c.function, "args": _jsonable(dict(c.args))} for c in calls]}
+    tasks = [{"id": tid, "steps": [{"action": c.function, "args": jsonable(dict(c.args))} for c in calls]}
              for tid, calls in users if calls]
     longest = max(len(t["steps"]) for t in tasks)
     agents = [("planner", "Understands the user's request and delegates every tool call.", []),
@@ -225,7 +194,7 @@ def agentdojo_security_agrees(suite_name: str) -> dict:
         state: dict[str, list] = {}
         for c in calls:
             rt.run_function(env, c.function, c.args, raise_on_error=False)
-            state.setdefault(c.function, []).append(_jsonable(dict(c.args)))
+            state.setdefault(c.function, []).append(jsonable(dict(c.args)))
         return pre, env, state
 
     for tid, t, calls, _ in inj:
