@@ -29,6 +29,23 @@ def _cfg(cls, **kw):
     return build_config(cls, {k: v for k, v in kw.items() if k in names})
 
 
+def _imitation_conversations(rows, budget: int) -> list:
+    """Baseline A's SFT data: the teacher's trajectories in order until their thought + code words reach
+    ``budget`` (C's MPS teacher tokens), so A and C get equal teacher tokens."""
+    from icmlkit.lib.distill.agent import conversation
+    from icmlkit.lib.distill.backends import words
+    from icmlkit.lib.distill.convert import row_steps
+
+    conv, used = [], 0
+    for row in rows:
+        if used >= budget:
+            break
+        st = row_steps(row)
+        used += sum(words(s["thought"]) + words(s["code"]) for s in st)
+        conv.append(conversation(row["original_task_info"]["question"], st))
+    return conv
+
+
 def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
     """Runs A-E for one seed; returns {run: eval summary} plus the MPS summary and token counts."""
     from icmlkit.lib.distill import api
@@ -86,17 +103,7 @@ def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
     # A: imitation SFT from B with the same teacher tokens as C's MPS
     budget = m.summary["teacher_tokens"]
     imit = api.bc_init(imit_t, "oracle", agent, mcfg, seed=seed)
-    conv_a, used = [], 0
-    from icmlkit.lib.distill.backends import words
-    from icmlkit.lib.distill.convert import row_steps
-    from icmlkit.lib.distill.agent import conversation
-
-    for row in imit.items:
-        if used >= budget:
-            break
-        st = row_steps(row)
-        used += sum(words(s["thought"]) + words(s["code"]) for s in st)
-        conv_a.append(conversation(row["original_task_info"]["question"], st))
+    conv_a = _imitation_conversations(imit.items, budget)
     A = save(api.sft(conv_a, sft_cont, seed=seed, device=device), "A_imitation")
     say(f"A, C trained ({time.time() - t0:.0f}s)")
 
@@ -143,10 +150,7 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
     (after) and A. LoRA (peft) when ``sizes['lora']`` > 0, else full fine-tuning. SCoRe-RL is not run at
     this size (the rollouts of a 135M model dominate the CPU time) [reconstructed sizes]."""
     from icmlkit.lib.distill import api
-    from icmlkit.lib.distill.agent import conversation
-    from icmlkit.lib.distill.backends import words
     from icmlkit.lib.distill.config import AgentConfig, EnvConfig, EvalConfig, MPSConfig, SFTConfig, ToSFTConfig
-    from icmlkit.lib.distill.convert import row_steps
     from icmlkit.lib.distill.model import save_student
 
     folder = Path(folder)
@@ -201,13 +205,7 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
         C = B
     budget = m.summary["teacher_tokens"]
     imit = api.bc_init(imit_t, "oracle", agent, mcfg, seed=seed)
-    conv_a, used = [], 0
-    for row in imit.items:
-        if used >= budget:
-            break
-        st = row_steps(row)
-        used += sum(words(s["thought"]) + words(s["code"]) for s in st)
-        conv_a.append(conversation(row["original_task_info"]["question"], st))
+    conv_a = _imitation_conversations(imit.items, budget)
     if conv_a:
         res = api.sft(conv_a, _cfg(SFTConfig, init=B, **cont), seed=seed, device=device)
         out["train"]["A"] = res.summary
