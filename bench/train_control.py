@@ -10,19 +10,24 @@ Everything is far smaller than the issue asks, and said so in the results:
   SEEDS seeds, mean +- std of the final fraction of the LQR-optimal return (never the best seed),
   also normalised as (R - R_zero) / (R_opt - R_zero);
 - the same mechanism study on a random dmc:lqr-38 buffer (extra: its Q has real action curvature);
-- ablation (seed 0, ABL_UPDATES updates on the mechanism buffer): K in {1, 2, 4, 8, 17 = d}, i.i.d.
-  vs orthogonal directions, rho in {0.05, 0.15, 0.3};
+- ablation (SEEDS seeds, mean +- std, ABL_UPDATES updates on the mechanism buffer): K in {1, 2, 4, 8,
+  17 = d}, i.i.d. vs orthogonal directions, per-batch directions, rho in {0.05, 0.15, 0.3};
 - speed: the update time AMS / point at the usual sizes (256-256, batch 256, Humanoid dims), and
   dm_control dog-run environment steps/s with random actions. The paper's 1M-step dog-run claim
   (AMS > 400 return) is NOT reproduced on CPU.
 Writes bench/results/train_control.json and .md.
 Run:  flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/train_control.py
+The parts (speed, mechanism, mechanism_lqr, lqr, ablation) can also run one job at a time
+(``--part lqr`` or ``--part speed,mechanism``): each part's results are kept in
+bench/results/train_control_parts.json and the report is written once every part is there
+(``--report``: rewrite it from the stored parts alone).
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("ICMLKIT_NO_PROGRESS", "1")
 
@@ -113,20 +118,27 @@ def mechanism(spec="Humanoid-v5"):
 
 
 def ablation(col):
-    tr, val = _split(col.arrays, 0.1, 0)
     d = col.arrays["act"].shape[1]
-    rows = []
     base = dict(updates=ABL_UPDATES, diag_probes=16, **SMALL)
-    _, _, point = train_critic(tr, val, CriticStudyConfig(**base), "td3", 0)
-    rows.append({"variant": "point (TD3 target noise)", **{k: point[k] for k in ("l3_spectral", "l3_trace_abs", "l4",
-                                                                                  "val_td_loss_point")}})
-    variants = [(f"K={k}", dict(ams_k=k)) for k in (1, 2, 4, 8, d)]
-    variants += [("K=8 iid", dict(ams_k=8, ams_directions="iid")), ("K=8 per-batch", dict(ams_k=8, ams_resample="batch")),
-                 ("K=8 rho=0.05", dict(ams_k=8, ams_rho=0.05)), ("K=8 rho=0.3", dict(ams_k=8, ams_rho=0.3))]
-    for name, kw in variants:
-        _, _, f = train_critic(tr, val, CriticStudyConfig(**base, **kw), "ams-td3", 0)
-        rows.append({"variant": name, **{k: f[k] for k in ("l3_spectral", "l3_trace_abs", "l4", "val_td_loss_point")}})
-        log(f"ablation {name}: {rows[-1]}")
+    variants = [("point (TD3 target noise)", "td3", {})]
+    variants += [(f"K={k}", "ams-td3", dict(ams_k=k)) for k in (1, 2, 4, 8, d)]
+    variants += [("K=8 iid", "ams-td3", dict(ams_k=8, ams_directions="iid")),
+                 ("K=8 per-batch", "ams-td3", dict(ams_k=8, ams_resample="batch")),
+                 ("K=8 rho=0.05", "ams-td3", dict(ams_k=8, ams_rho=0.05)),
+                 ("K=8 rho=0.3", "ams-td3", dict(ams_k=8, ams_rho=0.3))]
+    keys = ("l3_spectral", "l3_trace_abs", "l4", "val_td_loss_point")
+    rows = []
+    for name, algo, kw in variants:
+        per = []
+        for s in SEEDS:
+            tr, val = _split(col.arrays, 0.1, s)
+            _, _, f = train_critic(tr, val, CriticStudyConfig(**base, **kw), algo, s)
+            per.append({k: f[k] for k in keys})
+        row = {"variant": name, "seeds": len(SEEDS), "per_seed": per}
+        for k in keys:
+            row[k], row[f"{k}_std"] = mean_std([p[k] for p in per])
+        rows.append(row)
+        log(f"ablation {name}: {row['l4']=} {row['l3_spectral']=}")
     return rows
 
 
@@ -145,13 +157,66 @@ def lqr_returns():
     return rows
 
 
+PARTS = ("speed", "mechanism", "mechanism_lqr", "lqr", "ablation")
+PARTS_FILE = Path(__file__).resolve().parent / "results" / "train_control_parts.json"
+SIZES = {"seeds": SEEDS, "mech_transitions": MECH_STEPS, "mech_updates": MECH_UPDATES, "ablation_updates": ABL_UPDATES,
+         "lqr_steps": LQR_STEPS, "lqr_learning_starts": LQR_START, "hidden": SMALL["hidden"], "batch": SMALL["batch"],
+         "quick": QUICK}
+
+
+def run_part(name: str):
+    if name == "speed":
+        return speed()
+    if name == "mechanism":
+        return mechanism()[1]
+    if name == "mechanism_lqr":
+        return mechanism("dmc:lqr-38")[1]
+    if name == "lqr":
+        return lqr_returns()
+    col = collect(make_env("Humanoid-v5"), CollectConfig(steps=MECH_STEPS), 0)  # the mechanism buffer again
+    return ablation(col)
+
+
+def parts_to_run() -> list:
+    if "--report" in sys.argv:  # only (re)write the report from the stored parts
+        return []
+    for i, a in enumerate(sys.argv):
+        if a == "--part" and i + 1 < len(sys.argv):
+            names = [x.strip() for x in sys.argv[i + 1].split(",") if x.strip()]
+            bad = [x for x in names if x not in PARTS]
+            if bad:
+                raise SystemExit(f"--part: unknown part(s) {bad}; choose from {', '.join(PARTS)}")
+            return names
+    return list(PARTS)
+
+
 def main():
-    res, md = {}, []
-    log("speed")
-    res["speed"] = speed()
-    log(f"speed {res['speed']}")
-    col, mech = mechanism()
-    res["mechanism"] = mech
+    from icmlkit.lib.core.io import load_json, write_json
+
+    store = {"sizes": SIZES, "parts": {}}
+    if PARTS_FILE.exists() and not SMOKE:
+        old = load_json(PARTS_FILE)
+        if old.get("sizes") == SIZES:
+            store = old
+    for name in parts_to_run():
+        t = time.perf_counter()
+        log(name)
+        store["parts"][name] = {"result": run_part(name), "seconds": round(time.perf_counter() - t, 1),
+                                "date": today(), "commit": commit(), "machine": machine()}
+        if not SMOKE:
+            write_json(PARTS_FILE, store)
+    missing = [p for p in PARTS if p not in store["parts"]]
+    if missing:
+        log(f"parts still to run: {', '.join(missing)} (report not written)")
+        return
+    report({k: v["result"] for k, v in store["parts"].items()},
+           sum(v["seconds"] or 0.0 for v in store["parts"].values()), store["parts"])
+
+
+def report(parts: dict, wall: float, meta: dict):
+    res, md = {"speed": parts["speed"], "mechanism": parts["mechanism"], "mechanism_lqr": parts["mechanism_lqr"],
+               "lqr": parts["lqr"], "ablation": parts["ablation"]}, []
+    mech, mech_lqr = res["mechanism"], res["mechanism_lqr"]
     keys = ("l3_spectral", "l3_trace", "l3_trace_abs", "l4", "l4_std", "val_td_loss", "val_td_loss_point")
 
     def table(ms_):
@@ -165,12 +230,7 @@ def main():
 
     mech_tab = table(mech)
     res["mechanism_table"] = mech_tab
-    log("mechanism on the LQR-38 buffer (a critic with real action curvature)")
-    _, mech_lqr = mechanism("dmc:lqr-38")
-    res["mechanism_lqr"] = mech_lqr
     lqr_tab = res["mechanism_lqr_table"] = table(mech_lqr)
-    log("lqr")
-    res["lqr"] = lqr_returns()
     lq = {}
     for algo in ("td3", "ams-td3", "sac", "ams-sac"):
         rr = [r for r in res["lqr"] if r["algo"] == algo]
@@ -178,9 +238,6 @@ def main():
                     "normalised": mean_std([r["lqr_normalised"] for r in rr]),
                     "diverged": sum(bool(r["diverged"]) for r in rr)}
     res["lqr_table"] = lq
-    log("ablation")
-    res["ablation"] = ablation(col)
-    wall = time.perf_counter() - T0
 
     def red_ok(k):
         m = mech_tab[f"reduction_{k}"][0]
@@ -218,17 +275,21 @@ def main():
                                          f"{res['speed'].get('dog_run_hours_per_1M_env_steps')} h of simulation and "
                                          f"about {upd_h} h of AMS-TD3 updates (256-256) here")
     result = {"tool": "train-control", "date": today(), "commit": commit(), "machine": machine(),
-              "command": "flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/train_control.py",
-              "seconds": round(wall, 1),
-              "sizes": {"seeds": SEEDS, "mech_transitions": MECH_STEPS, "mech_updates": MECH_UPDATES,
-                        "ablation_updates": ABL_UPDATES, "lqr_steps": LQR_STEPS, "lqr_learning_starts": LQR_START,
-                        "hidden": SMALL["hidden"], "batch": SMALL["batch"], "quick": QUICK},
+              "command": "flock /work/notes/cpu.lock timeout 600 .venv/bin/python bench/train_control.py "
+                         "(or one --part per locked job)",
+              "seconds": round(wall, 1), "sizes": SIZES,
+              "parts": {k: {kk: vv for kk, vv in v.items() if kk != "result"} for k, v in meta.items()},
               "results": res, "targets": targets}
 
     def f(x):
         return "n/a" if x is None else f"{x:.4g}"
 
-    md.append(f"# train-control benchmark ({today()}, {wall:.0f} s, {machine()['cores']} cores)\n")
+    md.append(f"# train-control benchmark ({today()}, {machine()['cores']} cores; the timed parts took {wall:.0f} s)\n")
+    md.append("Parts: " + ", ".join(
+        f"{k} ({v['date']}, commit {str(v['commit'])[:7]}"
+        f"{'' if v['seconds'] is None else ', ' + format(v['seconds'], '.0f') + ' s'})" for k, v in meta.items()) + ".")
+    carried = sorted({v["from"] for v in meta.values() if v.get("from")})
+    md.append(("Parts without a time are " + "; ".join(carried) + ".\n") if carried else "")
     md.append(f"Sizes: {result['sizes']}. Everything is reduced from the issue's protocol (see the docstring).\n")
     md.append("## Mechanism (fixed random Humanoid-v5 buffer; mean ± std over seeds)\n")
     md.append("| quantity | point | AMS (K=8, rho=0.15) |\n|---|---|---|")
@@ -247,11 +308,11 @@ def main():
     for algo, v in lq.items():
         md.append(f"| {algo} | {f(v['fraction'][0])} ± {f(v['fraction'][1])} | {f(v['normalised'][0])} ± "
                   f"{f(v['normalised'][1])} | {v['diverged']} |")
-    md.append("\n## Ablation (seed 0; mechanism buffer)\n")
+    md.append(f"\n## Ablation (mechanism buffer, {ABL_UPDATES} updates; mean ± std over {len(SEEDS)} seeds)\n")
     md.append("| variant | L3 spectral | L3 mean abs trace | L4 | val TD loss (point target) |\n|---|---|---|---|---|")
     for r in res["ablation"]:
-        md.append(f"| {r['variant']} | {f(r['l3_spectral'])} | {f(r['l3_trace_abs'])} | {f(r['l4'])} | "
-                  f"{f(r['val_td_loss_point'])} |")
+        md.append(f"| {r['variant']} | " + " | ".join(f"{f(r[k])} ± {f(r[k + '_std'])}" for k in
+                                                       ("l3_spectral", "l3_trace_abs", "l4", "val_td_loss_point")) + " |")
     sp = res["speed"]
     md.append(f"\n## Speed\n\nUpdate ms at 256-256 / batch 256 / Humanoid dims: TD3 {sp['update_ms_td3']}, AMS-TD3 "
               f"{sp['update_ms_ams-td3']} (ratio {sp['update_time_ratio_td3']}), SAC {sp['update_ms_sac']}, AMS-SAC "

@@ -63,31 +63,45 @@ def train(run, env, output, checkpoint_every, resume, cfg):
     The AMS target and every diagnostic are RECONSTRUCTED (see `train-control --help`).
     Checkpoints OUTPUT.ckpt.pt (networks, targets, optimisers, replay buffer, random streams; default
     every 10000 steps) are removed when the run ends; --resume continues one to the same actor,
-    critic and CSV bytes as an uninterrupted run. Single-process only (under torchrun: exit 2).
+    critic and CSV bytes as an uninterrupted run (with the same process count).
+
+    \b
+    Under torchrun (gloo on CPU, NCCL on CUDA) each process steps its own copy of ENV (its own
+    episode seeds and exploration noise; --rank-envs replicated: rank 0's) into its own replay
+    buffer; every step is one update on a global minibatch of --batch rows (--batch / N from each
+    process's buffer) with the gradients averaged, so the networks stay identical on every process.
+    --total-steps counts each process's steps (N x steps transitions); steps_per_s counts all.
+    Rank 0 evaluates, diagnoses and writes the run directory and the checkpoints.
 
     \b
     JSON keys: env, algo, seed, steps, return_mean, return_std (final deterministic evaluation),
     l1, l2, l3_spectral, l3_trace, l4, pathway_gain (the last diagnostics), steps_per_s, update_ms,
     diverged, lqr_optimal_fraction (dmc:lqr-* only, else null: mean return / the LQR-optimal policy's
     on the same episodes), lqr_normalised ((R - R_zero) / (R_opt - R_zero), R_zero the zero-control
-    return), episodes, resumed_from, output.
+    return), episodes, resumed_from, world_size, env_steps (world_size x steps), rank_param_spread
+    (torchrun: the largest parameter difference between processes, 0.0 when in sync; else null),
+    output.
     Examples:
       train-control train Pendulum-v1 --algo td3 --total-steps 2000 --learning-starts 500 -o runs/td3 --json
       train-control train Humanoid-v5 --algo ams-td3 --ams-k 8 --ams-rho 0.15 --total-steps 100000 -o runs/h
+      torchrun --nproc_per_node 2 --standalone $(which train-control) train Pendulum-v1 --algo ams-td3 -o runs/p2
     """
     from icmlkit.lib.control.envs import make_env
     from icmlkit.lib.control.train import train as train_agent
     from icmlkit.lib.control.train import write_run
-    from icmlkit.lib.core.errors import UsageError
 
-    if run.dist.active:
-        raise UsageError("train-control train runs in one process; under torchrun launch seeds as separate jobs")
     run.output(output)
+    dist = run.dist
+    if dist.active:
+        dist.split(cfg.batch)  # --batch must split evenly over the processes
     e = make_env(env, cfg.max_episode_steps)  # a bad id fails here, before any file exists
+    if cfg.prior_basis:
+        run.input(cfg.prior_basis)
     ck = run.checkpointer(output, checkpoint_every, resume)
-    res = train_agent(env, cfg, seed=run.seed, device=run.device, checkpointer=ck, env=e)
-    with run.run_dir(output) as folder:
-        write_run(folder, res)
+    res = train_agent(env, cfg, seed=run.seed, device=run.device, checkpointer=ck, env=e, dist=dist)
+    if run.is_main:
+        with run.run_dir(output) as folder:
+            write_run(folder, res)
     ck.done()
     return {**res.summary, "output": output}
 
@@ -163,16 +177,18 @@ def collect(run, env, output, actor_run, cfg):
     Example:  train-control collect Humanoid-v5 --steps 50000 -o humanoid.npz --json
     """
     from icmlkit.lib.control.envs import make_env
+    from icmlkit.lib.control.priors import with_prior
     from icmlkit.lib.control.replay import collect as collect_buffer
     from icmlkit.lib.control.replay import write_replay
-    from icmlkit.lib.control.train import load_run
+    from icmlkit.lib.control.train import load_run, run_prior
     from icmlkit.lib.core.errors import UsageError
 
     run.output(output)
     actor = None
     e = make_env(env, cfg.max_episode_steps)
     if actor_run:
-        agent, _ = load_run(run.input(actor_run))
+        agent, rc = load_run(run.input(actor_run))
+        e = with_prior(e, run_prior(rc))  # a run with an action prior acts (and is stored) in its latent z
         if (agent.obs_dim, agent.act_dim) != (e.obs_dim, e.act_dim):
             raise UsageError(f"--actor {actor_run}: its obs/action dims {agent.obs_dim}/{agent.act_dim} differ "
                              f"from {env}'s {e.obs_dim}/{e.act_dim}")

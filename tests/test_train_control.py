@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_tool
+from conftest import BIN, exe, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
 from icmlkit.lib.control.agent import Agent
 from icmlkit.lib.control.ams import neighbourhood_mean, neighbours, orthonormal_directions
@@ -296,6 +299,174 @@ def test_resume_gives_the_same_bytes(tmp_path, interrupting_checkpointer):
         assert (ref / name).read_bytes() == (got / name).read_bytes(), name
     with pytest.raises(UsageError, match="other settings"):
         train("Pendulum-v1", cfg, seed=4, checkpointer=Checkpointer(ck, every=170, resume=True))
+
+
+# --------------------------------------------------------------------------- geometric action priors
+
+
+def test_symmetric_prior_shares_and_mirrors_actuators():
+    from icmlkit.lib.control.priors import parse_pairs, symmetric_map
+
+    m = symmetric_map(5, parse_pairs("0:2,1:-3", 5))
+    assert m.shape == (5, 3)  # latent: actuators 0, 1, 4
+    a = m @ np.array([0.3, -0.5, 0.9])
+    assert np.allclose(a, [0.3, -0.5, 0.3, 0.5, 0.9])
+    for bad, text in (("0:0", "two different"), ("0:2,2:3", "two pairs"), ("0-2", "i:j"), ("0:7", "[0, 5)"),
+                      ("", "needs --prior-pairs")):
+        with pytest.raises(UsageError, match=re.escape(text)):
+            parse_pairs(bad, 5)
+
+
+def test_lowrank_prior_is_orthonormal_and_pca_recovers_the_action_subspace():
+    from icmlkit.lib.control.priors import lowrank_map
+
+    m, c = lowrank_map(7, 3, seed=0)
+    assert np.allclose(m.T @ m, np.eye(3), atol=1e-12) and not c.any()
+    rng = np.random.default_rng(0)
+    basis, _ = np.linalg.qr(rng.standard_normal((7, 2)))
+    acts = 0.1 + 0.5 * rng.uniform(-1, 1, (300, 2)) @ basis.T
+    m2, c2 = lowrank_map(7, 2, seed=0, actions=acts)
+    assert np.abs(m2 @ m2.T @ basis - basis).max() < 1e-10  # the same plane
+    assert np.allclose(c2, acts.mean(axis=0))
+
+
+@pytest.mark.parametrize("prior", [["--action-prior", "symmetric", "--prior-pairs", "0:1,2:-3"],
+                                   ["--action-prior", "lowrank", "--prior-rank", "2"]])
+def test_training_with_an_action_prior_acts_in_the_latent_space(prior, tmp_path, capsys):
+    pytest.importorskip("dm_control")
+    out = tmp_path / "run"
+    code, stdout, err = run_inprocess(TOOL, ["train", "dmc:lqr-6", "--algo", "ams-td3", "--total-steps", "120",
+                                             "--learning-starts", "60", "--eval-every", "120", "--diag-every", "30",
+                                             "--max-episode-steps", "40", *SMALL, *prior, "-o", str(out), "--json"],
+                                      capsys)
+    assert code == 0, err
+    info = json.loads((out / "config.json").read_text())["env_info"]
+    assert info["env_act_dim"] == 6 and info["act_dim"] == (4 if "symmetric" in prior else 2)
+    m = np.asarray(info["action_prior"]["matrix"])
+    assert m.shape == (6, info["act_dim"])
+    code, stdout, err = run_inprocess(TOOL, ["eval", str(out), "dmc:lqr-6", "--episodes", "1", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["lqr_optimal_fraction"] is not None
+    code, stdout, err = run_inprocess(TOOL, ["collect", "dmc:lqr-6", "--actor", str(out), "--steps", "20",
+                                             "-o", str(tmp_path / "b.npz"), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["act_dim"] == info["act_dim"]
+
+
+def test_bad_action_prior_options(tmp_path, capsys):
+    pytest.importorskip("dm_control")
+    for argv, text in ((["--action-prior", "symmetric"], "--prior-pairs"),
+                       (["--action-prior", "lowrank", "--prior-rank", "9"], "--prior-rank"),
+                       (["--action-prior", "lowrank", "--prior-basis", str(tmp_path / "none.npz")], "none.npz")):
+        code, _, err = run_inprocess(TOOL, ["train", "dmc:lqr-6", "--total-steps", "10", *argv,
+                                            "-o", str(tmp_path / "r")], capsys)
+        assert code in (1, 2) and text in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "r").exists() and not (tmp_path / "r.partial").exists()
+
+
+# --------------------------------------------------------------------------- torchrun (2 processes, gloo)
+
+TORCHRUN_OPTS = ["train", "Pendulum-v1", "--total-steps", "300", "--learning-starts", "100", "--hidden", "16",
+                 "--batch", "16", "--eval-every", "150", "--eval-episodes", "1", "--diag-every", "100",
+                 "--diag-batch", "16", "--diag-iters", "3", "--diag-probes", "2", "--l2-states", "1",
+                 "--device", "cpu", "--checkpoint-every", "0", "--json", "--no-progress"]
+
+
+def _weights(run_dir: Path) -> dict:
+    from safetensors.numpy import load_file
+
+    return {f"{n}.{k}": v for n in ("actor", "critic") for k, v in load_file(run_dir / f"{n}.safetensors").items()}
+
+
+@pytest.mark.parametrize("algo,extra", [("ams-td3", []), ("ams-sac", ["--lambda-nb", "0.5"])])
+def test_torchrun_two_processes_match_one(algo, extra, tmp_path):
+    """`train` under torchrun, 2 processes, gloo: with --rank-envs replicated both ranks hold one process's
+    buffer and take half of each global batch of 16 with the gradients averaged, so the job ends with the
+    weights of one process up to the float-sum order (200 updates: <= 1e-5; distinct data moves them by
+    ~1e-2, so the check can fail). With distinct environments the ranks stay in sync (spread 0)."""
+    opts = [*TORCHRUN_OPTS, "--algo", algo, *extra]
+    one = run_tool(TOOL, *opts, "-o", tmp_path / "one")
+    assert one.returncode == 0, one.stderr
+    env = {**os.environ, "ICMLKIT_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
+
+    def torchrun(name, *more):
+        r = subprocess.run([str(BIN / "torchrun"), "--nproc_per_node", "2", "--standalone", exe(TOOL), *opts, *more,
+                            "-o", str(tmp_path / name)], capture_output=True, text=True, timeout=300, env=env,
+                           cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout)
+
+    two = torchrun("two", "--rank-envs", "replicated")
+    assert two["world_size"] == 2 and two["env_steps"] == 600 and two["rank_param_spread"] == 0.0
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert a.keys() == b.keys()
+    diff = max(float(np.abs(a[k] - b[k]).max()) for k in a)
+    assert diff <= 1e-5, diff
+    assert two["return_mean"] == pytest.approx(json.loads(one.stdout)["return_mean"], abs=1e-2)
+    man = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert man["distributed"] == {"world_size": 2, "backend": "gloo"}
+    eps = (tmp_path / "two" / "episodes.csv").read_text().splitlines()
+    assert eps[0] == "step,rank,episode,return,length" and len(eps) == 3  # one 200-step episode per rank
+    if algo == "ams-td3":
+        dis = torchrun("dis")
+        assert dis["rank_param_spread"] == 0.0
+        c = _weights(tmp_path / "dis")
+        assert max(float(np.abs(a[k] - c[k]).max()) for k in a) > 1e-4  # rank 1's own data changed the updates
+        rows = [line.split(",") for line in (tmp_path / "dis" / "episodes.csv").read_text().splitlines()[1:]]
+        assert [r[1] for r in rows] == ["0", "1"] and rows[0][3] != rows[1][3]
+        assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob("*.ckpt.pt"))
+
+
+def _two_rank_worker(rank: int, world: int, init: str, out: str) -> None:
+    """One of two gloo processes: an uninterrupted run, an interrupted one, its --resume, an uneven batch."""
+    import torch.distributed as td
+
+    from conftest import Interrupted, _interrupting_checkpointer
+    from icmlkit.lib.control.train import train, write_run
+    from icmlkit.lib.core.runtime import Dist
+
+    torch.set_num_threads(1)
+    td.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        dist = Dist(rank, world, "gloo")
+        cfg = TrainConfig(algo="ams-sac", total_steps=260, learning_starts=100, hidden=16, batch=16,
+                          eval_every=130, eval_episodes=1, diag_every=50, diag_batch=16, diag_iters=3,
+                          diag_probes=2, l2_states=1)
+        out = Path(out)
+        ref = train("Pendulum-v1", cfg, seed=3, dist=dist)
+        ck = out / "ck.pt"
+        try:  # stops after step 170 on both ranks (mid-episode)
+            train("Pendulum-v1", cfg, seed=3, dist=dist,
+                  checkpointer=_interrupting_checkpointer()(ck, every=170, is_main=rank == 0))
+            raise AssertionError("not interrupted")
+        except Interrupted:
+            td.barrier()  # rank 0 has written the checkpoint (rank 1's save returns at once)
+        res = train("Pendulum-v1", cfg, seed=3, dist=dist, checkpointer=Checkpointer(ck, every=170, resume=True))
+        if rank == 0:
+            assert ref.summary["rank_param_spread"] == 0.0 and res.summary["resumed_from"] == 170
+            for name, r in (("ref", ref), ("got", res)):
+                (out / name).mkdir()
+                write_run(out / name, r)
+        try:
+            train("Pendulum-v1", TrainConfig(total_steps=10, batch=15, buffer_size=100), dist=dist)
+            raise AssertionError("an uneven batch was accepted")
+        except UsageError as exc:
+            assert "split evenly" in str(exc)
+    finally:
+        td.destroy_process_group()
+
+
+def test_torchrun_resume_gives_the_same_bytes(tmp_path):
+    """Two gloo processes (torch.multiprocessing): a run interrupted after a checkpoint and resumed writes
+    the actor, critic and CSV bytes of the uninterrupted 2-process run (every rank's buffer, episode and
+    exploration stream come back from rank 0's checkpoint)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_two_rank_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    for name in ("actor.safetensors", "critic.safetensors", "eval.csv", "diagnostics.csv", "episodes.csv"):
+        assert (tmp_path / "ref" / name).read_bytes() == (tmp_path / "got" / name).read_bytes(), name
+    rows = (tmp_path / "ref" / "episodes.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[1] for r in rows] == ["0", "1"]
 
 
 @pytest.mark.parametrize("algo", ["td3", "ams-td3"])

@@ -18,6 +18,8 @@ _LAZY = {
     "Agent": "icmlkit.lib.control.agent",
     "TwinQ": "icmlkit.lib.control.agent",
     "make_env": "icmlkit.lib.control.envs",
+    "build_prior": "icmlkit.lib.control.priors",
+    "PriorEnv": "icmlkit.lib.control.priors",
     "ReplayBuffer": "icmlkit.lib.control.replay",
     "collect": "icmlkit.lib.control.replay",
     "read_replay": "icmlkit.lib.control.replay",

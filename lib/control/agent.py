@@ -12,6 +12,14 @@ AMS targets and the other extensions are **[reconstructed]** (see :mod:`icmlkit.
 - local manifold supervision (``lambda_nb`` > 0): the critics also regress Q(s, clip(a + rho u_k)) to
   the same y for ``nb_k`` random orthonormal directions;
 - Lipschitz-constrained critic: spectral norm on the hidden layers, or a penalty gp_weight * |grad_a Q|^2.
+
+Data parallel (torchrun): :meth:`Agent.update` takes this rank's rows of a global minibatch
+(``part``: the global row count and this rank's slice) and a :class:`~icmlkit.lib.core.runtime.Dist`.
+Every random draw of an update (TD3 target noise, SAC samples, AMS directions, neighbour directions) is
+made for the whole global batch from the shared streams and sliced, and every gradient is averaged
+over the ranks before its optimiser step, so all ranks apply the same update and their parameters stay
+identical; with the same rows on each rank the update equals one process's on the global batch up to
+the order of the float sums.
 """
 from __future__ import annotations
 
@@ -104,6 +112,25 @@ def randn(shape, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     return torch.randn(shape, generator=gen).to(device=like.device, dtype=like.dtype)
 
 
+def average_gradients(params, dist) -> None:
+    """Replace each parameter's gradient by its mean over the torchrun ranks (one flat all_reduce;
+    nothing for one process). Every rank then takes the same optimiser step."""
+    if dist is None or not dist.active:
+        return
+    import torch.distributed as td
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    td.all_reduce(flat)
+    flat /= dist.world
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+
+
 class Agent:
     """Actor, twin critics, their targets, optimisers and (SAC) the log-temperature.
 
@@ -132,6 +159,12 @@ class Agent:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
         self.target_entropy = -float(act_dim)
         self.updates = 0
+        self._part = None  # (global rows, this rank's slice) during a data-parallel update
+
+    def _rows(self, n: int) -> tuple[int, slice]:
+        """Rows to draw random numbers for and the slice of them that belongs to this batch: the whole
+        global batch under torchrun (so every rank's draws are those of one process), else ``n``."""
+        return self._part if self._part is not None else (n, slice(None))
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
@@ -152,12 +185,13 @@ class Agent:
     # ------------------------------------------------------------------ targets
     def next_action(self, s2: torch.Tensor, gens: dict, noise: bool):
         """a' (and log pi(a'|s') for SAC, else None)."""
+        n, part = self._rows(s2.shape[0])
         if self.base == "sac":
-            return self.actor.sample(s2, randn((s2.shape[0], self.act_dim), gens["target"], s2))
+            return self.actor.sample(s2, randn((n, self.act_dim), gens["target"], s2)[part])
         a2 = self.actor_targ(s2)
         if noise:
-            eps = (self.cfg.policy_noise * randn(a2.shape, gens["target"], a2)).clamp(-self.cfg.noise_clip,
-                                                                                     self.cfg.noise_clip)
+            eps = (self.cfg.policy_noise * randn((n, self.act_dim), gens["target"], a2)[part]).clamp(
+                -self.cfg.noise_clip, self.cfg.noise_clip)
             a2 = (a2 + eps).clamp(-1.0, 1.0)
         return a2, None
 
@@ -167,8 +201,9 @@ class Agent:
         if not ams:
             return self.critic_targ.q_min(s2, a2)
         c = self.cfg
-        u = orthonormal_directions(s2.shape[0], self.act_dim, c.ams_k, gens["ams"], per=c.ams_resample,
-                                   kind=c.ams_directions, dtype=s2.dtype, device=s2.device)
+        n, part = self._rows(s2.shape[0])
+        u = orthonormal_directions(n, self.act_dim, c.ams_k, gens["ams"], per=c.ams_resample,
+                                   kind=c.ams_directions, dtype=s2.dtype, device=s2.device)[part]
         return neighbourhood_mean(self.critic_targ.q_min, s2, a2, u, c.ams_rho, c.ams_center_weight)
 
     @torch.no_grad()
@@ -194,8 +229,9 @@ class Agent:
         info = {"q_mean": float(q1.detach().mean()), "q_absmax": float(torch.maximum(q1.detach().abs().max(),
                                                                                    q2.detach().abs().max()))}
         if c.lambda_nb > 0:
-            u = orthonormal_directions(s.shape[0], self.act_dim, c.nb_k, gens["ams"], kind="orthogonal",
-                                       dtype=s.dtype, device=s.device)
+            n, part = self._rows(s.shape[0])
+            u = orthonormal_directions(n, self.act_dim, c.nb_k, gens["ams"], kind="orthogonal",
+                                       dtype=s.dtype, device=s.device)[part]
             nb = neighbours(a.detach(), u, c.ams_rho)  # (B, 2 nb_k, d)
             m = nb.shape[1]
             ss = s.unsqueeze(1).expand(-1, m, -1).reshape(-1, s.shape[-1])
@@ -216,12 +252,22 @@ class Agent:
                 for b, bt in zip(net.buffers(), targ.buffers()):
                     bt.copy_(b)
 
-    def update(self, batch: dict, gens: dict) -> dict:
-        """One critic update (and the actor / temperature / targets on their schedule); returns losses."""
+    def update(self, batch: dict, gens: dict, dist=None, part: tuple[int, slice] | None = None) -> dict:
+        """One critic update (and the actor / temperature / targets on their schedule); returns this
+        rank's losses. Under torchrun ``batch`` holds this rank's rows ``part[1]`` of a global batch of
+        ``part[0]`` rows and ``dist`` averages the gradients (see the module docstring)."""
+        self._part = part
+        try:
+            return self._update(batch, gens, dist)
+        finally:
+            self._part = None
+
+    def _update(self, batch: dict, gens: dict, dist) -> dict:
         y = self.td_target(batch, gens)
         loss, info = self.critic_loss(batch, y, gens)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
+        average_gradients(self.critic.parameters(), dist)
         self.critic_opt.step()
         info["critic_loss"] = float(loss.detach())
         self.updates += 1
@@ -231,20 +277,24 @@ class Agent:
                 a_loss = -self.critic.q_first(s, self.actor(s)).mean()
                 self.actor_opt.zero_grad(set_to_none=True)
                 a_loss.backward()
+                average_gradients(self.actor.parameters(), dist)
                 self.actor_opt.step()
                 info["actor_loss"] = float(a_loss.detach())
                 self.soft_update()
         else:
-            a_pi, logp = self.actor.sample(s, randn((s.shape[0], self.act_dim), gens["actor"], s))
+            n, part = self._rows(s.shape[0])
+            a_pi, logp = self.actor.sample(s, randn((n, self.act_dim), gens["actor"], s)[part])
             a_loss = (self.alpha * logp - self.critic.q_min(s, a_pi)).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             a_loss.backward()
+            average_gradients(self.actor.parameters(), dist)
             self.actor_opt.step()
             info["actor_loss"] = float(a_loss.detach())
             if getattr(self.cfg, "autotune", True):
                 al = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
                 self.alpha_opt.zero_grad(set_to_none=True)
                 al.backward()
+                average_gradients([self.log_alpha], dist)
                 self.alpha_opt.step()
             info["alpha"] = float(self.alpha)
             self.soft_update()

@@ -50,7 +50,8 @@ class AgentConfig(AmsConfig):
     """TD3 / SAC hyper-parameters (the usual defaults) and the reconstructed extensions."""
 
     lr: float = _opt(3e-4, "Adam learning rate of actor and critics.", min=0.0, min_open=True)
-    batch: int = _opt(256, "Minibatch size.", min=1)
+    batch: int = _opt(256, "Minibatch size (global under torchrun: batch / world rows from each rank's own "
+                      "replay buffer).", min=1)
     gamma: float = _opt(0.99, "Discount.", min=0.0, max=1.0)
     tau: float = _opt(0.005, "Polyak factor of the target networks.", min=0.0, max=1.0)
     hidden: int = _opt(256, "Width of the two hidden layers of actor and critics (256-256).", min=1)
@@ -74,7 +75,9 @@ class TrainConfig(AgentConfig):
     """Options of :func:`~icmlkit.lib.control.train.train`."""
 
     algo: str = _opt("td3", "td3, sac, ams-td3 or ams-sac.", choices=ALGOS)
-    total_steps: int = _opt(100_000, "Environment steps (one update per step after --learning-starts).", min=1)
+    total_steps: int = _opt(100_000, "Environment steps (one update per step after --learning-starts); under "
+                            "torchrun the steps of each rank's environment (world x steps transitions in all).",
+                            min=1)
     learning_starts: int = _opt(25_000, "Uniform random actions (and no updates) for this many steps.", min=0)
     expl_noise: float = _opt(0.1, "TD3: Gaussian exploration noise std (normalised units).", min=0.0)
     buffer_size: int = _opt(1_000_000, "Replay capacity (transitions).", min=1)
@@ -93,6 +96,19 @@ class TrainConfig(AgentConfig):
     l2_states: int = _opt(4, "Saved simulator states probed by L2 (0: skip L2).", min=0)
     diverge_q: float = _opt(1e6, "A run counts as diverged when |Q| exceeds this or a loss is not finite.",
                             min=0.0, min_open=True)
+    action_prior: str = _opt("none", "Geometric action prior [reconstructed]: the agent acts in a latent z and "
+                             "the env gets clip(c + M z): a low-rank basis (lowrank) or left-right sharing "
+                             "(symmetric); none: off.", choices=("none", "lowrank", "symmetric"))
+    prior_rank: int = _opt(0, "--action-prior lowrank: latent dimension r (0: ceil(d / 2)).", min=0)
+    prior_basis: str = _opt("", "--action-prior lowrank: a replay .npz whose actions' top-r principal directions "
+                            "(and mean) form the basis; empty: a random orthonormal basis from --seed.")
+    prior_pairs: str = _opt("", "--action-prior symmetric: actuator pairs i:j (j copies i) or i:-j (j mirrors "
+                            "i with the opposite sign), comma-separated, e.g. 0:3,1:-4.")
+    rank_envs: str = _opt("distinct", "Under torchrun: every rank steps its own environment copy with its own "
+                          "episode seeds and exploration noise (distinct), or all ranks step rank 0's "
+                          "(replicated: the data of one process, so the job reproduces a one-process run; a "
+                          "check of the data-parallel path). No effect in one process.",
+                          choices=("distinct", "replicated"))
 
     @property
     def is_ams(self) -> bool:

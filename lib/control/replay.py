@@ -40,8 +40,10 @@ class ReplayBuffer:
         idx = (self.ptr - n + np.arange(n)) % self.capacity
         return self.act[idx]
 
-    def sample(self, batch: int, gen: torch.Generator, device="cpu") -> dict:
-        idx = torch.randint(0, self.size, (batch,), generator=gen).numpy()
+    def sample(self, batch: int, gen: torch.Generator, device="cpu", part: slice = slice(None)) -> dict:
+        """A uniform minibatch of ``batch`` indices drawn from ``gen``; ``part``: keep only these rows of
+        it (a torchrun rank's share of a global batch, the indices drawn as one process would)."""
+        idx = torch.randint(0, self.size, (batch,), generator=gen).numpy()[part]
         return self.take(idx, device)
 
     def take(self, idx, device="cpu") -> dict:

@@ -18,6 +18,21 @@ Checkpoints hold the agent (networks, targets, optimisers, temperature), the rep
 stream and the log rows; on ``--resume`` the current episode is re-created by resetting it with its
 seed and replaying its stored actions (the simulators are deterministic), so a resumed run writes the
 same actor, critic and CSV bytes as an uninterrupted one.
+
+Under torchrun (our design for off-policy RL; the paper says nothing about it): the ranks run the
+loop in lock step. Each rank steps its own environment copy into its own replay buffer, with its own
+episode seeds ("episode/rank<r>/i") and exploration stream ("explore/rank<r>"; rank 0 keeps the
+one-process names, and ``rank_envs="replicated"`` gives every rank rank 0's). Each loop step is one
+update on a global minibatch of ``batch`` rows: the indices and every random draw of the update come
+from the shared streams as in one process, rank r takes rows ``Dist.split(batch)`` of them from its
+own buffer, and the gradients are averaged over the ranks (an explicit all_reduce), so the networks
+stay identical on every rank (``rank_param_spread`` in the summary measures it). ``total_steps`` is
+thus the step count of each rank's environment (``world * total_steps`` transitions in all, one
+update per loop step as in one process). Divergence is agreed by all ranks; rank 0 alone evaluates,
+runs the diagnostics (on its own buffer and probe environment) and writes checkpoints, which gather
+every rank's buffer, episode state, exploration stream and episode rows; ``--resume`` needs the same
+world size. With ``rank_envs="replicated"`` every rank holds one process's buffer, so the job
+reproduces a one-process run up to the order of the float sums in the averaged gradients.
 """
 from __future__ import annotations
 
@@ -33,17 +48,18 @@ from icmlkit.lib.control.config import DiagnoseConfig, EvalConfig, TrainConfig  
 from icmlkit.lib.control.diagnostics import (critic_diagnostics, dynamics_sensitivity, pathway_gain,
                                              probe_states)
 from icmlkit.lib.control.envs import ControlEnv, make_env
+from icmlkit.lib.control.priors import build_prior, with_prior
 from icmlkit.lib.control.replay import ReplayBuffer
 from icmlkit.lib.core.checkpoint import Checkpointer, fingerprint, restore
 from icmlkit.lib.core.console import progress
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.core.runtime import generator, stream_seed
+from icmlkit.lib.core.runtime import Dist, generator, stream_seed
 
 RUN_FORMAT = "icmlkit.control.run/1"
 DIAG_COLUMNS = ["update", "step", "l1", "l2", "l3_spectral", "l3_trace", "grad_norm", "l4", "l4_std", "td_std",
                 "td_loss", "drift", "pathway_gain"]
 EVAL_COLUMNS = ["step", "return_mean", "return_std", "lqr_optimal_fraction", "lqr_normalised"]
-EPISODE_COLUMNS = ["step", "episode", "return", "length"]
+EPISODE_COLUMNS = ["step", "rank", "episode", "return", "length"]
 STREAMS = ("explore", "replay", "target", "ams", "actor", "diag")
 
 
@@ -106,20 +122,77 @@ def _check_env_limits(env: ControlEnv, cfg) -> None:
         raise UsageError(f"{env.spec} has no episode length limit; pass --max-episode-steps")
 
 
+def _rank_stream(name: str, rank: int, replicated: bool) -> str:
+    """The stream name of a per-rank random stream: rank 0 (and every rank when replicated) uses the
+    one-process name, so rank 0 of a torchrun job steps the episodes of a one-process run."""
+    return name if rank == 0 or replicated else f"{name}/rank{rank}"
+
+
+def _any_rank(dist: Dist, flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on any (so all ranks agree, e.g. on divergence)."""
+    if not dist.active:
+        return bool(flag)
+    import torch.distributed as td
+
+    t = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64)
+    if dist.backend == "nccl":
+        t = t.cuda()
+    td.all_reduce(t, op=td.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def _gather_to_main(dist: Dist, obj) -> list | None:
+    """Every rank's ``obj`` (picklable) on rank 0, in rank order (None on the other ranks)."""
+    if not dist.active:
+        return [obj]
+    import torch.distributed as td
+
+    out = [None] * dist.world if dist.is_main else None
+    td.gather_object(obj, out, dst=0)
+    return out
+
+
+def _rank_param_spread(agent: Agent, dist: Dist) -> float | None:
+    """The largest |difference| of any actor / critic / target parameter between rank 0 and another rank
+    (0.0 when the data-parallel updates kept them identical); None for one process."""
+    if not dist.active:
+        return None
+    nets = (agent.actor, agent.critic, agent.actor_targ, agent.critic_targ)
+    flat = torch.cat([p.detach().reshape(-1).double() for m in nets for p in m.state_dict().values()]
+                     + [agent.log_alpha.detach().reshape(1).double()])
+    parts = dist.all_gather(flat)
+    return float(max((p - parts[0]).abs().max() for p in parts))
+
+
 def train(env_spec: str, cfg: TrainConfig, seed: int = 0, device="cpu", checkpointer: Checkpointer | None = None,
-          env: ControlEnv | None = None) -> TrainResult:
-    """Train ``cfg.algo`` on ``env_spec`` for ``cfg.total_steps`` steps (see the module docstring)."""
+          env: ControlEnv | None = None, dist: Dist | None = None) -> TrainResult:
+    """Train ``cfg.algo`` on ``env_spec`` for ``cfg.total_steps`` steps (see the module docstring).
+
+    Under torchrun (``dist`` active) every rank runs this loop in lock step: it steps its own
+    environment copy into its own replay buffer, takes its ``batch / world`` rows of each global
+    minibatch from its own buffer, and the gradients are averaged, so the parameters stay identical on
+    every rank; rank 0 alone evaluates, diagnoses and writes checkpoints (which hold every rank's buffer,
+    episode state and exploration stream, gathered to rank 0)."""
     cfg.check()
+    dist = dist if dist is not None else Dist()
+    part = (cfg.batch, dist.split(cfg.batch)) if dist.active else None  # uneven split: a usage error
+    main = dist.is_main
+    replicated = cfg.rank_envs == "replicated"
     dev = torch.device(device)
     env = env or make_env(env_spec, cfg.max_episode_steps)
     _check_env_limits(env, cfg)
-    eval_env = make_env(env_spec, cfg.max_episode_steps)
-    probe_env = make_env(env_spec, cfg.max_episode_steps) if cfg.l2_states else None
+    prior = build_prior(cfg, env.act_dim, seed)  # None unless --action-prior (the agent then acts in z)
+    env = with_prior(env, prior)
+    eval_env = with_prior(make_env(env_spec, cfg.max_episode_steps), prior) if main else None
+    probe_env = with_prior(make_env(env_spec, cfg.max_episode_steps), prior) if cfg.l2_states and main else None
     is_lqr = getattr(env, "is_lqr", False)
     agent = Agent(env.obs_dim, env.act_dim, cfg, cfg.algo, seed, dev)
     buf = ReplayBuffer(env.obs_dim, env.act_dim, min(cfg.buffer_size, cfg.total_steps))
-    gens = {k: generator(seed, k) for k in STREAMS}
-    fp = fingerprint({"config": asdict(cfg), "env": env_spec, "seed": int(seed), "format": RUN_FORMAT})
+    gens = {k: generator(seed, k) for k in STREAMS if k != "explore"}  # shared by all ranks
+    explore = generator(seed, _rank_stream("explore", dist.rank, replicated))  # this rank's own
+    ep_stream = _rank_stream("episode", dist.rank, replicated)
+    fp = fingerprint({"config": asdict(cfg), "env": env_spec, "seed": int(seed), "format": RUN_FORMAT,
+                      "world": dist.world, "action_prior": prior})
     state = checkpointer.load(fp) if checkpointer is not None else None
     eval_rows, diag_rows, ep_rows = [], [], []
     start, ep, ep_len, ep_ret, diverged = 0, 0, 0, 0.0, False
@@ -127,12 +200,15 @@ def train(env_spec: str, cfg: TrainConfig, seed: int = 0, device="cpu", checkpoi
     if state is not None:
         start, extra = restore(state, rng=gens)
         agent.load_state_dict(extra["agent"])
-        buf.load_state(extra["buffer"])
-        eval_rows, diag_rows, ep_rows = extra["eval_rows"], extra["diag_rows"], extra["episode_rows"]
-        ep, ep_len, ep_ret, diverged = int(extra["ep"]), int(extra["ep_len"]), float(extra["ep_ret"]), bool(extra["diverged"])
+        mine = extra["ranks"][dist.rank]
+        buf.load_state(mine["buffer"])
+        explore.set_state(mine["explore"])
+        ep_rows = list(mine["episode_rows"])
+        ep, ep_len, ep_ret = int(mine["ep"]), int(mine["ep_len"]), float(mine["ep_ret"])
+        eval_rows, diag_rows, diverged = extra["eval_rows"], extra["diag_rows"], bool(extra["diverged"])
         val_idx = None if extra["val_idx"] is None else np.asarray(extra["val_idx"].numpy())
         prev_y = extra["prev_y"]
-    obs = env.reset(stream_seed(seed, f"episode/{ep}"))
+    obs = env.reset(stream_seed(seed, f"{ep_stream}/{ep}"))
     if ep_len:  # re-create the interrupted episode: reset with its seed, replay its stored actions
         for a in buf.last_actions(ep_len):
             obs = env.step(a.astype(np.float64))[0]
@@ -166,53 +242,64 @@ def train(env_spec: str, cfg: TrainConfig, seed: int = 0, device="cpu", checkpoi
 
     t0 = time.perf_counter()
     upd_time, n_upd = 0.0, 0
-    for t in progress(range(start, cfg.total_steps), total=cfg.total_steps - start, desc=f"train {cfg.algo}"):
+    steps = range(start, cfg.total_steps)
+    for t in (progress(steps, total=cfg.total_steps - start, desc=f"train {cfg.algo}") if main else steps):
         if t < cfg.learning_starts:
-            a = (torch.rand(env.act_dim, generator=gens["explore"], dtype=torch.float64) * 2 - 1).numpy()
+            a = (torch.rand(env.act_dim, generator=explore, dtype=torch.float64) * 2 - 1).numpy()
         else:
-            a = agent.act(torch.from_numpy(obs).to(dev).unsqueeze(0), gens["explore"], True,
+            a = agent.act(torch.from_numpy(obs).to(dev).unsqueeze(0), explore, True,
                           cfg.expl_noise)[0].double().cpu().numpy()
         a32 = a.astype(np.float32)
         o2, r, term, trunc = env.step(a32.astype(np.float64))
         buf.add(obs, a32, r, o2, term)
         obs, ep_len, ep_ret = o2, ep_len + 1, ep_ret + r
         if term or trunc:
-            ep_rows.append({"step": t + 1, "episode": ep, "return": _r(ep_ret), "length": ep_len})
+            ep_rows.append({"step": t + 1, "rank": dist.rank, "episode": ep, "return": _r(ep_ret),
+                            "length": ep_len})
             ep, ep_len, ep_ret = ep + 1, 0, 0.0
-            obs = env.reset(stream_seed(seed, f"episode/{ep}"))
+            obs = env.reset(stream_seed(seed, f"{ep_stream}/{ep}"))
         if t + 1 > cfg.learning_starts and buf.size >= cfg.batch and not diverged:
             u0 = time.perf_counter()
-            info = agent.update(buf.sample(cfg.batch, gens["replay"], dev), gens)
+            sl = part[1] if part is not None else slice(None)
+            info = agent.update(buf.sample(cfg.batch, gens["replay"], dev, sl), gens, dist, part)
             upd_time += time.perf_counter() - u0
             n_upd += 1
-            if not (math.isfinite(info["critic_loss"]) and info["q_absmax"] < cfg.diverge_q):
-                diverged = True
-            if cfg.diag_every and agent.updates % cfg.diag_every == 0 and not diverged:
+            bad = not (math.isfinite(info["critic_loss"]) and info["q_absmax"] < cfg.diverge_q)
+            diverged = _any_rank(dist, bad)
+            if main and cfg.diag_every and agent.updates % cfg.diag_every == 0 and not diverged:
                 diagnostics(t + 1)
-        if (t + 1) % cfg.eval_every == 0 and t + 1 < cfg.total_steps:
+        if main and (t + 1) % cfg.eval_every == 0 and t + 1 < cfg.total_steps:
             evaluation(t + 1)
         if checkpointer is not None and checkpointer.due(t + 1, cfg.total_steps):
+            ranks = _gather_to_main(dist, {"buffer": buf.state(), "explore": explore.get_state(), "ep": ep,
+                                           "ep_len": ep_len, "ep_ret": ep_ret, "episode_rows": ep_rows})
             checkpointer.save(t + 1, fp, rng=gens, extra={
-                "agent": agent.state_dict(), "buffer": buf.state(), "eval_rows": eval_rows,
-                "diag_rows": diag_rows, "episode_rows": ep_rows, "ep": ep, "ep_len": ep_len, "ep_ret": ep_ret,
-                "diverged": diverged, "val_idx": None if val_idx is None else torch.from_numpy(val_idx),
-                "prev_y": prev_y})
+                "agent": agent.state_dict(), "ranks": ranks, "eval_rows": eval_rows,
+                "diag_rows": diag_rows, "diverged": diverged,
+                "val_idx": None if val_idx is None else torch.from_numpy(val_idx), "prev_y": prev_y})
     wall = time.perf_counter() - t0
-    if not diverged and (not diag_rows or diag_rows[-1]["update"] != agent.updates):
-        diagnostics(cfg.total_steps)
-    ev = evaluation(cfg.total_steps)
-    last = diag_rows[-1] if diag_rows else {}
-    summary = {"env": env_spec, "algo": cfg.algo, "seed": int(seed), "steps": cfg.total_steps,
-               "return_mean": _r(ev["return_mean"]), "return_std": _r(ev["return_std"]),
-               "l1": last.get("l1"), "l2": last.get("l2"), "l3_spectral": last.get("l3_spectral"),
-               "l3_trace": last.get("l3_trace"), "l4": last.get("l4"), "pathway_gain": last.get("pathway_gain"),
-               "steps_per_s": round((cfg.total_steps - start) / max(wall, 1e-9), 2),
-               "update_ms": round(1000 * upd_time / n_upd, 4) if n_upd else None,
-               "diverged": diverged, "lqr_optimal_fraction": _r(ev["lqr_optimal_fraction"]),
-               "lqr_normalised": _r(ev.get("lqr_normalised")),
-               "episodes": len(ep_rows), "resumed_from": start if state is not None else None}
+    spread = _rank_param_spread(agent, dist)
+    all_eps = _gather_to_main(dist, ep_rows)
+    summary, ev = {}, None
+    if main:
+        ep_rows = sorted((row for rows in all_eps for row in rows), key=lambda row: (row["step"], row["rank"]))
+        if not diverged and (not diag_rows or diag_rows[-1]["update"] != agent.updates):
+            diagnostics(cfg.total_steps)
+        ev = evaluation(cfg.total_steps)
+        last = diag_rows[-1] if diag_rows else {}
+        summary = {"env": env_spec, "algo": cfg.algo, "seed": int(seed), "steps": cfg.total_steps,
+                   "return_mean": _r(ev["return_mean"]), "return_std": _r(ev["return_std"]),
+                   "l1": last.get("l1"), "l2": last.get("l2"), "l3_spectral": last.get("l3_spectral"),
+                   "l3_trace": last.get("l3_trace"), "l4": last.get("l4"), "pathway_gain": last.get("pathway_gain"),
+                   "steps_per_s": round(dist.world * (cfg.total_steps - start) / max(wall, 1e-9), 2),
+                   "update_ms": round(1000 * upd_time / n_upd, 4) if n_upd else None,
+                   "diverged": diverged, "lqr_optimal_fraction": _r(ev["lqr_optimal_fraction"]),
+                   "lqr_normalised": _r(ev.get("lqr_normalised")),
+                   "episodes": len(ep_rows), "resumed_from": start if state is not None else None,
+                   "world_size": dist.world, "env_steps": dist.world * cfg.total_steps,
+                   "rank_param_spread": spread}
     run_config = {"format": RUN_FORMAT, "env": env_spec, "algo": cfg.algo, "seed": int(seed),
-                  "config": asdict(cfg), "env_info": env.info()}
+                  "config": asdict(cfg), "env_info": env.info(), "world_size": dist.world}
     for e in (env, eval_env, probe_env):
         if e is not None:
             e.close()
@@ -286,6 +373,14 @@ def load_run(path, device="cpu") -> tuple[Agent, dict]:
     return agent, rc
 
 
+def run_prior(rc: dict) -> dict | None:
+    """The action prior a run was trained with (None: none), from its config.json."""
+    prior = rc.get("env_info", {}).get("action_prior")
+    if prior is not None and not (isinstance(prior, dict) and {"kind", "matrix", "offset"} <= set(prior)):
+        raise InputError("malformed run config: env_info.action_prior needs kind, matrix and offset", "config.json")
+    return prior
+
+
 @dataclass
 class EvalResult:
     summary: dict
@@ -296,6 +391,7 @@ def evaluate_run(agent: Agent, rc: dict, env_spec: str, cfg: EvalConfig, seed: i
     """The ``eval`` subcommand: the run's deterministic actor on ``cfg.episodes`` fixed-seed episodes."""
     env = make_env(env_spec, cfg.max_episode_steps or int(rc["config"].get("max_episode_steps", 0) or 0))
     _check_env_limits(env, cfg)
+    env = with_prior(env, run_prior(rc))
     if (env.obs_dim, env.act_dim) != (agent.obs_dim, agent.act_dim):
         raise UsageError(f"{env_spec} has obs/action dims {env.obs_dim}/{env.act_dim}; the run was trained with "
                          f"{agent.obs_dim}/{agent.act_dim} ({rc['_env']})")
@@ -319,6 +415,7 @@ def diagnose_run(agent: Agent, rc: dict, cfg: DiagnoseConfig, seed: int = 0, env
     spec = env_spec or rc["_env"]
     env = make_env(spec, cfg.max_episode_steps or int(rc["config"].get("max_episode_steps", 0) or 0))
     _check_env_limits(env, cfg)
+    env = with_prior(env, run_prior(rc))
     if (env.obs_dim, env.act_dim) != (agent.obs_dim, agent.act_dim):
         raise UsageError(f"{spec}: obs/action dims {env.obs_dim}/{env.act_dim} differ from the run's")
     pol = agent.actor.mean_action
