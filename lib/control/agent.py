@@ -113,22 +113,9 @@ def randn(shape, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
 
 
 def average_gradients(params, dist) -> None:
-    """Replace each parameter's gradient by its mean over the torchrun ranks (one flat all_reduce;
-    nothing for one process). Every rank then takes the same optimiser step."""
-    if dist is None or not dist.active:
-        return
-    import torch.distributed as td
-
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    td.all_reduce(flat)
-    flat /= dist.world
-    off = 0
-    for g in grads:
-        g.copy_(flat[off:off + g.numel()].view_as(g))
-        off += g.numel()
+    """Each gradient replaced by its mean over the torchrun ranks (nothing for one process or no job)."""
+    if dist is not None:
+        dist.average_gradients(params)
 
 
 class Agent:

@@ -135,6 +135,26 @@ class Dist:
         dist.all_reduce(t)
         return float(t.item()) / self.world
 
+    def average_gradients(self, params) -> None:
+        """Average the gradients of ``params`` over the ranks in place with one flat all-reduce (a no-op
+        for one process). Every rank must hold gradients for the same parameters: the same graph on
+        equally sized parts of the batch."""
+        if not self.active:
+            return
+        import torch
+        import torch.distributed as dist
+
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
     def all_gather(self, t) -> list:
         """Every rank's copy of the tensor ``t`` (same shape on each), in rank order; ``[t]`` for
         one process. The copies carry no gradient."""

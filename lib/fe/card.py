@@ -225,7 +225,7 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
         opt.zero_grad()
         (loss / n_free).backward()
         if dist.active:
-            _average_gradients(model, dist)
+            dist.average_gradients(model.parameters())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         opt.step()
         sched.step()
@@ -305,21 +305,6 @@ def _energy_matching(a, c, dist):
     a_bar = a.mean()
     return r.abs().mean() - s_bar * (a_bar - a_bar.detach())
 
-
-def _average_gradients(model, dist) -> None:
-    """Average the parameters' gradients over the ranks with one torch.distributed all-reduce (every
-    rank has the same set of gradients: the same graph on equally sized parts of the batch)."""
-    import torch
-    import torch.distributed as td
-
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    td.all_reduce(flat)
-    flat /= dist.world
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset: offset + g.numel()].view_as(g))
-        offset += g.numel()
 
 
 def model_from_bundle(bundle: dict):

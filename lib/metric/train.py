@@ -65,20 +65,6 @@ def sample_h(n: int, cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
     return h.clamp(cfg.h_min, cfg.h_max)
 
 
-def _average_gradients(params, dist: Dist) -> None:
-    import torch.distributed as td
-
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    td.all_reduce(flat)
-    flat /= dist.world
-    off = 0
-    for g in grads:
-        g.copy_(flat[off:off + g.numel()].view_as(g))
-        off += g.numel()
-
 
 def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist: Dist | None = None,
           checkpointer=None) -> TrainResult:
@@ -160,7 +146,7 @@ def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist
             loss = lowrank_loss(net(y, h), delta, cfg.tikhonov)
         loss.backward()
         if dist.active:
-            _average_gradients(params, dist)
+            dist.average_gradients(params)
         torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], 1.0)
         opt.step()
         sched.step()

@@ -150,14 +150,6 @@ def _check_data(mcfg: ModelConfig, data: FieldSet, what: str) -> None:
         raise InputError("the grid is too small for FNO", data.path)
 
 
-def _average_gradients(params, dist: Dist) -> None:
-    import torch.distributed as tdist
-
-    for p in params:
-        if p.grad is not None:
-            tdist.all_reduce(p.grad)
-            p.grad /= dist.world
-
 
 def evaluate_model(model: OperatorModel, data: FieldSet, device, batch: int = 16) -> np.ndarray:
     """Per-sample relative L2 errors of ``model`` on ``data`` (decoded outputs)."""
@@ -222,7 +214,7 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if dist.active:
-                _average_gradients(params, dist)
+                dist.average_gradients(params)
             torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
             opt.step()
             sched.step()
