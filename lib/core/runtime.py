@@ -204,6 +204,16 @@ def close_distributed() -> None:
     _DIST.pop("dist", None)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
+        if dist.get_backend() == "gloo":
+            # every rank reaches the end before any tears down: a rank that exits while rank 0 still
+            # writes its outputs can abort in gloo's threads ("terminate called without an active
+            # exception"); bounded, so a rank that failed alone still exits
+            import datetime
+
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+            except Exception:  # noqa: BLE001 - a peer failed or left: tear down regardless
+                pass
         dist.destroy_process_group()
 
 
