@@ -264,9 +264,13 @@ class LimeLinear(AdapterLayer):
             pi = pi.gather(1, src[..., None].expand_as(pi))
         return pi
 
+    def _mask_like(self, x, h):
+        """The tensor whose rows the token mask follows: the input (the embedding's subclass: its output)."""
+        return x
+
     def forward(self, x):
         h = self.base(x)
-        m = self.ctx.token_mask(x)
+        m = self.ctx.token_mask(self._mask_like(x, h))
         hr, delta = self._delta(x, h)
         pi = self.routing(hr, delta, m)
         cfg = self.cfg
@@ -377,22 +381,8 @@ class LimeEmbedding(LimeLinear):
     def _delta(self, ids, h):
         return h, self.s * (nn.functional.embedding(ids, self.lora_A.T) @ self.lora_B.T)
 
-    def forward(self, ids):
-        h = self.base(ids)
-        m = self.ctx.token_mask(h)
-        hr, delta = self._delta(ids, h)
-        pi = self.routing(hr, delta, m)
-        cfg = self.cfg
-        if cfg.selection == "hard" and cfg.sparse:
-            p = sparse_mix(pi, self.experts, top_k=cfg.top_k, auto=cfg.auto_topk, theta=cfg.theta)
-        else:
-            p = selection_weights(pi, top_k=cfg.top_k, auto=cfg.auto_topk, theta=cfg.theta, mode=cfg.selection,
-                                  ts=cfg.select_temperature) @ self.experts
-        if cfg.shared:
-            p = p + self.gamma_s * self.shared
-        y = h + delta * p
-        self._collect(pi, m)
-        return y if self.ctx.mask is None else torch.where(m, y, h)
+    def _mask_like(self, ids, h):
+        return h
 
 
 class LoraEmbedding(AdapterLayer):
