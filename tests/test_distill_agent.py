@@ -695,3 +695,17 @@ def test_make_env_natural_questions_name_the_same_task(tmp_path, capsys):
             f", {words[o]} the value of {k}" for o, k in zip(env["ops"], env["keys"][1:])) + "?"
         assert y["question"] == want and x["question"].startswith("compute ")
     assert cli(["make-env", "--question", "prose", "-o", tmp_path / "c.jsonl"], capsys)[0] == 2
+
+
+def test_make_env_pipeline_runs_a_to_e_with_equal_teacher_tokens(tmp_path):
+    """The demo / benchmark experiment end to end at a tiny size (a refactor once left it raising
+    NameError): A's imitation data never exceeds C's MPS teacher tokens by more than one trajectory."""
+    from icmlkit.lib.distill.demo import DEMO_SIZES, pipeline
+
+    sizes = {**DEMO_SIZES, "n_seed": 12, "n_mps": 6, "n_eval": 4, "bc_epochs": 1, "sft_epochs": 1, "rl_steps": 1,
+             "rl_prompts": 2, "group": 2, "max_steps": 4, "imitation_pool": 12}
+    res = pipeline(tmp_path / "runs", 0, sizes)
+    assert set(res["eval"]) == {"A", "B", "C", "D", "E"} and res["n_eval"] == 4
+    tok = res["teacher_tokens"]
+    assert 0 < tok["A_imitation"] and res["imitation_items_A"] >= 1
+    assert tok["A_imitation"] >= tok["C_mps"] or res["imitation_items_A"] == sizes["imitation_pool"]

@@ -29,9 +29,10 @@ def _cfg(cls, **kw):
     return build_config(cls, {k: v for k, v in kw.items() if k in names})
 
 
-def _imitation_conversations(rows, budget: int) -> list:
+def _imitation_conversations(rows, budget: int) -> tuple[list, int]:
     """Baseline A's SFT data: the teacher's trajectories in order until their thought + code words reach
-    ``budget`` (C's MPS teacher tokens), so A and C get equal teacher tokens."""
+    ``budget`` (C's MPS teacher tokens), so A and C get equal teacher tokens; returns (conversations,
+    teacher words used)."""
     from icmlkit.lib.distill.agent import conversation
     from icmlkit.lib.distill.backends import words
     from icmlkit.lib.distill.convert import row_steps
@@ -43,7 +44,7 @@ def _imitation_conversations(rows, budget: int) -> list:
         st = row_steps(row)
         used += sum(words(s["thought"]) + words(s["code"]) for s in st)
         conv.append(conversation(row["original_task_info"]["question"], st))
-    return conv
+    return conv, used
 
 
 def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
@@ -103,7 +104,7 @@ def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
     # A: imitation SFT from B with the same teacher tokens as C's MPS
     budget = m.summary["teacher_tokens"]
     imit = api.bc_init(imit_t, "oracle", agent, mcfg, seed=seed)
-    conv_a = _imitation_conversations(imit.items, budget)
+    conv_a, used = _imitation_conversations(imit.items, budget)
     A = save(api.sft(conv_a, sft_cont, seed=seed, device=device), "A_imitation")
     say(f"A, C trained ({time.time() - t0:.0f}s)")
 
@@ -205,7 +206,7 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
         C = B
     budget = m.summary["teacher_tokens"]
     imit = api.bc_init(imit_t, "oracle", agent, mcfg, seed=seed)
-    conv_a = _imitation_conversations(imit.items, budget)
+    conv_a, used = _imitation_conversations(imit.items, budget)
     if conv_a:
         res = api.sft(conv_a, _cfg(SFTConfig, init=B, **cont), seed=seed, device=device)
         out["train"]["A"] = res.summary
