@@ -534,6 +534,9 @@ def test_tiny_pipeline_mps_rl_eval_cli(tiny_student, tmp_path, capsys):
     assert ev["n"] == 10 and 0 <= ev["accuracy"] <= 1 and ev["hallucination_rate"] is not None
     lo, hi = ev["accuracy_ci"]
     assert lo <= ev["accuracy"] <= hi
+    # a shard with no task gets a refusal, never an accuracy of 0 over nothing
+    code, _, err = cli(["eval", out, tasks, "--shard", "1/50", "-o", tmp_path / "ev0.jsonl", "--max-steps", 8], capsys)
+    assert code == 2 and "no tasks to evaluate" in err and not (tmp_path / "ev0.jsonl").exists()
 
 
 def test_rl_resume_gives_the_same_bytes(tiny_student, tmp_path, interrupting_checkpointer):

@@ -96,6 +96,8 @@ def evaluate(model: str, tasks: list[dict], cfg, agent_cfg, *, seed: int, device
     from icmlkit.lib.distill import loop
 
     check_model_spec(model, "MODEL")
+    if not tasks:  # an accuracy over no task is not 0: refuse
+        raise UsageError("no tasks to evaluate (the benchmark or shard is empty)")
     counter = Counter()
     policy = make_student(model, counter, agent_cfg, seed, temperature=cfg.temperature, device=device)
     res = loop.evaluate(tasks, policy, agent_cfg, seed=seed, search=search)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from icmlkit.lib.core.io import write_json, write_rows
+from icmlkit.lib.core.errors import UsageError
 
 DEMO_SIZES = {"n_seed": 150, "n_mps": 100, "n_eval": 100, "train_keys": (2, 3), "eval_keys": (4, 4),
               "bc_epochs": 30, "sft_epochs": 6, "rl_steps": 6, "rl_prompts": 8, "group": 8, "layers": 2,
@@ -138,9 +139,9 @@ def pipeline(folder, seed: int, sizes: dict, device=None, log=None) -> dict:
     return out
 
 
-SMOLLM2_SIZES = {"n_seed": 24, "n_mps": 24, "n_eval": 20, "keys": (2, 2), "key_pool": 8, "bc_epochs": 2,
+SMOLLM2_SIZES = {"n_seed": 64, "n_mps": 24, "n_eval": 40, "keys": (2, 2), "key_pool": 16, "bc_epochs": 3,
                  "sft_epochs": 1, "lora": 8, "lr": 1e-3, "batch": 4, "max_steps": 6, "step_tokens": 40,
-                 "imitation_pool": 48}
+                 "imitation_pool": 96}
 
 
 def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", device=None, log=None) -> dict:
@@ -173,6 +174,9 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
     seeds_t, mps_t = uniq[:sizes["n_seed"]], uniq[sizes["n_seed"]:sizes["n_seed"] + sizes["n_mps"]]
     imit_t = uniq[sizes["n_seed"] + sizes["n_mps"]:total]
     held = uniq[total:total + sizes["n_eval"]]
+    if len(held) < sizes["n_eval"]:  # the key pool admits too few distinct questions: never evaluate on fewer
+        raise UsageError(f"make-env with {sizes['keys']} keys from a pool of {sizes['key_pool']} gave {len(uniq)} "
+                         f"distinct questions; {total + sizes['n_eval']} are needed (raise key_pool)")
     sft_kw = dict(epochs=sizes["bc_epochs"], lr=sizes["lr"], batch=sizes["batch"], lora=sizes["lora"], max_len=384)
 
     def save(res, name):

@@ -277,7 +277,7 @@ def evaluate(tasks: list[dict], policy, agent_cfg, *, seed: int, search=None) ->
         rows.append({"id": r.task["id"], "correct": ok, "answer": r.final, "gold": str(r.task["answer"]),
                      "n_steps": len(r.steps), "hallucinated_values": h})
     n = len(runs)
-    summary = {"n": n, "accuracy": round(k / n, 6) if n else 0.0, "accuracy_ci": wilson(k, n),
+    summary = {"n": n, "accuracy": round(k / n, 6) if n else None, "accuracy_ci": wilson(k, n),
                "hallucination_rate": round(hall / n_env, 6) if n_env else None,
                "mean_steps": round(sum(x["n_steps"] for x in rows) / n, 4) if n else 0.0}
     return MPSResult(rows, summary)
