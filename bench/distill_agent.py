@@ -123,8 +123,8 @@ def main(argv=None) -> int:
     }
     result = {
         "tool": "distill-agent", "date": today(), "commit": commit(), "machine": machine(),
-        "command": f"flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/distill_agent.py "
-                   f"--seeds {args.seeds} --eval {args.eval} (seeds run: {seeds_done})",
+        "command": f"flock /work/notes/cpu.lock .venv/bin/python bench/distill_agent.py "
+                   f"--seeds {args.seeds} --eval {args.eval}{' --smollm2' if smol else ''} (seeds run: {seeds_done})",
         "results": {"upstream": up, "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
                     "accuracy": acc, "hallucination_rate": hall,
                     "teacher_tokens_per_trajectory": {"mps": round(tok_mps, 3), "imitation": round(tok_imi, 3),
