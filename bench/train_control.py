@@ -55,7 +55,8 @@ ABL_UPDATES = 5 if SMOKE else 200 if QUICK else 600
 LQR_STEPS = 150 if SMOKE else 1500 if QUICK else 3000
 LQR_START = 140 if SMOKE else 500 if QUICK else 1000
 SMALL = dict(hidden=64, batch=128)
-# the mechanism protocol, run one seed per locked job (``--part mechanism_full --seed S``, about 12 min)
+# the mechanism protocol, one seed per locked job (``--part mechanism_full --seed S``: 20k updates of
+# each critic, about 12 min alone by the speed part; a first try timed out at 20 min on the loaded machine)
 FULL = dict(transitions=300, updates=10, hidden=256, batch=256) if SMOKE else \
     dict(transitions=50_000, updates=20_000, hidden=256, batch=256)
 T0 = time.perf_counter()
