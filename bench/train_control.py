@@ -187,21 +187,20 @@ def run_part(name: str):
     return ablation(col)
 
 
+def arg(flag):
+    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv[:-1] else None
+
+
 def parts_to_run() -> list:
     if "--report" in sys.argv:  # only (re)write the report from the stored parts
         return []
-    for i, a in enumerate(sys.argv):
-        if a == "--part" and i + 1 < len(sys.argv):
-            names = [x.strip() for x in sys.argv[i + 1].split(",") if x.strip()]
-            bad = [x for x in names if x not in PARTS]
-            if bad:
-                raise SystemExit(f"--part: unknown part(s) {bad}; choose from {', '.join(PARTS)}")
-            return names
-    return list(PARTS)
-
-
-def arg(flag):
-    return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv[:-1] else None
+    if arg("--part") is None:
+        return list(PARTS)
+    names = [x.strip() for x in arg("--part").split(",") if x.strip()]
+    bad = [x for x in names if x not in PARTS]
+    if bad:
+        raise SystemExit(f"--part: unknown part(s) {bad}; choose from {', '.join(PARTS)}")
+    return names
 
 
 def run_full(seeds: list) -> None:
@@ -352,6 +351,7 @@ def report(parts: dict, wall: float, meta: dict):
     md.append(("Parts without a time are " + "; ".join(carried) + ".\n") if carried else "")
     md.append(f"Sizes: {result['sizes']}; mechanism at the issue's protocol: {FULL if full else 'not run'}. The "
               "other parts are reduced from the issue's protocol (see the docstring).\n")
+
     def mech_rows(tab):
         md.append("| quantity | point | AMS (K=8, rho=0.15) |\n|---|---|---|")
         for k in keys:
