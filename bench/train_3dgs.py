@@ -293,6 +293,8 @@ def plot(path: Path, parts: dict) -> bool:
     fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown), 3.6), squeeze=False)
     for ax, p in zip(axes[0], shown):
         for run in parts[p]["runs"]:
+            if not run["curve"]:  # a diverged fit has no curve (its table row says so)
+                continue
             xs, ys = zip(*run["curve"])
             ax.plot(xs, ys, marker="o", ms=2, label=run["name"])
         ax.set_title(p, fontsize=9)
