@@ -297,7 +297,8 @@ def plot(path: Path, parts: dict) -> bool:
                 continue
             xs, ys = zip(*run["curve"])
             ax.plot(xs, ys, marker="o", ms=2, label=run["name"])
-        ax.set_title(p, fontsize=9)
+        lost = [run["name"] for run in parts[p]["runs"] if not run["curve"]]
+        ax.set_title(p + (f" ({', '.join(lost)} diverged)" if lost else ""), fontsize=9)
         ax.set_xlabel("iteration")
         ax.set_ylabel("test PSNR (dB)")
         ax.grid(alpha=0.3)
