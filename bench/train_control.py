@@ -4,6 +4,10 @@ Everything is far smaller than the issue asks, and said so in the results:
 - mechanism_full: the issue's protocol (FULL: 50k transitions, 20k updates, 256-256, batch 256), one seed
   per locked job (``--part mechanism_full --seed S``, kept in train_control_full_parts.json); once every
   seed is there it decides the mechanism targets and the reduced study below is kept as an extra table;
+- lqr_full: the issue's return protocol (LQR_FULL: 15k steps, 2.5k of them random, the library's 256-256 /
+  batch 256, the sheet's ~10 min per run), one (algo, seed) per job (``--part lqr_full --algo A --seed S``,
+  two jobs at a time on one thread each), kept in the same file; once all 12 runs are there they decide the
+  return targets (learning curves in train_control_lqr.png) and the reduced runs below stay as an extra table;
 - mechanism: a fixed buffer of MECH_STEPS uniform-random Humanoid-v5 transitions (issue: ~50k), TD3
   learners with point vs AMS targets (K = 8, rho = 0.15) for MECH_UPDATES updates (issue: 20k), 64-64
   networks and batch 128 (issue: 256-256, 256), SEEDS seeds; L3 (Hessian trace and spectral norm by
@@ -152,18 +156,28 @@ def ablation(col):
 
 
 def lqr_returns():
-    rows = []
-    for algo in ("td3", "ams-td3", "sac", "ams-sac"):
-        for s in SEEDS:
-            cfg = TrainConfig(algo=algo, total_steps=LQR_STEPS, learning_starts=LQR_START, eval_every=LQR_STEPS,
-                              eval_episodes=3, diag_every=0, diag_batch=256, l2_states=2, diag_probes=8, **SMALL)
-            r = train("dmc:lqr-38", cfg, seed=s).summary
-            rows.append({"algo": algo, "seed": s, **{k: r[k] for k in ("return_mean", "lqr_optimal_fraction",
-                                                                      "lqr_normalised", "l1", "l2", "l3_spectral",
-                                                                      "l3_trace", "l4", "pathway_gain",
-                                                                      "steps_per_s", "update_ms", "diverged")}})
-            log(f"lqr {algo} seed {s}: frac {r['lqr_optimal_fraction']} norm {r['lqr_normalised']}")
-    return rows
+    sizes = dict(total_steps=LQR_STEPS, learning_starts=LQR_START, eval_every=LQR_STEPS, **SMALL)
+    return [lqr_run(algo, s, sizes) for algo in ALGOS for s in SEEDS]
+
+
+# the issue's return protocol (the sheet's "~10 min per run"): the library defaults (256-256, batch 256),
+# one (algo, seed) run per job (``--part lqr_full --algo A --seed S``, two jobs at a time on one thread
+# each), kept in train_control_full_parts.json under "lqr"; once all 12 are there they decide the return targets
+LQR_FULL = dict(total_steps=600, learning_starts=300, eval_every=300) if SMOKE else \
+    dict(total_steps=15_000, learning_starts=2_500, eval_every=2_500)
+ALGOS = ("td3", "ams-td3", "sac", "ams-sac")
+
+
+def lqr_run(algo: str, seed: int, sizes: dict) -> dict:
+    cfg = TrainConfig(algo=algo, eval_episodes=3, diag_every=0, diag_batch=256, l2_states=2, diag_probes=8, **sizes)
+    r = train("dmc:lqr-38", cfg, seed=seed)
+    s = r.summary
+    row = {"algo": algo, "seed": seed, **{k: s[k] for k in ("return_mean", "lqr_optimal_fraction", "lqr_normalised",
+                                                             "l1", "l2", "l3_spectral", "l3_trace", "l4",
+                                                             "pathway_gain", "steps_per_s", "update_ms", "diverged")},
+           "curve": [[e["step"], e["lqr_optimal_fraction"]] for e in r.eval_rows]}
+    log(f"lqr {algo} seed {seed}: frac {s['lqr_optimal_fraction']} norm {s['lqr_normalised']}")
+    return row
 
 
 PARTS = ("speed", "mechanism", "mechanism_lqr", "lqr", "ablation")
@@ -205,20 +219,64 @@ def parts_to_run() -> list:
 
 def run_full(seeds: list) -> None:
     """The mechanism study at the issue's sizes, one seed per call; rows kept in FULL_FILE by seed."""
-    from icmlkit.lib.core.io import load_json, write_json
-
-    store = load_json(FULL_FILE) if FULL_FILE.exists() else {"sizes": FULL, "seeds": {}}
-    if store.get("sizes") != FULL:
-        store = {"sizes": FULL, "seeds": {}}
     for s in seeds:
         t = time.perf_counter()
         row = mechanism(seeds=[s], full=True)[1][0]
-        store["seeds"][str(s)] = {"result": row, "seconds": round(time.perf_counter() - t, 1), "date": today(),
-                                  "commit": commit(), "machine": machine()}
         if SMOKE:
             log(f"mechanism_full smoke: {row['reduction_l4']=}")
-        else:
-            write_json(FULL_FILE, store)
+            continue
+        entry = {"result": row, "seconds": round(time.perf_counter() - t, 1), "date": today(), "commit": commit(),
+                 "machine": machine()}
+
+        def put(store, s=s, entry=entry):
+            if store.get("sizes") != FULL:
+                store["sizes"], store["seeds"] = FULL, {}
+            store["seeds"][str(s)] = entry
+        update_full(put)
+
+
+def update_full(fn) -> None:
+    """Read FULL_FILE, apply ``fn`` to it and write it back under an exclusive lock (two jobs may write)."""
+    import fcntl
+
+    from icmlkit.lib.core.io import load_json, write_json
+
+    with open(FULL_FILE.with_suffix(".lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        store = load_json(FULL_FILE) if FULL_FILE.exists() else {}
+        fn(store)
+        write_json(FULL_FILE, store)
+
+
+def run_lqr_full(algo: str, seeds: list) -> None:
+    """The return study at the issue's sizes, one (algo, seed) per call; rows kept in FULL_FILE["lqr"]."""
+    if algo not in ALGOS:
+        raise SystemExit(f"--algo: unknown {algo!r}; choose from {', '.join(ALGOS)}")
+    for s in seeds:
+        t = time.perf_counter()
+        row = lqr_run(algo, s, LQR_FULL)
+        if SMOKE:
+            continue
+        entry = {"result": row, "seconds": round(time.perf_counter() - t, 1), "date": today(), "commit": commit(),
+                 "machine": machine(), "threads": torch.get_num_threads()}
+
+        def put(store, key=f"{algo}/{s}", entry=entry):
+            if store.get("lqr_sizes") != LQR_FULL:
+                store["lqr_sizes"], store["lqr"] = LQR_FULL, {}
+            store["lqr"][key] = entry
+        update_full(put)
+
+
+def lqr_full_rows():
+    """Every (algo, seed) row of the issue-size return study, or None while any is missing."""
+    from icmlkit.lib.core.io import load_json
+
+    if SMOKE or not FULL_FILE.exists():
+        return None
+    store = load_json(FULL_FILE)
+    runs = store.get("lqr", {}) if store.get("lqr_sizes") == LQR_FULL else {}
+    keys = [f"{a}/{s}" for a in ALGOS for s in SEEDS]
+    return [runs[k] for k in keys] if all(k in runs for k in keys) else None
 
 
 def full_rows():
@@ -236,6 +294,12 @@ def full_rows():
 def main():
     from icmlkit.lib.core.io import load_json, write_json
 
+    if arg("--part") == "lqr_full":
+        run_lqr_full(arg("--algo") or "", [int(x) for x in (arg("--seed") or ",".join(map(str, SEEDS))).split(",")])
+        if lqr_full_rows() is None:
+            log("lqr_full: runs still to go (report not rewritten)")
+            return
+        sys.argv.append("--report")
     if arg("--part") == "mechanism_full":
         run_full([int(x) for x in (arg("--seed") or ",".join(map(str, SEEDS))).split(",")])
         if full_rows() is None:
@@ -260,6 +324,35 @@ def main():
         return
     report({k: v["result"] for k, v in store["parts"].items()},
            sum(v["seconds"] or 0.0 for v in store["parts"].values()), store["parts"])
+
+
+def plot_lqr(path: Path, rows: list) -> bool:
+    """Learning curves of the issue-size return runs: fraction of the LQR-optimal return vs steps, mean
+    +- std over seeds per algorithm (False without matplotlib)."""
+    from icmlkit.lib.core.plot import pyplot, save_png
+
+    plt = pyplot(required=False)
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for algo in ALGOS:
+        curves = [r["curve"] for r in rows if r["algo"] == algo and r.get("curve")]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        xs = np.array([c[i][0] for c in curves[:1] for i in range(n)])
+        ys = np.array([[c[i][1] for i in range(n)] for c in curves], dtype=float)
+        m, sd = ys.mean(0), ys.std(0)
+        ax.plot(xs, m, marker="o", ms=3, label=f"{algo} ({len(curves)} seeds)")
+        ax.fill_between(xs, m - sd, m + sd, alpha=0.15)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="LQR optimum")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("fraction of the LQR-optimal return")
+    ax.set_title("dmc:lqr-38, deterministic actor (mean ± std over seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_png(fig, path)
+    return True
 
 
 def report(parts: dict, wall: float, meta: dict):
@@ -291,13 +384,26 @@ def report(parts: dict, wall: float, meta: dict):
                  f"{MECH_STEPS} random Humanoid-v5 transitions, {MECH_UPDATES} updates, 64-64 (issue: 50k, 20k, "
                  "256-256)")
     lqr_tab = res["mechanism_lqr_table"] = table(mech_lqr)
-    lq = {}
-    for algo in ("td3", "ams-td3", "sac", "ams-sac"):
-        rr = [r for r in res["lqr"] if r["algo"] == algo]
-        lq[algo] = {"fraction": mean_std([r["lqr_optimal_fraction"] for r in rr]),
-                    "normalised": mean_std([r["lqr_normalised"] for r in rr]),
-                    "diverged": sum(bool(r["diverged"]) for r in rr)}
-    res["lqr_table"] = lq
+    def lqr_table(rows):
+        out = {}
+        for algo in ALGOS:
+            rr = [r for r in rows if r["algo"] == algo]
+            out[algo] = {"fraction": mean_std([r["lqr_optimal_fraction"] for r in rr]),
+                         "normalised": mean_std([r["lqr_normalised"] for r in rr]),
+                         "diverged": sum(bool(r["diverged"]) for r in rr)}
+        return out
+
+    lqr_full = lqr_full_rows()
+    if lqr_full:  # the issue-size return runs decide the return targets; the reduced runs stay as an extra table
+        res["lqr_full"] = [r["result"] for r in lqr_full]
+        res["lqr_reduced_table"] = lqr_table(res["lqr"])
+        meta = {**meta, **{f"lqr_full {r['result']['algo']} seed {r['result']['seed']}":
+                           {k: v for k, v in r.items() if k != "result"} for r in lqr_full}}
+        wall += sum(r["seconds"] for r in lqr_full)
+    lq = res["lqr_table"] = lqr_table(res["lqr_full"] if lqr_full else res["lqr"])
+    lqr_size = (f"{LQR_FULL['total_steps']} steps ({LQR_FULL['learning_starts']} random), 256-256, batch 256 (the "
+                "sheet's ~10 min runs, one thread each)" if lqr_full else
+                f"{LQR_STEPS} steps, 64-64, batch 128 (issue: ~10 min runs)")
 
     def red_ok(k):
         m = mech_tab[f"reduction_{k}"][0]
@@ -324,8 +430,7 @@ def report(parts: dict, wall: float, meta: dict):
         am, as_ = lq[f"ams-{base}"]["fraction"]
         targets[f"lqr_fraction_ams_{base}_ge_{base}"] = target(am, pm, am >= pm,
                                                                f"mean fraction of the LQR-optimal return, "
-                                                               f"{len(SEEDS)} seeds, {LQR_STEPS} steps (issue: ~10 "
-                                                               f"min runs); normalised: AMS "
+                                                               f"{len(SEEDS)} seeds, {lqr_size}; normalised: AMS "
                                                                f"{lq[f'ams-{base}']['normalised'][0]:.3g} vs "
                                                                f"{lq[base]['normalised'][0]:.3g}")
         targets[f"lqr_seed_std_ams_{base}_lt_{base}"] = target(as_, ps, as_ < ps, "std over seeds of the fraction")
@@ -366,11 +471,21 @@ def report(parts: dict, wall: float, meta: dict):
         mech_rows(res["mechanism_reduced_table"])
     md.append("\n## Mechanism on a random dmc:lqr-38 buffer (extra; reduced size)\n")
     mech_rows(lqr_tab)
-    md.append("\n## LQR-38 return (fraction of the LQR-optimal return; normalised 0 = zero control, 1 = optimal)\n")
-    md.append("| algo | fraction | normalised | diverged seeds |\n|---|---|---|---|")
-    for algo, v in lq.items():
-        md.append(f"| {algo} | {f(v['fraction'][0])} ± {f(v['fraction'][1])} | {f(v['normalised'][0])} ± "
-                  f"{f(v['normalised'][1])} | {v['diverged']} |")
+    def lqr_rows(tab):
+        md.append("| algo | fraction | normalised | diverged seeds |\n|---|---|---|---|")
+        for algo, v in tab.items():
+            md.append(f"| {algo} | {f(v['fraction'][0])} ± {f(v['fraction'][1])} | {f(v['normalised'][0])} ± "
+                      f"{f(v['normalised'][1])} | {v['diverged']} |")
+
+    md.append(f"\n## LQR-38 return ({lqr_size}; fraction of the LQR-optimal return; normalised 0 = zero control, "
+              "1 = optimal)\n")
+    lqr_rows(lq)
+    if lqr_full:
+        if not SMOKE and plot_lqr(PARTS_FILE.parent / "train_control_lqr.png", res["lqr_full"]):
+            res["lqr_plot"] = "train_control_lqr.png"
+            md.append("\nLearning curves: `bench/results/train_control_lqr.png`.")
+        md.append(f"\n## LQR-38 return at the reduced size ({LQR_STEPS} steps, 64-64, batch 128)\n")
+        lqr_rows(res["lqr_reduced_table"])
     md.append(f"\n## Ablation (mechanism buffer, {ABL_UPDATES} updates; mean ± std over {len(SEEDS)} seeds)\n")
     md.append("| variant | L3 spectral | L3 mean abs trace | L4 | val TD loss (point target) |\n|---|---|---|---|---|")
     for r in res["ablation"]:
