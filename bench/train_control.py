@@ -1,6 +1,6 @@
 """Benchmark of train-control (AMS for TD3/SAC) on this CPU machine, in one run (<= 8 minutes on 2 cores).
 
-Everything is far smaller than the issue asks, and said so in the results:
+Two parts run the issue's protocols; the others are far smaller than the issue asks, and said so in the results:
 - mechanism_full: the issue's protocol (FULL: 50k transitions, 20k updates, 256-256, batch 256), one seed
   per locked job (``--part mechanism_full --seed S``, kept in train_control_full_parts.json); once every
   seed is there it decides the mechanism targets and the reduced study below is kept as an extra table;
@@ -294,14 +294,15 @@ def full_rows():
 def main():
     from icmlkit.lib.core.io import load_json, write_json
 
+    seeds = [int(x) for x in (arg("--seed") or ",".join(map(str, SEEDS))).split(",")]
     if arg("--part") == "lqr_full":
-        run_lqr_full(arg("--algo") or "", [int(x) for x in (arg("--seed") or ",".join(map(str, SEEDS))).split(",")])
+        run_lqr_full(arg("--algo") or "", seeds)
         if lqr_full_rows() is None:
             log("lqr_full: runs still to go (report not rewritten)")
             return
         sys.argv.append("--report")
     if arg("--part") == "mechanism_full":
-        run_full([int(x) for x in (arg("--seed") or ",".join(map(str, SEEDS))).split(",")])
+        run_full(seeds)
         if full_rows() is None:
             log("mechanism_full: seeds still to run (report not rewritten)")
             return
