@@ -140,7 +140,10 @@ def largest_baselines(prob, ref) -> dict:
         if ok:
             best = min(ok, key=lambda v: ok[v]["communications"])
         else:
-            best = min(grid, key=lambda v: grid[v]["rel_error"] if np.isfinite(grid[v]["rel_error"] or np.nan) else np.inf)
+            def err(v):  # a diverged setting (None or non-finite error) ranks last
+                e = grid[v]["rel_error"]
+                return e if e is not None and np.isfinite(e) else np.inf
+            best = min(grid, key=err)
         out[method] = {knob: best, "max_iter": max_iter, **grid[best]}
         out[f"{method}_grid"] = {str(k): v for k, v in grid.items()}
     out["extra"]["formulation"] = out["gradient-tracking"]["formulation"] = (

@@ -217,6 +217,10 @@ def parts_to_run() -> list:
     return names
 
 
+# FULL_FILE sections: (section, key of its sizes, the sizes) of the two issue-protocol studies
+MECH_SECTION, LQR_SECTION = ("seeds", "sizes", FULL), ("lqr", "lqr_sizes", LQR_FULL)
+
+
 def run_full(seeds: list) -> None:
     """The mechanism study at the issue's sizes, one seed per call; rows kept in FULL_FILE by seed."""
     for s in seeds:
@@ -224,28 +228,8 @@ def run_full(seeds: list) -> None:
         row = mechanism(seeds=[s], full=True)[1][0]
         if SMOKE:
             log(f"mechanism_full smoke: {row['reduction_l4']=}")
-            continue
-        entry = {"result": row, "seconds": round(time.perf_counter() - t, 1), "date": today(), "commit": commit(),
-                 "machine": machine()}
-
-        def put(store, s=s, entry=entry):
-            if store.get("sizes") != FULL:
-                store["sizes"], store["seeds"] = FULL, {}
-            store["seeds"][str(s)] = entry
-        update_full(put)
-
-
-def update_full(fn) -> None:
-    """Read FULL_FILE, apply ``fn`` to it and write it back under an exclusive lock (two jobs may write)."""
-    import fcntl
-
-    from icmlkit.lib.core.io import load_json, write_json
-
-    with open(FULL_FILE.with_suffix(".lock"), "w") as lk:
-        fcntl.flock(lk, fcntl.LOCK_EX)
-        store = load_json(FULL_FILE) if FULL_FILE.exists() else {}
-        fn(store)
-        write_json(FULL_FILE, store)
+        else:
+            record(MECH_SECTION, str(s), row, t)
 
 
 def run_lqr_full(algo: str, seeds: list) -> None:
@@ -255,40 +239,49 @@ def run_lqr_full(algo: str, seeds: list) -> None:
     for s in seeds:
         t = time.perf_counter()
         row = lqr_run(algo, s, LQR_FULL)
-        if SMOKE:
-            continue
-        entry = {"result": row, "seconds": round(time.perf_counter() - t, 1), "date": today(), "commit": commit(),
-                 "machine": machine(), "threads": torch.get_num_threads()}
+        if not SMOKE:
+            record(LQR_SECTION, f"{algo}/{s}", row, t, threads=torch.get_num_threads())
 
-        def put(store, key=f"{algo}/{s}", entry=entry):
-            if store.get("lqr_sizes") != LQR_FULL:
-                store["lqr_sizes"], store["lqr"] = LQR_FULL, {}
-            store["lqr"][key] = entry
-        update_full(put)
+
+def record(section: tuple, key: str, row: dict, t0: float, **extra) -> None:
+    """Store one run's row under FULL_FILE[section][key] (a section whose sizes changed starts empty),
+    read-modify-written under an exclusive lock since two jobs may write at once."""
+    import fcntl
+
+    from icmlkit.lib.core.io import load_json, write_json
+
+    name, size_key, sizes = section
+    entry = {"result": row, "seconds": round(time.perf_counter() - t0, 1), "date": today(), "commit": commit(),
+             "machine": machine(), **extra}
+    with open(FULL_FILE.with_suffix(".lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        store = load_json(FULL_FILE) if FULL_FILE.exists() else {}
+        if store.get(size_key) != sizes:
+            store[size_key], store[name] = sizes, {}
+        store[name][key] = entry
+        write_json(FULL_FILE, store)
+
+
+def stored(section: tuple, keys: list):
+    """The stored entries of ``keys`` in that FULL_FILE section, or None while any is missing."""
+    from icmlkit.lib.core.io import load_json
+
+    if SMOKE or not FULL_FILE.exists():
+        return None
+    name, size_key, sizes = section
+    store = load_json(FULL_FILE)
+    runs = store.get(name, {}) if store.get(size_key) == sizes else {}
+    return [runs[k] for k in keys] if all(k in runs for k in keys) else None
 
 
 def lqr_full_rows():
     """Every (algo, seed) row of the issue-size return study, or None while any is missing."""
-    from icmlkit.lib.core.io import load_json
-
-    if SMOKE or not FULL_FILE.exists():
-        return None
-    store = load_json(FULL_FILE)
-    runs = store.get("lqr", {}) if store.get("lqr_sizes") == LQR_FULL else {}
-    keys = [f"{a}/{s}" for a in ALGOS for s in SEEDS]
-    return [runs[k] for k in keys] if all(k in runs for k in keys) else None
+    return stored(LQR_SECTION, [f"{a}/{s}" for a in ALGOS for s in SEEDS])
 
 
 def full_rows():
     """The full-size mechanism rows of every seed in SEEDS, or None while any is missing."""
-    from icmlkit.lib.core.io import load_json
-
-    if SMOKE or not FULL_FILE.exists():
-        return None
-    store = load_json(FULL_FILE)
-    if store.get("sizes") != FULL or any(str(s) not in store["seeds"] for s in SEEDS):
-        return None
-    return [store["seeds"][str(s)] for s in SEEDS]
+    return stored(MECH_SECTION, [str(s) for s in SEEDS])
 
 
 def main():
@@ -341,8 +334,8 @@ def plot_lqr(path: Path, rows: list) -> bool:
         if not curves:
             continue
         n = min(len(c) for c in curves)
-        xs = np.array([c[i][0] for c in curves[:1] for i in range(n)])
-        ys = np.array([[c[i][1] for i in range(n)] for c in curves], dtype=float)
+        xs = [step for step, _ in curves[0][:n]]
+        ys = np.array([[frac for _, frac in c[:n]] for c in curves], dtype=float)
         m, sd = ys.mean(0), ys.std(0)
         ax.plot(xs, m, marker="o", ms=3, label=f"{algo} ({len(curves)} seeds)")
         ax.fill_between(xs, m - sd, m + sd, alpha=0.15)
