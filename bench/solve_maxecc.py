@@ -21,7 +21,11 @@ parts make the roundings differ (issue 29):
   row generation and ipm at their default tolerances and, at the PDHG's accuracy, HiGHS ipm at 1e-4
   without crossover and HiGHS's own PDLP at 1e-4 (each HiGHS solve limited to 3.5x the PDHG time:
   a stopped solve is a lower bound on the ratio), wall seconds each (PNG); ``lp-large`` adds the
-  PDHG alone at 1.1 x 10^6, 3.7 x 10^6 and 1.1 x 10^7 pairs;
+  PDHG alone at 1.1 x 10^6, 3.7 x 10^6 and 1.1 x 10^7 pairs; ``lp-top`` re-runs the largest size
+  (1.1 x 10^7 pairs) with the PDHG and then HiGHS row generation and ipm at their default
+  tolerances, one solve at a time, each HiGHS solve in its own process (its peak memory is
+  reported and an out-of-memory kill is a result, not a crash) limited to 3x the PDHG time of
+  that run (about 1.5-2 hours on one thread each);
 - ``factor``: the exact expected value / LP of ``scaled`` and ``threshold-order`` (lib/maxecc/exact.py)
   minimised by an adversarial search over small instances, against 1/r, (1-e^-r)/r and 1/(r+1).
 
@@ -223,14 +227,50 @@ LIMIT_FACTOR, LIMIT_FLOOR = 3.5, 10.0
 LP_TOL = 1e-4
 # (key, solve_lp method, tolerance): HiGHS at its default tolerances (crossover on), then at the
 # PDHG's accuracy: ipm with crossover off and HiGHS's own PDLP, the first-order peer
-ALL_PARTS = ["datasets", "fractional", "lp", "lp-large", "factor"]
+ALL_PARTS = ["datasets", "fractional", "lp", "lp-large", "lp-top", "factor"]
 HIGHS_RUNS = (("rowgen", "rowgen", None), ("ipm", "ipm", None), ("ipm_1e-4", "ipm", LP_TOL), ("pdlp_1e-4", "pdlp", LP_TOL))
+# the largest size (part lp-top): the two routes the issue's 3x target names, each limited to exactly
+# 3x the PDHG time (a stopped solve shows the target met as a lower bound), in its own process
+TOP_RUNS, TOP_FACTOR = HIGHS_RUNS[:2], 3.0
 
 
 LP_THREADS = 1  # one core for each solver: robust to the machine's other load, and equal
 
 
-def lp_rows(sizes) -> list[dict]:
+def _highs_in_child(H, method: str, limit: float, tol) -> dict:
+    """One HiGHS solve in a forked process: its fields for the row, its peak memory, and a kill
+    (the kernel's out-of-memory killer on a big model) reported as such instead of ending the run."""
+    import multiprocessing as mp
+    import resource
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        t0 = time.perf_counter()
+        ref = solve_lp(H, method=method, time_limit=limit, tolerance=tol, threads=LP_THREADS)
+        send.send(dict(seconds=time.perf_counter() - t0, optimal=bool(ref.optimal), status=ref.status, value=ref.value,
+                       peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20))
+
+    t0 = time.perf_counter()
+    proc = ctx.Process(target=child)
+    proc.start()
+    send.close()
+    try:
+        got = recv.recv()  # blocks until the child sends, or raises once it died without sending
+    except EOFError:
+        got = None
+    proc.join()
+    if got is None:
+        return dict(seconds=time.perf_counter() - t0, optimal=False, value=None,
+                    status=f"process ended with code {proc.exitcode} (-9: killed, e.g. out of memory)")
+    return got
+
+
+def lp_rows(sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, isolate: bool = False) -> list[dict]:
+    """One crossover row per size: the PDHG, then (up to HIGHS_MAX_N, or always with ``isolate``)
+    each HiGHS route of ``routes`` limited to ``factor`` x the PDHG time, in-process or, with
+    ``isolate``, each in its own process."""
     import torch
 
     from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
@@ -244,21 +284,32 @@ def lp_rows(sizes) -> list[dict]:
         sol, info = solve_lp_pdhg(H, tol=LP_TOL)
         row.update(seconds_pdhg=round(time.perf_counter() - t0, 2), pdhg_gap=info.relative_gap, pdhg_iterations=info.iterations,
                    pdhg_lower=info.lower_bound, pdhg_upper=info.upper_bound)
-        if n <= HIGHS_MAX_N:
-            row["highs_limit"] = limit = round(max(LIMIT_FLOOR, LIMIT_FACTOR * row["seconds_pdhg"]), 1)
-            for key, method, tol in HIGHS_RUNS:
-                t0 = time.perf_counter()
-                ref = solve_lp(H, method=method, time_limit=limit, tolerance=tol, threads=LP_THREADS)
-                row[f"seconds_{key}"] = round(time.perf_counter() - t0, 2)
-                row[f"{key}_optimal"] = bool(ref.optimal)
-                row[f"{key}_stopped"] = "time limit" in ref.status.lower()  # else finished ('Unknown' = no crossover)
-                row[f"{key}_value"] = ref.value
-                if ref.optimal and tol is None:
-                    row["pdhg_upper_is_valid"] = bool(info.upper_bound >= ref.value - 1e-6 * abs(ref.value))
-                    row["lp_value"] = ref.value
+        if n <= HIGHS_MAX_N or isolate:
+            del sol
+            row["highs_limit"] = limit = round(max(LIMIT_FLOOR, factor * row["seconds_pdhg"]), 1)
+            row["highs_limit_factor"] = factor
+            for key, method, tol in routes:
+                print(f"n={n}: HiGHS {key}, limit {limit} s ...", file=sys.stderr, flush=True)
+                if isolate:
+                    got = _highs_in_child(H, method, limit, tol)
+                    row[f"{key}_status"] = got["status"]
+                    row[f"{key}_peak_rss_gb"] = round(got["peak_rss_gb"], 2) if "peak_rss_gb" in got else None
+                else:
+                    t0 = time.perf_counter()
+                    ref = solve_lp(H, method=method, time_limit=limit, tolerance=tol, threads=LP_THREADS)
+                    got = dict(seconds=time.perf_counter() - t0, optimal=bool(ref.optimal), status=ref.status, value=ref.value)
+                row[f"seconds_{key}"] = round(got["seconds"], 2)
+                row[f"{key}_optimal"] = got["optimal"]
+                row[f"{key}_stopped"] = "time limit" in got["status"].lower()  # else finished ('Unknown' = no crossover)
+                row[f"{key}_value"] = got["value"]
+                if got["optimal"] and tol is None:
+                    row["pdhg_upper_is_valid"] = bool(info.upper_bound >= got["value"] - 1e-6 * abs(got["value"]))
+                    row["lp_value"] = got["value"]
             if "lp_value" in row:  # the accuracy each 1e-4 route reached, against the proven optimum
                 for key in ("pdhg", "ipm_1e-4", "pdlp_1e-4"):
-                    v = row["pdhg_lower" if key == "pdhg" else f"{key}_value"]
+                    v = row["pdhg_lower" if key == "pdhg" else f"{key}_value"] if key == "pdhg" or f"{key}_value" in row else None
+                    if v is None:
+                        continue
                     row[f"{key}_rel_error"] = (row["lp_value"] - v) / abs(row["lp_value"])
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
@@ -340,6 +391,7 @@ def main() -> None:
     small = [n for n in LP_SIZES if n < PDHG_ONLY_FROM][:3 if args.quick else None]
     lps = lp_rows(small) if "lp" in args.parts else []
     large = lp_rows([n for n in LP_SIZES if n >= PDHG_ONLY_FROM]) if "lp-large" in args.parts else []
+    top = lp_rows(LP_SIZES[-1:], routes=TOP_RUNS, factor=TOP_FACTOR, isolate=True) if "lp-top" in args.parts else []
     fact = factor_rows(args.quick) if "factor" in args.parts else []
     # a run of some parts keeps the other parts of the last full results (each part says its date)
     prev = Path(__file__).parent / "results" / "solve_maxecc.json"
@@ -350,7 +402,10 @@ def main() -> None:
         frac = frac if "fractional" in args.parts else old.get("fractional", [])
         lps = lps if "lp" in args.parts else [r for r in old.get("lp_crossover", []) if r["n"] < PDHG_ONLY_FROM]
         large = large if "lp-large" in args.parts else [r for r in old.get("lp_crossover", []) if r["n"] >= PDHG_ONLY_FROM]
+        top = top if "lp-top" in args.parts else [r for r in old.get("lp_crossover", [])
+                                                  if r["n"] >= PDHG_ONLY_FROM and "highs_limit" in r]
         fact = fact if "factor" in args.parts else old.get("factor_search", [])
+    large = [r for r in large if r["n"] not in {t["n"] for t in top}] + top  # lp-top's row replaces lp-large's
     lps = lps + large
     report(rows, skipped, args, frac, fact, lps)
 
@@ -360,10 +415,11 @@ def fractional_targets(frac: list[dict], fact: list[dict], lps: list[dict]) -> d
     timed = [r for r in lps if "seconds_rowgen" in r]
     if timed:
         big = timed[-1]
-        for key, _, tol in HIGHS_RUNS:
+        for key, _, tol in (run for run in HIGHS_RUNS if f"seconds_{run[0]}" in big):
             ratio = round(big[f"seconds_{key}"] / big["seconds_pdhg"], 2)
+            factor = big.get("highs_limit_factor", LIMIT_FACTOR)
             done = "" if not _stopped(big, key) else (f" (HiGHS stopped at its {big['highs_limit']:.0f} s limit, "
-                                                     f"{LIMIT_FACTOR}x the PDHG time: a lower bound on the ratio)")
+                                                     f"{factor}x the PDHG time: a lower bound on the ratio)")
             accuracy = "its default tolerances" if tol is None else f"tolerance {tol:g}"
             targets[f"pdhg_speedup_vs_{key}_at_{big['pairs']}_pairs"] = target(
                 ratio, 3.0, ratio >= 3.0 and big["pdhg_gap"] <= LP_TOL,
@@ -377,7 +433,7 @@ def fractional_targets(frac: list[dict], fact: list[dict], lps: list[dict]) -> d
         targets["pdhg_largest_pairs_certified"] = target(
             largest["pairs"], 10**7, largest["pairs"] >= 10**7 and largest["pdhg_gap"] <= LP_TOL,
             f"incident pairs of the largest planted LP solved to a certified {LP_TOL:g} gap "
-            f"({largest['seconds_pdhg']:.0f} s; HiGHS not run at that size)")
+            f"({largest['seconds_pdhg']:.0f} s; HiGHS {'run beside it' if 'highs_limit' in largest else 'not run at that size'})")
     for row in frac:
         for alg in RANDOMIZED:
             a = row["algorithms"][alg]
@@ -537,7 +593,7 @@ def markdown(rows: list[dict], targets: dict, out: dict) -> str:
                          f"{cert:.4f} | {g(ls) if ls else '—'} |")
     if out["lp_crossover"]:
         lines += ["", f"LP crossover (planted, noise 0.9, k 8, r 3; {LP_THREADS} thread for each solver; each HiGHS solve limited to {LIMIT_FACTOR}x the PDHG time "
-                  f"of the same instance, at least {LIMIT_FLOOR:.0f} s; wall seconds, ratio = HiGHS / PDHG; plot {out['lp_plot']}):", "",
+                  f"of the same instance, at least {LIMIT_FLOOR:.0f} s, and {TOP_FACTOR}x at the part lp-top's size, each solve in its own process there; wall seconds, ratio = HiGHS / PDHG; plot {out['lp_plot']}):", "",
                   "| n | pairs | PDHG s | PDHG certified gap | PDHG iterations | "
                   + " | ".join(f"HiGHS {k} s (ratio)" for k, _, _ in HIGHS_RUNS) + " |",
                   "|---|---|---|---|---|" + "---|" * len(HIGHS_RUNS)]
@@ -546,6 +602,8 @@ def markdown(rows: list[dict], targets: dict, out: dict) -> str:
                 if f"seconds_{m}" not in r:
                     return "not run"
                 mark = " limit" if _stopped(r, m) else ""
+                if r.get(f"{m}_value") is None and not _stopped(r, m):
+                    mark = f" failed: {r.get(f'{m}_status', '?')}"
                 return f"{r[f'seconds_{m}']:.1f}{mark} ({r[f'seconds_{m}'] / r['seconds_pdhg']:.1f})"
             lines.append(f"| {r['n']} | {r['pairs']} | {r['seconds_pdhg']:.1f} | {r['pdhg_gap']:.1e} | {r['pdhg_iterations']} | "
                          + " | ".join(cell(k) for k, _, _ in HIGHS_RUNS) + " |")
