@@ -267,12 +267,19 @@ def _highs_in_child(H, method: str, limit: float, tol) -> dict:
     return got
 
 
-def lp_rows(sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, isolate: bool = False) -> list[dict]:
+TOP_PARTIAL = Path(__file__).parent / "results" / "solve_maxecc_lp_top.partial.json"
+
+
+def lp_rows(sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, isolate: bool = False,
+            partial: Path | None = None) -> list[dict]:
     """One crossover row per size: the PDHG, then (up to HIGHS_MAX_N, or always with ``isolate``)
     each HiGHS route of ``routes`` limited to ``factor`` x the PDHG time, in-process or, with
-    ``isolate``, each in its own process."""
+    ``isolate``, each in its own process. With ``partial`` the row is saved there after each solve
+    (with the date of each) and a rerun continues it: solves already in it are not repeated, so
+    hours of solves can span several invocations (the instance is regenerated from its seed)."""
     import torch
 
+    from icmlkit.lib.core.io import write_text
     from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
 
     torch.set_num_threads(LP_THREADS)
@@ -280,15 +287,27 @@ def lp_rows(sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, isolate: boo
     for n in sizes:
         H = planted(n, 8, 3, 2 * n, 0.9, seed=0, weighted=True)
         row = {"n": n, "m": H.m, "pairs": int(incident_pairs(H).P), "nnz": int(len(H.nodes))}
-        t0 = time.perf_counter()
-        sol, info = solve_lp_pdhg(H, tol=LP_TOL)
-        row.update(seconds_pdhg=round(time.perf_counter() - t0, 2), pdhg_gap=info.relative_gap, pdhg_iterations=info.iterations,
-                   pdhg_lower=info.lower_bound, pdhg_upper=info.upper_bound)
+        if partial is not None and partial.exists():
+            kept = json.loads(partial.read_text())
+            row = kept if all(kept.get(k) == v for k, v in row.items()) else row
+
+        def keep(what: str) -> None:
+            if partial is not None:
+                row.setdefault("measured", {})[what] = {"date": today(), "commit": commit()}
+                write_text(partial, json.dumps(row, indent=1))
+
+        if "seconds_pdhg" not in row:
+            t0 = time.perf_counter()
+            _, info = solve_lp_pdhg(H, tol=LP_TOL)
+            row.update(seconds_pdhg=round(time.perf_counter() - t0, 2), pdhg_gap=info.relative_gap,
+                       pdhg_iterations=info.iterations, pdhg_lower=info.lower_bound, pdhg_upper=info.upper_bound)
+            keep("pdhg")
         if n <= HIGHS_MAX_N or isolate:
-            del sol
             row["highs_limit"] = limit = round(max(LIMIT_FLOOR, factor * row["seconds_pdhg"]), 1)
             row["highs_limit_factor"] = factor
             for key, method, tol in routes:
+                if f"seconds_{key}" in row:
+                    continue
                 print(f"n={n}: HiGHS {key}, limit {limit} s ...", file=sys.stderr, flush=True)
                 if isolate:
                     got = _highs_in_child(H, method, limit, tol)
@@ -303,8 +322,9 @@ def lp_rows(sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, isolate: boo
                 row[f"{key}_stopped"] = "time limit" in got["status"].lower()  # else finished ('Unknown' = no crossover)
                 row[f"{key}_value"] = got["value"]
                 if got["optimal"] and tol is None:
-                    row["pdhg_upper_is_valid"] = bool(info.upper_bound >= got["value"] - 1e-6 * abs(got["value"]))
+                    row["pdhg_upper_is_valid"] = bool(row["pdhg_upper"] >= got["value"] - 1e-6 * abs(got["value"]))
                     row["lp_value"] = got["value"]
+                keep(key)
             if "lp_value" in row:  # the accuracy each 1e-4 route reached, against the proven optimum
                 for key in ("pdhg", "ipm_1e-4", "pdlp_1e-4"):
                     v = row["pdhg_lower" if key == "pdhg" else f"{key}_value"] if key == "pdhg" or f"{key}_value" in row else None
@@ -391,7 +411,8 @@ def main() -> None:
     small = [n for n in LP_SIZES if n < PDHG_ONLY_FROM][:3 if args.quick else None]
     lps = lp_rows(small) if "lp" in args.parts else []
     large = lp_rows([n for n in LP_SIZES if n >= PDHG_ONLY_FROM]) if "lp-large" in args.parts else []
-    top = lp_rows(LP_SIZES[-1:], routes=TOP_RUNS, factor=TOP_FACTOR, isolate=True) if "lp-top" in args.parts else []
+    top = lp_rows(LP_SIZES[-1:], routes=TOP_RUNS, factor=TOP_FACTOR, isolate=True, partial=TOP_PARTIAL) \
+        if "lp-top" in args.parts else []
     fact = factor_rows(args.quick) if "factor" in args.parts else []
     # a run of some parts keeps the other parts of the last full results (each part says its date)
     prev = Path(__file__).parent / "results" / "solve_maxecc.json"
