@@ -3,10 +3,12 @@
 - ``--part analytic``: CARD on three analytic systems with exact free energies (an anisotropic
   4-particle harmonic trap, 4 particles in a tilted double well, the harmonic triatomic whose F is
   computed by 3-D quadrature). Targets per system: |F - F_exact| <= 0.1 kT, BAR error <= 0.05 kT.
-- ``--part solvation --coords cartesian|internal [--kl-steps N]``: chloromethane, methanol and
+- ``--part solvation --coords cartesian|internal [--kl-steps N] [--md-interval FS]``: chloromethane, methanol and
   methanethiol (FreeSolv): CARD's Delta G(vacuum -> OBC2) = kT (f_obc2 - f_vacuum) and, on the very
   same end-state frames, end-state BAR (the model-free baseline at equal MD); forward ESS per
-  environment (issue 28 target: >= 10 % on methanol and methanethiol).
+  environment (issue 28 target: >= 10 % on methanol and methanethiol). ``--md-interval FS`` spaces
+  the 2000 end-state frames FS fs apart instead of 50 (500: 1 ns of MD instead of 100 ps; the
+  frames train CARD and feed end-state BAR alike).
 - ``--part lambda``: the 11-window lambda-MBAR reference of those molecules. Target:
   |Delta G_CARD - Delta G_MBAR| <= 0.3 kcal/mol; cost as energy evaluations (MD steps count one
   each) and wall time with and without the end-state MD; the "without MD" ratio is always quoted
@@ -14,7 +16,7 @@
 - ``--part transfer-train --env vacuum|obc2`` and ``--part transfer-eval``: one model per
   environment over FreeSolv molecules chosen by a rule (:mod:`icmlkit.lib.fe.transfer`), evaluated
   on held-out molecules with no MD of them, against end-state BAR and lambda MBAR (MAE target
-  <= 0.5 kcal/mol, energy-evaluation ratios reported). Sized far below the issue's 30-100 molecules.
+  <= 0.5 kcal/mol, energy-evaluation ratios reported): 44 training and 8 held-out molecules.
 - ``--part carry-over --rev REV``: imports the analytic rows, the lambda-MBAR references and the
   Cartesian CARD rows of an earlier results file (same code paths and seeds), marked as such.
 
@@ -80,10 +82,16 @@ def bench_analytic(cfg) -> list[dict]:
     return rows
 
 
-def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0) -> dict:
+def solvation_tag(coords: str, kl_steps: int, md_interval: int | None, n_frames: int) -> str:
+    """The row's variant name: the coordinates, then '+kl<N>' and '+md<ps>ps' when set."""
+    return coords + (f"+kl{kl_steps}" if kl_steps else "") + (
+        f"+md{md_interval * n_frames // 1000}ps" if md_interval else "")
+
+
+def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: int | None = None) -> dict:
     """CARD (``coords`` cartesian or internal, ``kl_steps`` of Stage III) and end-state BAR on the same
-    end-state frames."""
-    c = cfg["molecule"]
+    end-state frames (``md_interval`` fs apart when given, else the configured interval)."""
+    c = dict(cfg["molecule"], **({"interval": md_interval} if md_interval else {}))
     entry = freesolv_entry(cid)
     # the library call of `estimate-fe solvation --outdir` (each environment on its own seed stream);
     # its end-state frames also give end-state BAR (`baseline --method endstate-bar`, same MD)
@@ -93,8 +101,8 @@ def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0) -> dict:
                      kl_steps=kl_steps)
     per, eb = card["per_environment"], card["endstate_bar"]
     row = {
-        "compound": cid, "name": MOLECULES[cid], "coords": coords + (f"+kl{kl_steps}" if kl_steps else ""),
-        "kl_steps": kl_steps, "smiles": entry["smiles"],
+        "compound": cid, "name": MOLECULES[cid], "coords": solvation_tag(coords, kl_steps, md_interval, c["n_frames"]),
+        "kl_steps": kl_steps, "md_interval_fs": c["interval"], "smiles": entry["smiles"],
         "n_atoms": open_system(f"freesolv:{cid}").n_atoms,
         "card_delta_g_kcal": card["delta_g_kcal"], "card_err_kcal": card["delta_g_err_kcal"],
         "card_exp_forward_delta_g_kcal": card["delta_g_exp_forward_kcal"],
@@ -474,6 +482,7 @@ def targets_of(R: dict) -> dict:
 ALL_PARTS = [["--part", "analytic"], ["--part", "lambda"],
              ["--part", "solvation", "--coords", "cartesian"], ["--part", "solvation", "--coords", "internal"],
              ["--part", "solvation", "--coords", "internal", "--kl-steps", "100", "--molecules", "methanol"],
+             ["--part", "solvation", "--coords", "internal", "--md-interval", "500", "--molecules", "methanol"],
              ["--part", "transfer-train", "--env", "vacuum"], ["--part", "transfer-train", "--env", "obc2"],
              ["--part", "transfer-eval"]]
 
@@ -493,6 +502,8 @@ def main() -> None:
     ap.add_argument("--molecules", default=",".join(MOLECULES.values()), help="solvation/lambda: comma-separated names")
     ap.add_argument("--coords", choices=("cartesian", "internal"), default="cartesian", help="solvation: CARD coordinates")
     ap.add_argument("--kl-steps", type=int, default=0, help="solvation: Stage III (reverse KL) steps per environment")
+    ap.add_argument("--md-interval", type=int, default=None,
+                    help="solvation: fs between the end-state frames (default 50: 100 ps; 500: 1 ns)")
     ap.add_argument("--env", choices=("vacuum", "obc2"), default="vacuum", help="transfer-train: the environment")
     ap.add_argument("--held-out", default=None, help="transfer-eval: comma-separated held-out names (default: all)")
     ap.add_argument("--rev", default="2c04231", help="carry-over: the git revision whose results to import")
@@ -523,7 +534,7 @@ def main() -> None:
         R["analytic"] = bench_analytic(cfg)
     elif args.part == "solvation":
         for cid in mols:
-            row = bench_molecule(cid, cfg, args.coords, args.kl_steps)
+            row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval)
             R.setdefault("solvation", {})[f"{MOLECULES[cid]}/{row['coords']}"] = row
     elif args.part == "lambda":
         for cid in mols:
@@ -550,11 +561,12 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
         f" --molecules {args.molecules}" if args.part in ("solvation", "lambda") else "") + (
         f" --coords {args.coords}" if args.part == "solvation" else "") + (
         f" --kl-steps {args.kl_steps}" if args.part == "solvation" and args.kl_steps else "") + (
+        f" --md-interval {args.md_interval}" if args.part == "solvation" and args.md_interval else "") + (
         f" --env {args.env}" if args.part == "transfer-train" else "") + (
         f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
         f" --rev {args.rev}" if args.part == "carry-over" else "") + (
         " --quick" if args.quick else "")
-    key = args.part + (f"/{args.coords}{'+kl' + str(args.kl_steps) if args.kl_steps else ''}/{args.molecules}"
+    key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'])}/{args.molecules}"
                        if args.part == "solvation" else
                        f"/{args.molecules}" if args.part == "lambda" else
                        f"/{args.env}" if args.part == "transfer-train" else
