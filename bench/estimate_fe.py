@@ -251,8 +251,8 @@ def bench_transfer_eval(cfg, names: list[str] | None, quick: bool) -> list[dict]
 def transfer_summary(R: dict, cfg) -> dict | None:
     import numpy as np
 
-    train = R.get("transfer_train", {})
-    held = set(next(iter(train.values()))["held_out"]) if train else set()
+    first = next(iter(R.get("transfer_train", {}).values()), None)
+    held = set(first["held_out"]) if first else set()
     rows = [r for c, r in R.get("transfer_rows", {}).items() if c in held]  # rows of an older split are not this model's
     if not rows:
         return None
@@ -264,9 +264,9 @@ def transfer_summary(R: dict, cfg) -> dict | None:
         boots.append(np.mean([abs(rows[k]["card_boot_kcal"][rng.integers(0, len(rows[k]["card_boot_kcal"]))]
                                   - rows[k]["mbar_delta_g_kcal"]) for k in pick]))
     es = [r["abs_err_endstate_kcal"] for r in rows if r["abs_err_endstate_kcal"] is not None]
-    n_train = len(next(iter(train.values()))["train"]) if train else None
+    n_train = len(first["train"]) if first else None
     c = cfg["transfer"]
-    lo, hi = c.get("heavy_atoms", (2, 3))
+    lo, hi = c["heavy_atoms"]
     sized = n_train is not None and 30 <= n_train <= 100 and 8 <= len(rows) <= 10
     note = (("" if sized else "UNDERSIZED: ") + f"one model per environment trained on {n_train} FreeSolv molecules, "
             f"{len(rows)} held-out molecules evaluated (rule: "
@@ -283,7 +283,7 @@ def transfer_summary(R: dict, cfg) -> dict | None:
             "mean_ratio_evals_mbar": float(np.mean([r["ratio_evals_mbar_over_card"] for r in rows])),
             "mean_ratio_evals_endstate": float(np.mean([r["ratio_evals_endstate_over_card"] for r in rows])),
             "mean_ratio_seconds_mbar": float(np.mean([r["ratio_seconds_mbar_over_card"] for r in rows])),
-            "train": train}
+            "train": R.get("transfer_train", {})}
 
 
 def with_lambda(row: dict, lam: dict | None) -> dict:
