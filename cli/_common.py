@@ -516,10 +516,15 @@ class Run:
 
     def _finish(self, summary: dict | None) -> None:
         status = "check_failed" if self._check_failure else "ok"
+        # render first: a summary that cannot be written (a non-finite float in --json) fails the run
+        # before the manifest exists, so the rollback leaves no partial output
+        text = format_summary(summary, self.json) if summary is not None and self.is_main else None
         if self.write_manifest and self._outputs:
             self.manifest.write(manifest_path_for(self._outputs[0]), status)
-        if summary is not None and self.is_main:
-            emit_summary(summary, self.json, to_stderr=self.stdout_is_data)
+        if text is not None:
+            stream = sys.stderr if self.stdout_is_data else sys.stdout
+            stream.write(text)
+            stream.flush()
         if self._check_failure:
             raise CheckFailed(self._check_failure)
 
@@ -532,15 +537,12 @@ def _fmt(v: Any) -> str:
     return "null" if v is None else str(v)
 
 
-def emit_summary(summary: dict, as_json: bool, to_stderr: bool = False) -> None:
-    """``--json``: one JSON object on stdout; otherwise ``key: value`` lines."""
-    stream = sys.stderr if to_stderr else sys.stdout
+def format_summary(summary: dict, as_json: bool) -> str:
+    """``--json``: one JSON object; otherwise ``key: value`` lines."""
     if as_json:
-        stream.write(dumps_json(summary))
-    else:
-        width = max((len(k) for k in summary), default=0)
-        stream.write("".join(f"{k:<{width}}  {_fmt(v)}\n" for k, v in summary.items()))
-    stream.flush()
+        return dumps_json(summary)
+    width = max((len(k) for k in summary), default=0)
+    return "".join(f"{k:<{width}}  {_fmt(v)}\n" for k, v in summary.items())
 
 
 class PipeClosed(Exception):

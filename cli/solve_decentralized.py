@@ -89,33 +89,52 @@ def generate(run, kind, cfg, output):
 
 @cli.command("from-libsvm")
 @click.argument("data")
-@click.option("--nodes", type=click.IntRange(min=2), default=20, show_default=True, help="Nodes (samples split "
-              "into contiguous blocks).")
+@click.option("--split", type=click.Choice(["samples", "features"]), default="samples", show_default=True,
+              help="samples: horizontal FL (contiguous sample blocks, consensus on the shared model); features: "
+              "vertical FL (contiguous feature blocks, one party each; party 0 holds the labels and z, coupled "
+              "constraint sum_i X_i w_i - c z' = 0, every A_i kept sparse).")
+@click.option("--nodes", type=click.IntRange(min=2), default=20, show_default=True, help="Nodes / parties.")
 @click.option("--graph", type=click.Choice(["path", "ring", "grid", "er", "star", "complete"]), default="ring",
               show_default=True, help="Communication graph.")
 @click.option("--lam", type=click.FloatRange(min=0, min_open=True), default=1e-2, show_default=True,
-              help="l2 weight: sum_i f_i = mean logistic loss + lam/2 ||w||^2.")
+              help="l2 weight: sum_i f_i = mean logistic loss + lam/2 ||w||^2 (no intercept; = scikit-learn's "
+              "LogisticRegression(C=1/(lam N), fit_intercept=False)).")
 @click.option("--n-features", type=click.IntRange(min=1), default=None, help="Feature count (default: the largest "
               "index seen; a9a has 123).")
+@click.option("--z-scale", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="--split features: the scale c of z = c z' (default sqrt of the largest lambda_max(X_i^T X_i), "
+              "our choice; it trades kappa_f for kappa_A and leaves the optimum unchanged).")
 @output_option("Folder for problem.json and its files.", directory=True, required=True)
-def from_libsvm(run, data, nodes, graph, lam, n_features, output):
-    """Horizontal-FL l2-logistic regression from a LIBSVM file (read sparse with scipy, never densified):
-    samples split across the nodes, consensus on the shared model.
+def from_libsvm(run, data, split, nodes, graph, lam, n_features, z_scale, output):
+    """l2-logistic regression from a LIBSVM file (read sparse with scipy, never densified), split across
+    the nodes by samples (HFL: consensus on the model) or by feature blocks (VFL: sparse coupled A_i).
 
     \b
-    JSON keys: samples, features, n_nodes, graph, lam, spec.
-    Example:  solve-decentralized from-libsvm ../shared/data/a9a/a9a.t --nodes 20 --graph ring -o a9a/
+    JSON keys: samples, features, split, n_nodes, graph, lam, z_scale (features only), spec.
+    Examples:
+      solve-decentralized from-libsvm ../shared/data/a9a/a9a.t --nodes 20 --graph ring -o a9a/
+      solve-decentralized from-libsvm ../shared/data/a9a/a9a.t --split features --nodes 4 --graph path -o a9a-vfl/
     """
+    from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.core.runtime import numpy_rng
-    from icmlkit.lib.decentral.generate import hfl_logistic
+    from icmlkit.lib.decentral.generate import hfl_logistic, vfl_logistic
     from icmlkit.lib.decentral.problem import read_libsvm, write_problem
 
+    if z_scale is not None and split != "features":
+        raise UsageError("--z-scale applies to --split features only")
     X, y = read_libsvm(run.input(data), n_features)
-    prob = hfl_logistic(X, y, nodes, lam, graph, rng=numpy_rng(run.seed, "graph"))
+    if split == "features" and nodes > X.shape[1]:
+        raise UsageError(f"--nodes {nodes} exceeds the {X.shape[1]} features of {data}: a party needs one")
+    rng = numpy_rng(run.seed, "graph")
+    prob = (hfl_logistic(X, y, nodes, lam, graph, rng=rng) if split == "samples"
+            else vfl_logistic(X, y, nodes, lam, graph, rng=rng, z_scale=z_scale))
     with run.run_dir(output) as folder:
         write_problem(folder, prob)
-    return {"samples": int(X.shape[0]), "features": int(X.shape[1]), "n_nodes": nodes, "graph": graph, "lam": lam,
-            "spec": f"{output}/problem.json"}
+    out = {"samples": int(X.shape[0]), "features": int(X.shape[1]), "split": split, "n_nodes": nodes, "graph": graph,
+           "lam": lam, "spec": f"{output}/problem.json"}
+    if split == "features":
+        out["z_scale"] = prob.meta["z_scale"]
+    return out
 
 
 @cli.command("from-sklearn")

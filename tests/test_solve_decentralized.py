@@ -378,6 +378,71 @@ def test_libsvm_reader_is_sparse_and_feeds_from_libsvm(tmp_path, capsys):
     assert r["converged"]
 
 
+def _sparse_binary(N=80, f=12, seed=3):
+    """An a9a-like sparse 0/1 design and +-1 labels from a planted logistic model."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    X = sp.random(N, f, density=0.3, random_state=rng, data_rvs=lambda k: np.ones(k), format="csr")
+    y = np.where(rng.random(N) < 1 / (1 + np.exp(-(X @ rng.normal(size=f)))), 1.0, -1.0)
+    return X, y
+
+
+def test_vfl_logistic_keeps_a_sparse_and_matches_hfl_and_scikit_learn():
+    from sklearn.linear_model import LogisticRegression
+
+    from icmlkit.lib.decentral.config import SolveConfig
+    from icmlkit.lib.decentral.generate import hfl_logistic, vfl_logistic
+    from icmlkit.lib.decentral.problem import SparseStack
+    from icmlkit.lib.decentral.reference import reference
+    from icmlkit.lib.decentral.solve import solve
+
+    X, y = _sparse_binary()
+    lam = 0.05
+    vfl = vfl_logistic(X, y, 3, lam, "path", rng=np.random.default_rng(0))
+    assert vfl.sparse and isinstance(vfl.A, SparseStack) and vfl.lam.shape == (3, vfl.dmax)
+    blocks = vfl.meta["blocks"]
+    ref = reference(vfl)
+    w = np.concatenate([ref.x[i, :len(b)] for i, b in enumerate(blocks)])
+    sk = LogisticRegression(C=1 / (lam * X.shape[0]), fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, y)
+    assert np.abs(w - sk.coef_[0]).max() < 1e-5
+    # the horizontal split of the same data has the same model
+    hfl = reference(hfl_logistic(X.toarray(), y, 4, lam, "ring", rng=np.random.default_rng(0)))
+    assert np.abs(w - hfl.xt).max() < 1e-8
+    res = solve(SolveConfig(method="apapc-cheb", tol=1e-6), vfl, ref=ref)
+    assert res.summary["converged"] and res.summary["rel_error"] <= 1e-6
+    assert res.setup["bounds"] == "exact+lanczos" and res.setup["kappa_f"] is None
+    for method in ("tracking-admm", "extra", "centralized"):
+        with pytest.raises(Exception, match="sparse"):
+            solve(SolveConfig(method=method), vfl, ref=ref)
+
+
+def test_from_libsvm_features_round_trips_csr_a_and_refuses_bad_csr(tmp_path, capsys):
+    X, y = _sparse_binary(N=40, f=9)
+    f = tmp_path / "d.t"
+    f.write_text("".join(f"{int(l):+d} " + " ".join(f"{j + 1}:{v:g}" for j, v in zip(r.indices, r.data)) + "\n"
+                         for l, r in zip(y, X)))
+    s = _js(capsys, "from-libsvm", f, "--split", "features", "--nodes", 3, "--graph", "path", "--lam", 0.05,
+            "--n-features", 9, "-o", tmp_path / "v")
+    assert s["split"] == "features" and s["z_scale"] > 0
+    z = np.load(tmp_path / "v" / "problem_node0.npz")
+    assert "A_data" in z and "A" not in z and tuple(z["A_shape"]) == (40, 3 + 40)
+    spec = tmp_path / "v" / "problem.json"
+    ref = _js(capsys, "reference", spec, "-o", tmp_path / "ref.npz")
+    assert ref["method"] == "newton" and ref["kkt_stationarity"] < 1e-8
+    r = _js(capsys, "solve", spec, "--tol", 1e-6, "-o", tmp_path / "s.npz", "--setup", tmp_path / "setup.json")
+    assert r["converged"] and r["kappa_f"] is None and r["predicted_communications"] is None
+    code, _, err = _cli(capsys, "solve", spec, "-m", "tracking-admm")
+    assert code == 2 and "sparse" in err
+    code, _, err = _cli(capsys, "from-libsvm", f, "--z-scale", 2.0, "-o", tmp_path / "h")
+    assert code == 2 and "--z-scale" in err
+    z1 = np.load(tmp_path / "v" / "problem_node1.npz")
+    _edit_node(tmp_path / "v", 1, A_indices=np.full_like(z1["A_indices"], 99))   # column 99 of 3
+    code, _, err = _cli(capsys, "solve", spec, "-o", tmp_path / "bad.npz")
+    assert code == 1 and "problem_node1.npz" in err and "node 1: matrix A (CSR parts) is malformed" in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "bad.npz").exists()
+
+
 def test_from_sklearn_hfl_and_vfl_ridge_match_scikit_learn(tmp_path, capsys):
     from sklearn.datasets import load_diabetes
     from sklearn.linear_model import Ridge

@@ -7,6 +7,8 @@ hold exactly; f is strictly convex, so the planted point is the unique optimum.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from icmlkit.lib.decentral.problem import Problem, make_graph
@@ -168,6 +170,47 @@ def hfl_logistic(X, y, n: int, lam: float, graph: str = "ring", rng=None) -> Pro
                    A=np.zeros((n, 0, 0)), b=np.zeros((n, 0)), C=np.zeros((n, 0, 0)), c=np.zeros((n, 0)),
                    Ct=np.zeros((n, 0, p)), ct=np.zeros((n, 0)), F=F, y=Y, lam=np.full(n, lam / n),
                    weight=np.full(n, 1.0 / N), meta={"kind": "hfl-logistic"})
+
+
+def vfl_logistic(X, y, parties: int, lam: float, graph: str = "path", rng=None, z_scale: float | None = None) -> Problem:
+    """Vertical FL l2-logistic regression (no intercept): the columns of the (sparse) X split into
+    ``parties`` blocks, node 0 also holds the labels and z' (one entry per sample); every A_i stays
+    sparse (``SparseStack``):
+
+        min (1/N) sum_j log(1 + exp(-y_j c z'_j)) + lam/2 sum_i ||w_i||^2  s.t.  sum_i X_i w_i - c z' = 0,
+
+    the same optimum as ``hfl_logistic(X, y, .., lam)`` and scikit-learn's LogisticRegression(C =
+    1/(lam N), fit_intercept=False). z = c z' with c = sqrt(max_i lambda_max(X_i^T X_i)) by default [our
+    choice: the z columns of A_0 then weigh as much as the largest feature block, trading kappa_f (the
+    loss's curvature c^2/(4N) against lam) for kappa_A (lambda_min(sum_i A_i A_i^T) >= c^2)]."""
+    import scipy.sparse as sp
+
+    from icmlkit.lib.decentral.problem import SparseStack
+    from icmlkit.lib.decentral.spectral import lanczos_top
+
+    X = sp.csr_matrix(X, dtype=float)
+    y = np.asarray(y, float)
+    N, f = X.shape
+    blocks = np.array_split(np.arange(f), parties)
+    Xb = [X[:, b].tocsr() for b in blocks]
+    c = float(z_scale) if z_scale else math.sqrt(max(lanczos_top(lambda v, M=M: M.T @ (M @ v), M.shape[1])
+                                                     for M in Xb))
+    d0 = len(blocks[0])
+    dims = [d0 + N] + [len(b) for b in blocks[1:]]
+    dmax = max(dims)
+    A = SparseStack([sp.hstack([Xb[0], -c * sp.identity(N)])] + Xb[1:], N, dmax)
+    lam_w = np.zeros((parties, dmax))
+    for i, di in enumerate(len(b) for b in blocks):
+        lam_w[i, :di] = lam
+    F = [sp.csr_matrix((np.full(N, c), (np.arange(N), d0 + np.arange(N))), shape=(N, dmax))]
+    F += [sp.csr_matrix((0, dmax)) for _ in blocks[1:]]
+    Y = [y] + [np.zeros(0) for _ in blocks[1:]]
+    edges = make_graph(graph, parties, rng)
+    return Problem(n=parties, d=dims, p=0, m=N, loss="logistic", edges=edges, edge_weights=np.ones(len(edges)),
+                   A=A, b=np.zeros((parties, N)), C=np.zeros((parties, 0, dmax)), c=np.zeros((parties, 0)),
+                   Ct=np.zeros((parties, 0, 0)), ct=np.zeros((parties, 0)), F=F, y=Y, lam=lam_w,
+                   weight=np.full(parties, 1.0 / N),
+                   meta={"kind": "vfl-logistic", "blocks": [b.tolist() for b in blocks], "z_scale": c})
 
 
 SKLEARN_SETS = ("diabetes", "breast_cancer", "wine", "digits")

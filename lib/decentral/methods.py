@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from icmlkit.lib.decentral.problem import a_mul, a_tmul
 from icmlkit.lib.decentral.spectral import Setup, cheb_T, chebyshev_solve
 
 
@@ -77,7 +78,7 @@ class NodeOps:
         self.cnt["a_mults"] += 1
         WyX = self.wprime(np.concatenate([y, X], 1))
         Wy, WX = WyX[:, :self.m], WyX[:, self.m:]
-        r1 = np.einsum("nmd,nd->nm", self.A, x) + s.alpha * Wy
+        r1 = a_mul(self.A, x) + s.alpha * Wy
         r2 = s.beta * np.einsum("nrd,nd->nr", self.C, x)
         r3 = s.s2 * np.einsum("nsp,np->ns", self.Ct, X)
         r4 = s.s2 * s.gamma * WX
@@ -89,7 +90,7 @@ class NodeOps:
         r1, r2, r3, r4 = rows[:, :m], rows[:, m:m + rr], rows[:, m + rr:m + rr + ss], rows[:, m + rr + ss:]
         self.cnt["a_mults"] += 1
         W14 = self.wprime(np.concatenate([r1, r4], 1))
-        x = np.einsum("nmd,nm->nd", self.A, r1) + s.beta * np.einsum("nrd,nr->nd", self.C, r2)
+        x = a_tmul(self.A, r1) + s.beta * np.einsum("nrd,nr->nd", self.C, r2)
         y = s.alpha * W14[:, :m]
         X = s.s2 * np.einsum("nsp,ns->np", self.Ct, r3) + s.s2 * s.gamma * W14[:, m:]
         return np.concatenate([x, y, X], 1)
@@ -121,8 +122,8 @@ class NodeOps:
             out = out + s.r * self.residual_grad(u)
         elif s.r > 0 and self.m:
             self.cnt["a_mults"] += 1
-            res = np.einsum("nmd,nd->nm", self.A, x) + s.alpha * self.wprime(y) - self.b
-            out[:, :self.dm] += s.r * np.einsum("nmd,nm->nd", self.A, res)
+            res = a_mul(self.A, x) + s.alpha * self.wprime(y) - self.b
+            out[:, :self.dm] += s.r * a_tmul(self.A, res)
             out[:, self.dm:self.dm + self.m] = s.r * s.alpha * self.wprime(res)
         return out
 

@@ -10,11 +10,12 @@ File format (``icmlkit-decentral/1``): a JSON spec naming one .npz per node and 
      "dim_shared": 4, "m": 3, "graph": "graph.csv", "nodes": ["node_0.npz", ...],
      "solution": "solution.npz"}                      # optional: the planted optimum
 
-Node .npz arrays: ``A`` (m x d_i), ``b`` (m), ``C`` (r_i x d_i), ``c`` (r_i), ``Ct`` (s_i x p),
+Node .npz arrays: ``A`` (m x d_i, dense, or CSR parts ``A_data``/``A_indices``/``A_indptr``/``A_shape``:
+a problem with any CSR ``A`` keeps every A_i sparse, see ``SparseStack``), ``b`` (m), ``C`` (r_i x d_i), ``c`` (r_i), ``Ct`` (s_i x p),
 ``ct`` (s_i) (all optional: absent = no such constraint) and the loss data over w = (x_i, x~):
 quadratic ``Q`` (D_i x D_i, D_i = d_i + p, symmetric positive semi-definite), ``q`` (D_i); logistic
 ``F`` (samples x D_i, dense) or ``F_data``/``F_indices``/``F_indptr``/``F_shape`` (CSR), ``y`` (+-1),
-``lam`` (l2 weight) and ``weight`` (the loss's factor); logbarrier (a resource cost): ``Q``, ``q`` as for
+``lam`` (l2 weight: a scalar, or one weight per coordinate of w_i, length D_i) and ``weight`` (the loss's factor); logbarrier (a resource cost): ``Q``, ``q`` as for
 quadratics plus -sum_j bw_j log(x_j - lb_j) on the node's own x: ``bw`` (d_i, >= 0), ``lb`` (d_i) and
 ``bfloor`` (> 0): below the slack bfloor the barrier is continued by its second-order Taylor polynomial
 (f_i is then L-smooth with L_i = lambda_max(Q_i) + max bw / bfloor^2; the cost is the true log-barrier
@@ -22,7 +23,8 @@ wherever x_j - lb_j >= bfloor, so a solution whose slacks are all >= bfloor solv
 
 Internally every node's arrays are padded to the largest d_i (zero columns: a padded coordinate has
 zero gradient and no constraint, so it stays at its initial 0) and stacked, so local operations are
-vectorised over nodes.
+vectorised over nodes. A sparse coupled matrix is kept as one CSR per node (``SparseStack``): the
+products ``a_mul``/``a_tmul`` never build the dense (n, m, dmax) array.
 """
 from __future__ import annotations
 
@@ -37,6 +39,51 @@ from icmlkit.lib.core.io import display_name, load_json, load_npz, open_text, wr
 
 FORMAT = "icmlkit-decentral/1"
 LOSSES = ("quadratic", "logistic", "logbarrier")
+DENSE_GRAM = 2000   # above this many columns Gram spectra are found by Lanczos, not a dense eigen-solve
+
+
+class SparseStack:
+    """The coupled matrices A_i of a problem as one scipy CSR (m, dmax) per node (padded columns):
+    indexable like the dense (n, m, dmax) array by node (an int gives the CSR, a slice a SparseStack)."""
+
+    def __init__(self, mats, m: int, dmax: int):
+        import scipy.sparse as sp
+
+        self.mats = []
+        for M in mats:
+            M = sp.csr_matrix(M, copy=True)
+            if M.shape[0] != m or M.shape[1] > dmax:
+                raise ValueError(f"coupled matrix of shape {M.shape}; expected ({m}, <= {dmax})")
+            M.resize((m, dmax))   # zero columns up to the padded width
+            self.mats.append(M)
+        self.shape = (len(self.mats), m, dmax)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return SparseStack(self.mats[k], self.shape[1], self.shape[2])
+        return self.mats[k]
+
+    def __len__(self):
+        return self.shape[0]
+
+
+def a_mul(A, x: np.ndarray) -> np.ndarray:
+    """Rows A_i x_i (n, m) of the stacked coupled matrices (dense array or SparseStack)."""
+    if isinstance(A, SparseStack):
+        return np.stack([M @ xi for M, xi in zip(A.mats, x)]) if len(A) else np.zeros((0, A.shape[1]))
+    return np.einsum("nmd,nd->nm", A, x)
+
+
+def a_tmul(A, r: np.ndarray) -> np.ndarray:
+    """A_i^T r_i (n, dmax)."""
+    if isinstance(A, SparseStack):
+        return np.stack([M.T @ ri for M, ri in zip(A.mats, r)]) if len(A) else np.zeros((0, A.shape[2]))
+    return np.einsum("nmd,nm->nd", A, r)
+
+
+def a_block(A, i: int, di: int):
+    """Node i's A_i on its d_i real columns (dense array, or CSR for a SparseStack)."""
+    return A[i][:, :di]
 
 
 @dataclass
@@ -50,7 +97,7 @@ class Problem:
     loss: str
     edges: np.ndarray           # (E, 2) int
     edge_weights: np.ndarray    # (E,)
-    A: np.ndarray               # (n, m, dmax)
+    A: np.ndarray               # (n, m, dmax), or a SparseStack of n CSR (m, dmax)
     b: np.ndarray               # (n, m)
     C: np.ndarray               # (n, rmax, dmax)
     c: np.ndarray               # (n, rmax)
@@ -60,7 +107,7 @@ class Problem:
     q: np.ndarray | None = None     # (n, D)
     F: list | None = None           # logistic: per node CSR (S_i, D) in padded columns
     y: list | None = None
-    lam: np.ndarray | None = None   # (n,)
+    lam: np.ndarray | None = None   # (n, D) l2 weight per coordinate ((n,) is broadcast)
     weight: np.ndarray | None = None
     l1: np.ndarray | None = None    # (n,) weight of a non-smooth l1 term l1_i ||w_i||_1 (Algorithm 2 only)
     bw: np.ndarray | None = None    # logbarrier: (n, D) barrier weights (0 off the barrier coordinates)
@@ -69,9 +116,19 @@ class Problem:
     solution: dict | None = None    # {"x": (n, dmax), "xt": (p,)} when planted
     meta: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        if self.lam is not None:
+            lam = np.asarray(self.lam, float)
+            self.lam = np.repeat(lam[:, None], self.D, 1) if lam.ndim == 1 else lam
+
     @property
     def dmax(self) -> int:
         return int(self.A.shape[2])
+
+    @property
+    def sparse(self) -> bool:
+        """True when the coupled matrices are kept sparse (one CSR per node)."""
+        return isinstance(self.A, SparseStack)
 
     @property
     def D(self) -> int:
@@ -129,7 +186,7 @@ class Problem:
         tot = 0.0
         for i in range(w.shape[0]):
             z = -self.y[i] * (self.F[i] @ w[i])
-            tot += self.weight[i] * float(np.sum(np.logaddexp(0.0, z))) + 0.5 * self.lam[i] * float(w[i] @ w[i])
+            tot += self.weight[i] * float(np.sum(np.logaddexp(0.0, z))) + 0.5 * float(self.lam[i] @ w[i] ** 2)
         return tot
 
     def smoothness(self) -> tuple[np.ndarray, np.ndarray]:
@@ -145,8 +202,8 @@ class Problem:
             else:
                 Fi = self.F[i]
                 top = _sq_norm_top(Fi) if Fi.shape[0] else 0.0
-                Ls[i] = self.weight[i] * top / 4 + self.lam[i]
-                mus[i] = self.lam[i]
+                Ls[i] = self.weight[i] * top / 4 + self.lam[i][idx].max()
+                mus[i] = self.lam[i][idx].min()
         return Ls, mus
 
     def real_w(self, i: int) -> np.ndarray:
@@ -163,16 +220,37 @@ class Problem:
         hi = np.zeros_like(lo)
         for i in range(self.n):
             idx = self.real_w(i)
-            lo[i][idx, idx] = self.lam[i]
+            lo[i][idx, idx] = self.lam[i][idx]
             G = (self.F[i].T @ self.F[i])
             G = G.toarray() if hasattr(G, "toarray") else np.asarray(G)
             hi[i] = self.weight[i] * G / 4
-            hi[i][idx, idx] += self.lam[i]
+            hi[i][idx, idx] += self.lam[i][idx]
+        return lo, hi
+
+    def curvature_ops(self):
+        """(lo, hi): w (n, D) -> H w for the quadratic minorant / majorant curvatures of
+        ``hessian_bounds``, without forming the (n, D, D) matrices (the matrix-free setup)."""
+        if self.loss in ("quadratic", "logbarrier"):
+            def lo(w):
+                return np.einsum("nij,nj->ni", self.Q, w)
+            if self.loss == "quadratic":
+                return lo, lo
+            return lo, lambda w: lo(w) + self.bw / self.bfloor[:, None] ** 2 * w
+
+        def lo(w):
+            return self.lam * w
+
+        def hi(w):
+            return np.stack([self.weight[i] / 4 * (self.F[i].T @ (self.F[i] @ w[i])) for i in range(self.n)]) + lo(w)
         return lo, hi
 
 
 def _sq_norm_top(F) -> float:
-    """lambda_max(F^T F) by a dense eigen-solve of the small Gram matrix."""
+    """lambda_max(F^T F): a dense eigen-solve of the Gram matrix when it is small, else Lanczos."""
+    if F.shape[1] > DENSE_GRAM:
+        from icmlkit.lib.decentral.spectral import lanczos_top
+
+        return lanczos_top(lambda v: F.T @ (F @ v), F.shape[1])
     G = F.T @ F
     G = G.toarray() if hasattr(G, "toarray") else np.asarray(G)
     return float(np.linalg.eigvalsh(G)[-1])
@@ -369,20 +447,28 @@ def read_problem(path) -> Problem:
     D = dmax + p
     rmax = max(_rows(z, "C") for _, z in raw)
     smax = max(_rows(z, "Ct") for _, z in raw)
-    A = np.zeros((n, m, dmax)); b = np.zeros((n, m))
+    import scipy.sparse as sp
+
+    sparse_a = any("A_data" in z for _, z in raw)
+    A = [] if sparse_a else np.zeros((n, m, dmax)); b = np.zeros((n, m))
     C = np.zeros((n, rmax, dmax)); c = np.zeros((n, rmax))
     Ct = np.zeros((n, smax, p)); ct = np.zeros((n, smax))
     Q = np.zeros((n, D, D)) if loss != "logistic" else None
     q = np.zeros((n, D)) if loss != "logistic" else None
     bw, lb, bfloor = (np.zeros((n, D)), np.zeros((n, D)), np.ones(n)) if loss == "logbarrier" else (None, None, None)
-    F, Y, lam, weight = ([], [], np.zeros(n), np.ones(n)) if loss == "logistic" else (None, None, None, None)
+    F, Y, lam, weight = ([], [], np.zeros((n, D)), np.ones(n)) if loss == "logistic" else (None, None, None, None)
     l1 = np.zeros(n)
     for i, (npath, z) in enumerate(raw):
         di = d[i]
         cols = np.concatenate([np.arange(di), dmax + np.arange(p)]).astype(int)
-        Ai = _arr(z, "A", npath, i, 2, (m, di), default=np.zeros((m, di)))
         bi = _arr(z, "b", npath, i, 1, (m,), default=np.zeros(m))
-        A[i, :, :di] = Ai; b[i] = bi
+        b[i] = bi
+        if sparse_a:
+            Ai = _read_csr(z, "A", npath, i, (m, di)) if "A_data" in z else \
+                _arr(z, "A", npath, i, 2, (m, di), default=np.zeros((m, di)))
+            A.append(_pad_cols(sp.csr_matrix(Ai), di, dmax))
+        else:
+            A[i, :, :di] = _arr(z, "A", npath, i, 2, (m, di), default=np.zeros((m, di)))
         if "C" in z or "c" in z:
             Ci = _arr(z, "C", npath, i, 2, (None, di))
             ci = _arr(z, "c", npath, i, 1, (Ci.shape[0],))
@@ -413,15 +499,18 @@ def read_problem(path) -> Problem:
             yi = _arr(z, "y", npath, i, 1, (Fi.shape[0],))
             if not np.all(np.isin(yi, (-1.0, 1.0))):
                 _fail(npath, f"node {i}: labels y must be -1 or +1")
-            lam[i] = float(_arr(z, "lam", npath, i, 0, default=np.array(0.0)))
+            lam_i = np.asarray(z["lam"] if "lam" in z else 0.0)
+            lam[i][cols] = _arr(z, "lam", npath, i, min(lam_i.ndim, 1), (di + p,) if lam_i.ndim else None,
+                                default=lam_i.astype(float))
             weight[i] = float(_arr(z, "weight", npath, i, 0, default=np.array(1.0)))
-            if lam[i] < 0 or weight[i] < 0:
+            if np.any(lam[i] < 0) or weight[i] < 0:
                 _fail(npath, f"node {i}: lam and weight must be >= 0")
-            F.append(_pad_csr(Fi, di, dmax, p)); Y.append(yi)
+            F.append(_pad_cols(Fi, di, dmax, p)); Y.append(yi)
         if "l1" in z:
             l1[i] = float(_arr(z, "l1", npath, i, 0))
             if l1[i] < 0:
                 _fail(npath, f"node {i}: l1 must be >= 0")
+    A = SparseStack(A, m, dmax) if sparse_a else A
     prob = Problem(n=n, d=d, p=p, m=m, loss=loss, edges=edges, edge_weights=ew, A=A, b=b, C=C, c=c, Ct=Ct, ct=ct,
                    Q=Q, q=q, F=F, y=Y, lam=lam, weight=weight, l1=l1, bw=bw, lb=lb, bfloor=bfloor,
                    meta={"spec": where})
@@ -459,7 +548,9 @@ def check_feasible(prob: Problem, where: str) -> None:
         if np.linalg.norm(M @ sol - v) > 1e-8 * max(1.0, np.linalg.norm(v)):
             raise InputError("matrices Ct of the nodes are jointly infeasible (no shared x~ satisfies "
                              "every Ct_i x~ = ct_i)", where)
-    if prob.m:
+    if prob.m and prob.sparse:
+        _check_feasible_sparse(prob, where)
+    elif prob.m:
         dm = prob.dmax
         # unknowns: every x_i; rows: sum_i A_i x_i = sum_i b_i, and C_i x_i = c_i
         rows = [np.concatenate([prob.A[i] for i in range(n)], axis=1)]
@@ -475,29 +566,55 @@ def check_feasible(prob: Problem, where: str) -> None:
                              "infeasible", where)
 
 
+def _check_feasible_sparse(prob: Problem, where: str) -> None:
+    """sum_i A_i x_i = sum_i b_i with sparse A_i (and no local C rows): LSQR, no dense copy."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import lsqr
+
+    if np.abs(prob.C).sum():
+        raise InputError("a sparse coupled matrix A with local constraints C is not supported (give A dense)", where)
+    M = sp.hstack([a_block(prob.A, i, prob.d[i]) for i in range(prob.n)]).tocsr()
+    v = prob.b.sum(0)
+    sol = lsqr(M, v, atol=1e-14, btol=1e-14, iter_lim=20 * max(M.shape))[0]
+    if np.linalg.norm(M @ sol - v) > 1e-8 * max(1.0, np.linalg.norm(v)):
+        raise InputError("matrices A (coupled, sum_i A_i x_i = sum_i b_i) of the nodes are jointly infeasible", where)
+
+
+def _read_csr(z, key, path, node, shape):
+    """Matrix ``key`` from its CSR parts key_data/key_indices/key_indptr/key_shape, checked against
+    ``shape`` (None = any)."""
+    import scipy.sparse as sp
+
+    try:
+        got = tuple(int(s) for s in z[f"{key}_shape"])
+        M = sp.csr_matrix((np.asarray(z[f"{key}_data"], float), np.asarray(z[f"{key}_indices"]),
+                           np.asarray(z[f"{key}_indptr"])), shape=got)
+        M.check_format(full_check=True)
+    except (KeyError, ValueError, TypeError) as exc:
+        _fail(path, f"node {node}: matrix {key} (CSR parts) is malformed ({exc})")
+    if not np.all(np.isfinite(M.data)):
+        _fail(path, f"node {node}: matrix {key} has NaN or infinite entries")
+    if shape is not None and any(w is not None and g != w for g, w in zip(M.shape, shape)):
+        _fail(path, f"node {node}: matrix {key} has shape {M.shape}, expected "
+              f"{tuple('*' if s is None else s for s in shape)}")
+    return M
+
+
 def _read_F(z, path, node):
     import scipy.sparse as sp
 
     if "F" in z:
         return sp.csr_matrix(_arr(z, "F", path, node, 2))
-    try:
-        shape = tuple(int(s) for s in z["F_shape"])
-        Fi = sp.csr_matrix((np.asarray(z["F_data"], float), np.asarray(z["F_indices"]), np.asarray(z["F_indptr"])),
-                           shape=shape)
-        Fi.check_format(full_check=True)
-    except (KeyError, ValueError, TypeError) as exc:
-        _fail(path, f"node {node}: matrix F (CSR parts) is malformed ({exc})")
-    if not np.all(np.isfinite(Fi.data)):
-        _fail(path, f"node {node}: matrix F has NaN or infinite entries")
-    return Fi
+    return _read_csr(z, "F", path, node, None)
 
 
-def _pad_csr(Fi, di, dmax, p):
+def _pad_cols(Mi, di, dmax, p=0):
+    """CSR with columns (x_i: d_i, x~: p) moved to the padded layout (dmax + p columns)."""
     import scipy.sparse as sp
 
-    coo = Fi.tocoo()
+    coo = Mi.tocoo()
     col = np.where(coo.col < di, coo.col, coo.col - di + dmax)
-    return sp.csr_matrix((coo.data, (coo.row, col)), shape=(Fi.shape[0], dmax + p))
+    return sp.csr_matrix((coo.data, (coo.row, col)), shape=(Mi.shape[0], dmax + p))
 
 
 # --------------------------------------------------------------------------- writing
@@ -507,7 +624,12 @@ def node_arrays(prob: Problem, i: int) -> dict:
     """Node i's arrays in the file format (unpadded)."""
     di = prob.d[i]
     cols = prob.real_w(i)
-    out = {"A": prob.A[i, :, :di], "b": prob.b[i]}
+    Ai = a_block(prob.A, i, di)
+    out = {"b": prob.b[i]}
+    if prob.sparse:
+        out.update(_csr_parts("A", Ai))
+    else:
+        out["A"] = Ai
     if prob.nonsmooth:
         out["l1"] = np.array(prob.l1[i])
     if prob.C.shape[1]:
@@ -519,10 +641,17 @@ def node_arrays(prob: Problem, i: int) -> dict:
         if prob.loss == "logbarrier":
             out.update(bw=prob.bw[i, :di], lb=prob.lb[i, :di], bfloor=np.array(prob.bfloor[i]))
     else:
-        Fi = prob.F[i][:, cols].tocsr()
-        out.update(F_data=Fi.data, F_indices=Fi.indices, F_indptr=Fi.indptr, F_shape=np.array(Fi.shape),
-                   y=prob.y[i], lam=np.array(prob.lam[i]), weight=np.array(prob.weight[i]))
+        lam = prob.lam[i][cols]
+        out.update(_csr_parts("F", prob.F[i][:, cols]), y=prob.y[i],
+                   lam=np.array(lam[0]) if lam.size and np.all(lam == lam[0]) else lam,
+                   weight=np.array(prob.weight[i]))
     return out
+
+
+def _csr_parts(key: str, M) -> dict:
+    M = M.tocsr()
+    return {f"{key}_data": M.data, f"{key}_indices": M.indices, f"{key}_indptr": M.indptr,
+            f"{key}_shape": np.array(M.shape)}
 
 
 def write_problem(folder, prob: Problem, name: str = "problem") -> Path:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.decentral.problem import Problem
+from icmlkit.lib.decentral.problem import Problem, a_block, a_mul
 
 
 @dataclass
@@ -31,6 +31,8 @@ def constraints(prob: Problem):
     """(E, e): every constraint of (P) on the global variable v."""
     offs, nx, _ = _layout(prob)
     N = nx + prob.p
+    if prob.sparse:   # sum_i A_i x_i = sum_i b_i only (local C rows are refused for sparse A on reading)
+        return _sparse_constraints(prob, N), prob.b.sum(0)
     rows, rhs = [], []
     if prob.m:
         M = np.zeros((prob.m, N))
@@ -53,6 +55,17 @@ def constraints(prob: Problem):
     return E[keep], e[keep]
 
 
+def _sparse_constraints(prob: Problem, N: int):
+    """E (m, N) as CSR: the blocks A_i side by side, zero columns for x~ (no Ct rows with sparse A)."""
+    import scipy.sparse as sp
+
+    if np.abs(prob.Ct).sum():
+        raise InputError("a sparse coupled matrix A with constraints Ct on x~ is not supported (give A dense)",
+                         prob.meta.get("spec"))
+    blocks = [a_block(prob.A, i, prob.d[i]) for i in range(prob.n)] + [sp.csr_matrix((prob.m, prob.p))]
+    return sp.hstack(blocks).tocsr()[:, :N]
+
+
 def _unpack(prob, v):
     offs, nx, _ = _layout(prob)
     x = np.zeros((prob.n, prob.dmax))
@@ -62,8 +75,11 @@ def _unpack(prob, v):
 
 
 def _hess_grad(prob, v, idx):
+    """Hessian (dense, or scipy CSR for a sparse problem) and gradient of f at the global v."""
+    import scipy.sparse as sp
+
     N = len(v)
-    H = np.zeros((N, N))
+    H = sp.lil_matrix((N, N)) if prob.sparse else np.zeros((N, N))
     g = np.zeros(N)
     x, xt = _unpack(prob, v)
     w = np.concatenate([x, np.repeat(xt[None], prob.n, 0)], 1)
@@ -81,14 +97,27 @@ def _hess_grad(prob, v, idx):
             z = Fi @ w[i][real]
             s = 1.0 / (1.0 + np.exp(-z * prob.y[i]))
             dd = prob.weight[i] * s * (1 - s)
-            Hi = (Fi.T @ Fi.multiply(dd[:, None])).toarray() + prob.lam[i] * np.eye(len(real))
-        H[np.ix_(idx[i], idx[i])] += Hi
-    return H, g
+            Hi = Fi.T @ Fi.multiply(dd[:, None]) + sp.diags(prob.lam[i][real])
+            Hi = Hi.tocoo() if prob.sparse else Hi.toarray()
+        if prob.sparse:
+            Hi = sp.coo_matrix(Hi)
+            H = H + sp.csr_matrix((Hi.data, (idx[i][Hi.row], idx[i][Hi.col])), shape=(N, N))
+        else:
+            H[np.ix_(idx[i], idx[i])] += Hi
+    return (H.tocsr() if prob.sparse else H), g
 
 
 def _kkt_step(H, g, E, r):
-    """Solve [[H, E^T], [E, 0]] [dv; lam] = [-g; -r] (least squares: redundant rows allowed)."""
+    """Solve [[H, E^T], [E, 0]] [dv; lam] = [-g; -r] (least squares: redundant rows allowed; sparse H
+    and E: a sparse LU, so E must have full row rank)."""
     N, k = H.shape[0], E.shape[0]
+    if not isinstance(H, np.ndarray):
+        import scipy.sparse as sp
+        from scipy.sparse.linalg import spsolve
+
+        K = sp.bmat([[H, E.T], [E, None]], format="csc")
+        sol = spsolve(K, np.concatenate([-g, -r]))
+        return sol[:N], sol[N:]
     K = np.block([[H, E.T], [E, np.zeros((k, k))]])
     rhs = np.concatenate([-g, -r])
     sol = np.linalg.lstsq(K, rhs, rcond=None)[0]
@@ -114,7 +143,7 @@ def reference(prob: Problem, method: str = "auto", tol: float = 1e-12, max_newto
         if prob.loss == "logbarrier":
             v = _barrier_newton(prob, E, e, idx, N, tol, max_newton)
         else:
-            v = np.linalg.lstsq(E, e, rcond=None)[0] if E.shape[0] else np.zeros(N)
+            v = _lstsq(E, e) if E.shape[0] else np.zeros(N)
         for it in range(0 if prob.loss == "logbarrier" else (1 if prob.loss == "quadratic" else max_newton)):
             H, g = _hess_grad(prob, v, idx)
             dv, _ = _kkt_step(H, g, E, E @ v - e)
@@ -150,6 +179,10 @@ def _barrier_newton(prob, E, e, idx, N, tol, max_newton):
     """Infeasible-start Newton (Boyd-Vandenberghe, Sec. 10.3) for the log-barrier loss (continued
     quadratically below bfloor, so defined everywhere): start at x_j = lb_j + 1 (feasibility not
     required), step on the primal-dual residual r = (grad f + E^T nu, E v - e) with backtracking on ||r||."""
+    if prob.sparse:
+        from icmlkit.lib.core.errors import UsageError
+
+        raise UsageError("the log-barrier reference needs a dense coupled matrix A; use --method cvxpy")
     offs, nx, _ = _layout(prob)
     v = np.zeros(N)
     for i in range(prob.n):
@@ -183,6 +216,15 @@ def _barrier_newton(prob, E, e, idx, N, tol, max_newton):
     return v
 
 
+def _lstsq(E, e):
+    """Least-squares solution of E v = e (LSQR to machine precision for a sparse E)."""
+    if isinstance(E, np.ndarray):
+        return np.linalg.lstsq(E, e, rcond=None)[0]
+    from scipy.sparse.linalg import lsqr
+
+    return lsqr(E, e, atol=1e-15, btol=1e-15, iter_lim=20 * max(E.shape))[0]
+
+
 def _objective(prob, v):
     x, xt = _unpack(prob, v)
     return prob.value(np.concatenate([x, np.repeat(xt[None], prob.n, 0)], 1))
@@ -196,7 +238,7 @@ def kkt_residual(prob: Problem, x, xt) -> dict:
     v = np.concatenate([np.concatenate([x[i, :prob.d[i]] for i in range(prob.n)]), xt])
     _, g = _hess_grad(prob, v, idx)
     if E.shape[0]:
-        lam = np.linalg.lstsq(E.T, -g, rcond=None)[0]
+        lam = _lstsq(E.T, -g)
         stat = float(np.linalg.norm(g + E.T @ lam))
         feas = float(np.linalg.norm(E @ v - e))
     else:
@@ -217,7 +259,7 @@ def constraint_residual(prob: Problem, x, X, ref_norm: float = 1.0) -> float:
     + sum ||x~_i - mean x~||^2) / max(1, ||u*||)."""
     r = 0.0
     if prob.m:
-        r += float(np.sum((np.einsum("nmd,nd->m", prob.A, x) - prob.b.sum(0)) ** 2))
+        r += float(np.sum((a_mul(prob.A, x).sum(0) - prob.b.sum(0)) ** 2))
     if prob.C.shape[1]:
         r += float(np.sum((np.einsum("nrd,nd->nr", prob.C, x) - prob.c) ** 2))
     if prob.p:
@@ -249,7 +291,7 @@ def _cvxpy(prob: Problem):
         else:
             Fi = prob.F[i][:, real]
             obj += prob.weight[i] * cp.sum(cp.logistic(-cp.multiply(prob.y[i], Fi @ w)))
-            obj += 0.5 * prob.lam[i] * cp.sum_squares(w)
+            obj += 0.5 * cp.sum(cp.multiply(prob.lam[i][real], cp.square(w)))
         if prob.nonsmooth and prob.l1[i] > 0:
             obj += prob.l1[i] * cp.norm1(w)
         if prob.C.shape[1] and prob.d[i]:
@@ -257,7 +299,7 @@ def _cvxpy(prob: Problem):
         if prob.Ct.shape[1] and prob.p:
             cons.append(prob.Ct[i] @ xt == prob.ct[i])
     if prob.m:
-        cons.append(sum(prob.A[i, :, :prob.d[i]] @ xs[i] for i in range(prob.n) if prob.d[i]) == prob.b.sum(0))
+        cons.append(sum(a_block(prob.A, i, prob.d[i]) @ xs[i] for i in range(prob.n) if prob.d[i]) == prob.b.sum(0))
     pb = cp.Problem(cp.Minimize(obj), cons)
     try:
         pb.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)

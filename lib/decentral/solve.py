@@ -104,6 +104,9 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
     if prob.nonsmooth and cfg.method != "sliding":
         raise UsageError(f"the problem has an l1 term (non-smooth f): --method {cfg.method} needs a smooth f; "
                          "use --method sliding (Algorithm 2)")
+    if prob.sparse and cfg.method in ("centralized", "tracking-admm", "extra", "gradient-tracking"):
+        raise UsageError(f"--method {cfg.method} needs a dense coupled matrix A (this problem's A is sparse); "
+                         "use apapc-cheb, apapc, dpmm or sliding")
     if cfg.method in ("apapc-cheb", "apapc"):
         from icmlkit.lib.decentral.methods import NodeOps, apapc
         from icmlkit.lib.decentral.spectral import make_setup
@@ -215,8 +218,8 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
                "seconds": round(time.perf_counter() - t0, 4), "loop_seconds": round(loop_seconds, 4)}
     if setup is not None and cfg.method in ("apapc-cheb", "apapc"):
         summary.update(deg_w=setup.deg_w, deg_k=setup.deg_k,
-                       predicted_communications_scale=predicted_scale(setup),
-                       predicted_communications=predicted_scale(setup) * math.log(1 / cfg.tol))
+                       predicted_communications_scale=_fin(predicted_scale(setup)),
+                       predicted_communications=_fin(predicted_scale(setup) * math.log(1 / cfg.tol)))
     sd = setup.as_dict() if setup is not None else {}
     if cfg.method == "dpmm":
         sd.update(method="dpmm", dpmm_rho=rho, dpmm_c=c, dpmm_prox="exact" if prox is not None else "linearised")

@@ -105,6 +105,31 @@ def exact_bounds(M: np.ndarray, rel: float = 1e-9) -> tuple[float, float]:
     return float(pos[0]), top
 
 
+LANCZOS_MARGIN = 0.01   # matrix-free bounds: lambda_max raised, lambda_min lowered by 1 % [our choice]
+
+
+def _lanczos(matvec, dim: int, which: str, tol: float) -> float:
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    if dim <= 8:   # ARPACK needs k < dim: a tiny operator is formed densely
+        M = np.stack([matvec(e) for e in np.eye(dim)], 1)
+        ev = np.linalg.eigvalsh((M + M.T) / 2)
+        return float(ev[-1] if which == "LA" else ev[0])
+    op = LinearOperator((dim, dim), matvec=matvec, dtype=float)
+    v0 = np.random.default_rng(0).standard_normal(dim)   # fixed start: the same bounds on every run
+    return float(eigsh(op, k=1, which=which, tol=tol, v0=v0, maxiter=100 * dim, return_eigenvectors=False)[0])
+
+
+def lanczos_top(matvec, dim: int, tol: float = 1e-8) -> float:
+    """lambda_max of a symmetric operator by Lanczos (scipy's ARPACK ``eigsh``), never a dense copy."""
+    return _lanczos(matvec, dim, "LA", tol) if dim else 0.0
+
+
+def lanczos_bottom(matvec, dim: int, tol: float = 1e-6) -> float:
+    """lambda_min of a symmetric operator by Lanczos (``eigsh``, which = SA)."""
+    return _lanczos(matvec, dim, "SA", tol) if dim else 0.0
+
+
 @dataclass
 class Setup:
     """The constants every node is given before the iterations start."""
@@ -139,7 +164,10 @@ class Setup:
     augment: str = "coupled"
 
     def as_dict(self) -> dict:
-        return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in asdict(self).items()}
+        """JSON-ready: floats as float, a non-finite one (kappa_f = inf when f is not strongly convex)
+        as None."""
+        return {k: ((float(v) if math.isfinite(v) else None) if isinstance(v, (float, np.floating)) else v)
+                for k, v in asdict(self).items()}
 
 
 def condition_numbers(prob) -> dict:
@@ -149,9 +177,11 @@ def condition_numbers(prob) -> dict:
     L_f, mu_f = float(Ls.max()), float(mus.min())
     n = prob.n
     out = {"L_f": L_f, "mu_f": mu_f, "kappa_f": L_f / mu_f if mu_f > 0 else math.inf}
-    L_A = max((float(np.linalg.eigvalsh(prob.A[i] @ prob.A[i].T)[-1]) for i in range(n)), default=0.0) if prob.m else 0.0
-    mu_t = 0.0
-    if prob.m:
+    if prob.sparse:
+        out.update(_coupled_bounds_sparse(prob))
+    L_A = out["L_A"] if prob.sparse else max((float(np.linalg.eigvalsh(prob.A[i] @ prob.A[i].T)[-1]) for i in range(n)), default=0.0) if prob.m else 0.0
+    mu_t = out.get("mu_tilde", 0.0)
+    if prob.m and not prob.sparse:
         blocks = []
         for i in range(n):
             Ai = prob.A[i, :, :prob.d[i]]
@@ -177,6 +207,29 @@ def condition_numbers(prob) -> dict:
     else:
         out.update(kappa_ct=0.0, sig_ct=0.0, lmin_ct=0.0)
     return out
+
+
+def _coupled_bounds_sparse(prob) -> dict:
+    """L_A = max_i lambda_max(A_i A_i^T) and mu~ = lambda_min(sum_i A_i A_i^T) / n for sparse A_i by
+    Lanczos (no local C rows with sparse A, so A restricted to ker C is A itself); the coupled matrix
+    must have full row rank here: a rank-deficient one has no matrix-free lambda_min^+."""
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.decentral.problem import a_block
+
+    if not prob.m:
+        return {"L_A": 0.0, "mu_tilde": 0.0}
+    blocks = [a_block(prob.A, i, prob.d[i]) for i in range(prob.n)]
+    L_A = max(lanczos_top(lambda v, M=M: M @ (M.T @ v), prob.m) for M in blocks)
+
+    def gram(v):
+        return sum(M @ (M.T @ v) for M in blocks)
+
+    top = lanczos_top(gram, prob.m)
+    low = lanczos_bottom(gram, prob.m)
+    if low <= 1e-9 * top:
+        raise UsageError("sparse coupled matrix: sum_i A_i A_i^T is singular (A does not have full row rank), "
+                         "which the matrix-free setup cannot bound; give A dense")
+    return {"L_A": L_A, "mu_tilde": low * (1 - LANCZOS_MARGIN) / prob.n}
 
 
 def dense_K(prob, W1: np.ndarray, alpha, beta, gamma, s2) -> tuple[np.ndarray, dict]:
@@ -245,14 +298,9 @@ def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, pow
     beta = math.sqrt(L_A + mu_t / 2) / sig_c if sig_c > 0 and prob.m else (1.0 if sig_c == 0 else 1.0 / sig_c)
     gamma = math.sqrt((cn["sig_ct"] + cn["lmin_ct"]) / wp_min ** 2) if prob.p and cn["sig_ct"] > 0 else \
         (1.0 / wp_min if prob.p else 0.0)
-    K1, _ = dense_K(prob, W1, alpha, beta, gamma, 0.0)
-    K2, _ = dense_K(prob, W1, 0.0, 0.0, gamma, 1.0)
-    top1 = float(np.linalg.norm(K1, 2) ** 2) if K1.size and np.abs(K1).sum() else 0.0
-    top2 = float(np.linalg.norm(K2, 2) ** 2) if K2.size and np.abs(K2).sum() else 0.0
-    s2 = math.sqrt(top1 / top2) if top1 > 0 and top2 > 0 else 1.0
-    K, sz = dense_K(prob, W1, alpha, beta, gamma, s2)
-    KK = K @ K.T if K.shape[0] <= K.shape[1] else K.T @ K
-    mu_k, L_k = exact_bounds(KK)  # K's kernel is not known in closed form: always the dense eigen-solve
+    sp_ = (_OperatorSpectra if prob.sparse else _DenseSpectra)(prob, W, W1, (lmin, lmax, deg_w), variant,
+                                                               alpha, beta, gamma)
+    s2, mu_k, L_k = sp_.s2, sp_.mu_k, sp_.L_k
     if variant == "cheb" and L_k > 0:
         deg_k = max(1, math.ceil(math.sqrt(L_k / mu_k)))
         eps_k = cheb_eps(mu_k, L_k, deg_k)
@@ -261,26 +309,11 @@ def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, pow
         deg_k, eps_k, muK, LK = 1, 0.0, mu_k, L_k
     # G = sum f_i + (r/2)||A x + alpha W'y - b||^2 (the sheet) on the active subspace; when that is not
     # strongly convex, G = sum f_i + (r/2)||K u - b'||^2 [reconstructed]
-    Nx, Ny, NX = sz["Nx"], sz["Ny"], sz["NX"]
-    lo, hi = prob.hessian_bounds()
-    Hlo, Hhi = _assemble_f(prob, lo, Nx, Ny, NX), _assemble_f(prob, hi, Nx, Ny, NX)
-    P = _active_basis(prob, Nx, Ny, NX)
-    M = np.zeros_like(K)
-    M[:n * prob.m] = K[:n * prob.m]
-    topM = float(np.linalg.norm(M, 2) ** 2) if M.size and np.abs(M).sum() else 0.0
     modes = {"auto": ("coupled", "all"), "coupled": ("coupled",), "all": ("all",)}[augment_mode]
     for augment in modes:
-        Mx, top = (M, topM) if augment == "coupled" else (K, L_k)
+        top = sp_.top_m if augment == "coupled" else L_k
         r = aug * cn["L_f"] / top if top > 0 else 0.0
-        MtM = Mx.T @ Mx
-        if not P.shape[1]:
-            mu_g = L_g = 0.0
-        elif lo is hi:
-            ev = np.linalg.eigvalsh(P.T @ (Hlo + r * MtM) @ P)
-            mu_g, L_g = float(ev[0]), float(ev[-1])
-        else:
-            mu_g = float(np.linalg.eigvalsh(P.T @ (Hlo + r * MtM) @ P)[0])
-            L_g = float(np.linalg.eigvalsh(P.T @ (Hhi + r * MtM) @ P)[-1])
+        mu_g, L_g = sp_.g_bounds(augment, r)
         if mu_g > 1e-9 * max(L_g, 1e-300):
             break
     if mu_g <= 1e-9 * max(L_g, 1e-300) and not require_strong:
@@ -299,7 +332,114 @@ def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, pow
     return Setup(variant=variant, lam_min=lmin, lam_max=lmax, chi=chi, deg_w=deg_w, wp_min=wp_min, wp_max=wp_max,
                  alpha=alpha, beta=beta, gamma=gamma, s2=s2, r=r, mu_k=mu_k, L_k=L_k, deg_k=deg_k, eps_k=eps_k,
                  mu_g=mu_g, L_g=L_g, L_f=cn["L_f"], mu_f=cn["mu_f"], kappa_f=cn["kappa_f"], kappa_ac=cn["kappa_ac"],
-                 kappa_ct=cn["kappa_ct"], tau=tau, eta=eta, theta=theta, bounds=bounds, augment=augment)
+                 kappa_ct=cn["kappa_ct"], tau=tau, eta=eta, theta=theta,
+                 bounds=bounds + ("+lanczos" if prob.sparse else ""), augment=augment)
+
+
+class _DenseSpectra:
+    """Steps 3, 5 and 6 of ``make_setup`` on the dense K (small problems: exact eigen-solves)."""
+
+    def __init__(self, prob, W, W1, wspec, variant, alpha, beta, gamma):
+        K1, _ = dense_K(prob, W1, alpha, beta, gamma, 0.0)
+        K2, _ = dense_K(prob, W1, 0.0, 0.0, gamma, 1.0)
+        top1 = float(np.linalg.norm(K1, 2) ** 2) if K1.size and np.abs(K1).sum() else 0.0
+        top2 = float(np.linalg.norm(K2, 2) ** 2) if K2.size and np.abs(K2).sum() else 0.0
+        self.s2 = math.sqrt(top1 / top2) if top1 > 0 and top2 > 0 else 1.0
+        K, sz = dense_K(prob, W1, alpha, beta, gamma, self.s2)
+        KK = K @ K.T if K.shape[0] <= K.shape[1] else K.T @ K
+        self.mu_k, self.L_k = exact_bounds(KK)  # K's kernel is not known in closed form: the dense eigen-solve
+        Nx, Ny, NX = sz["Nx"], sz["Ny"], sz["NX"]
+        self.lo, self.hi = prob.hessian_bounds()
+        self.Hlo, self.Hhi = _assemble_f(prob, self.lo, Nx, Ny, NX), _assemble_f(prob, self.hi, Nx, Ny, NX)
+        self.P = _active_basis(prob, Nx, Ny, NX)
+        self.K = K
+        self.M = np.zeros_like(K)
+        self.M[:prob.n * prob.m] = K[:prob.n * prob.m]
+        self.top_m = float(np.linalg.norm(self.M, 2) ** 2) if self.M.size and np.abs(self.M).sum() else 0.0
+
+    def g_bounds(self, augment: str, r: float) -> tuple[float, float]:
+        Mx = self.M if augment == "coupled" else self.K
+        MtM = Mx.T @ Mx
+        P = self.P
+        if not P.shape[1]:
+            return 0.0, 0.0
+        if self.lo is self.hi:
+            ev = np.linalg.eigvalsh(P.T @ (self.Hlo + r * MtM) @ P)
+            return float(ev[0]), float(ev[-1])
+        return (float(np.linalg.eigvalsh(P.T @ (self.Hlo + r * MtM) @ P)[0]),
+                float(np.linalg.eigvalsh(P.T @ (self.Hhi + r * MtM) @ P)[-1]))
+
+
+class _OperatorSpectra:
+    """Steps 3, 5 and 6 of ``make_setup`` matrix-free (sparse A_i): K, K^T are the nodes' own products
+    (``NodeOps``, W' by its Chebyshev recursion), f's curvature bounds are products
+    (``Problem.curvature_ops``), and every spectral bound is a Lanczos run (``eigsh``) with the
+    LANCZOS_MARGIN safety margin. lambda_min^+(K^T K) is read as lambda_min(K K^T), so K must have full
+    row rank (a singular K K^T is refused); lambda_min of G on the active subspace is found with the
+    complement of that subspace shifted to L_G."""
+
+    def __init__(self, prob, W, W1, wspec, variant, alpha, beta, gamma):
+        from types import SimpleNamespace
+
+        from icmlkit.lib.core.errors import UsageError
+        from icmlkit.lib.decentral.methods import NodeOps
+
+        lmin, lmax, deg_w = wspec
+        self.prob = prob
+        probe = SimpleNamespace(variant=variant, lam_min=lmin, lam_max=lmax, deg_w=deg_w, alpha=alpha, beta=beta,
+                                gamma=gamma, s2=0.0)
+        self.ops = ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, None, probe, lambda V: W @ V)
+        n, self.N = prob.n, ops.N
+        self.R = ops.m + ops.rr + ops.ss + ops.p
+        top1 = lanczos_top(self._ktk, n * self.N)
+        probe.alpha, probe.beta, probe.s2 = 0.0, 0.0, 1.0
+        top2 = lanczos_top(self._ktk, n * self.N) if prob.p else 0.0
+        self.s2 = math.sqrt(top1 / top2) if top1 > 0 and top2 > 0 else 1.0
+        probe.alpha, probe.beta, probe.s2 = alpha, beta, self.s2
+        L_k = lanczos_top(self._kkt, n * self.R)
+        mu_k = lanczos_bottom(self._kkt, n * self.R)
+        if L_k > 0 and mu_k <= 1e-9 * L_k:
+            raise UsageError("the matrix-free setup (sparse A) needs K of full row rank: K K^T is singular here "
+                             "(local C rows or constraints on x~); give A dense")
+        self.mu_k, self.L_k = mu_k * (1 - LANCZOS_MARGIN), L_k * (1 + LANCZOS_MARGIN)
+        self.top_m = lanczos_top(lambda v: self._ktk(v, coupled=True), n * self.N)
+        self.lo, self.hi = prob.curvature_ops()
+        self.mask = prob.mask()
+
+    def _u(self, v):
+        return v.reshape(self.prob.n, self.N)
+
+    def _ktk(self, v, coupled: bool = False):
+        rows = self.ops.K(self._u(v))
+        if coupled:
+            rows[:, self.ops.m:] = 0.0
+        return self.ops.KT(rows).reshape(-1)
+
+    def _kkt(self, v):
+        return self.ops.K(self.ops.KT(v.reshape(self.prob.n, self.R))).reshape(-1)
+
+    def _project(self, u):
+        """Onto the active subspace: real x coordinates, y orthogonal to 1 (x) I_m, every x~ copy."""
+        x, y, X = self.ops.split(u)
+        return np.concatenate([x * self.mask, y - y.mean(0, keepdims=True), X], 1)
+
+    def _g(self, v, H, augment, r):
+        u = self._project(self._u(v))
+        x, y, X = self.ops.split(u)
+        h = H(np.concatenate([x, X], 1))
+        dm = self.ops.dm
+        out = np.concatenate([h[:, :dm], np.zeros_like(y), h[:, dm:]], 1)
+        if r > 0:
+            out = out + r * self._u(self._ktk(u.reshape(-1), coupled=augment == "coupled"))
+        return self._project(out).reshape(-1)
+
+    def g_bounds(self, augment: str, r: float) -> tuple[float, float]:
+        dim = self.prob.n * self.N
+        L_g = lanczos_top(lambda v: self._g(v, self.hi, augment, r), dim) * (1 + LANCZOS_MARGIN)
+
+        def shifted(v):   # the complement of the active subspace at L_g: out of the way of lambda_min
+            return self._g(v, self.lo, augment, r) + L_g * (v - self._project(self._u(v)).reshape(-1))
+        return lanczos_bottom(shifted, dim) * (1 - LANCZOS_MARGIN), L_g
 
 
 def _assemble_f(prob, H, Nx, Ny, NX) -> np.ndarray:
