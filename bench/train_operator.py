@@ -76,8 +76,9 @@ def summarise(runs: list[dict], names: list[str]) -> dict:
         out[model] = {"seeds": [r["seed"] for r in rs], "params": rs[0]["params"],
                       **{f"rel_l2_x100_{n}": float(e[:, i].mean()) for i, n in enumerate(names)},
                       **{f"rel_l2_x100_{n}_std": float(e[:, i].std()) for i, n in enumerate(names)},
-                      "per_seed": e.tolist(), "final_train_rel_l2": float(np.mean([r.get("final_train_rel_l2") or np.nan
-                                                                                  for r in rs])),
+                      "per_seed": e.tolist(),
+                      "final_train_rel_l2": float(np.mean([r["final_train_rel_l2"] for r in rs]))
+                      if all(r.get("final_train_rel_l2") is not None for r in rs) else None,  # older parts lack it
                       "ratios_per_seed": [[float(row[i] / row[0]) for i in range(1, len(names))] for row in e],
                       "seconds_per_epoch": float(np.mean([r["seconds_per_epoch"] for r in rs]))}
     return out
