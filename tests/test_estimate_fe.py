@@ -871,6 +871,39 @@ def test_multi_molecule_log_q_integrates_to_one_on_a_small_system():
         transfer.model_for({"format": "icmlkit-card-2"}, ctxs[0])
 
 
+class _ToyEnergy:
+    """beta U = sum of squared pair distances (+ a constant shift), counting its evaluations."""
+
+    def __init__(self, shift: float):
+        self.shift, self.energy_evals = shift, 0
+
+    def reduced_energy(self, x):
+        self.energy_evals += len(x)
+        d = np.linalg.norm(x[:, :, None] - x[:, None], axis=-1)
+        return 0.5 * (d ** 2).sum(axis=(1, 2)) / 4 + self.shift
+
+
+def test_paired_hydration_estimate_recovers_a_constant_shift_exactly():
+    """With u_obc2 = u_vac + 1.7 every sample's work differs by exactly 1.7, so the paired estimate
+    (the same pooled samples in both environments) is 1.7 with a zero-width interval, while the
+    per-environment difference is not; the paired route costs twice the energy evaluations."""
+    from icmlkit.lib.fe import transfer
+
+    ctxs, frames = _toy_contexts()
+    bundle, _ = transfer.train_multi(ctxs[:2], {k: frames[k] for k in ("a3", "b4")}, steps=10, batch=16, d=16, heads=2,
+                                     layers=1, K=2)
+    other, _ = transfer.train_multi(ctxs[:2], {k: frames[k] for k in ("a3", "b4")}, steps=10, batch=16, d=16, heads=2,
+                                    layers=1, K=2, seed=1)
+    systems = {"vacuum": _ToyEnergy(0.0), "obc2": _ToyEnergy(1.7)}
+    res = transfer.hydration_unseen({"vacuum": bundle, "obc2": other}, {"vacuum": ctxs[2], "obc2": ctxs[2]}, systems,
+                                    n_samples=64, n_boot=20)
+    assert res["delta_f_paired_kT"] == pytest.approx(1.7, abs=1e-9)
+    assert res["ci_paired_kT"][1] - res["ci_paired_kT"][0] < 1e-9
+    assert abs(res["delta_f_independent_kT"] - 1.7) > 1e-6
+    assert res["energy_evals_paired"] == 4 * 64 and res["energy_evals_independent"] == 2 * 64
+    assert set(res["ess_forward"]["vacuum"]) == {"vacuum", "obc2"}
+
+
 @pytest.mark.slow
 @needs_freesolv
 def test_transfer_estimate_on_an_unseen_molecule_needs_no_md():

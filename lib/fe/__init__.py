@@ -32,6 +32,7 @@ _LAZY = {
     "ZMatrix": "icmlkit.lib.fe.internal",
     "train_multi": "icmlkit.lib.fe.transfer",
     "estimate_unseen": "icmlkit.lib.fe.transfer",
+    "hydration_unseen": "icmlkit.lib.fe.transfer",
     "run_system": "icmlkit.lib.fe.pipeline",
     "open_system": "icmlkit.lib.fe.api",
     "load_frames": "icmlkit.lib.fe.api",
