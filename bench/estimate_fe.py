@@ -34,7 +34,6 @@ import time
 from _common import commit, machine, target, today, write_results
 from pathlib import Path
 
-from icmlkit.lib.core.runtime import stream_seed
 from icmlkit.lib.fe.api import open_system
 from icmlkit.lib.fe.mm import freesolv_dir, freesolv_entry, kcal_per_kT, lambda_window_mbar
 from icmlkit.lib.fe.pipeline import run_system, solvation
@@ -157,29 +156,22 @@ def bench_transfer_train(cfg, env: str, quick: bool) -> dict:
     """MD of the training molecules in ``env`` and one multi-molecule model on them (saved under outputs/)."""
     from icmlkit.lib.core.io import write_json
     from icmlkit.lib.fe import card as C
-    from icmlkit.lib.fe.transfer import context, train_multi
+    from icmlkit.lib.fe.transfer import fit
 
     c = cfg["transfer"]
     train, held = transfer_split(cfg)
     if quick:
         train = train[:2]
-    ctxs, frames, md_s, md_evals = [], {}, 0.0, 0
-    for e in train:
-        s = open_system(f"freesolv:{e['compound']}", env=env, temperature=T)
-        ctxs.append(context(s, s.minimised()))
-        fr = s.sample(c["md_frames"], seed=stream_seed(0, f"transfer-{e['compound']}-{env}"), interval=c["md_interval"],
-                      equil=c["md_equil"])
-        frames[s.name] = (fr["x"], fr["u"])
-        md_s += fr["seconds_md"]
-        md_evals += fr["energy_evals"]
-    print(f"[transfer/{env}] MD of {len(train)} molecules: {md_s:.0f} s", file=sys.stderr, flush=True)
-    bundle, info = train_multi(ctxs, frames, steps=c["steps"], batch=c["batch"], d=c["d"], layers=c["layers"], K=c["K"],
-                               time_limit=c["time_limit"], seed=0)
+    systems = [open_system(f"freesolv:{e['compound']}", env=env, temperature=T) for e in train]
+    bundle, info = fit(systems, md_frames=c["md_frames"], md_interval=c["md_interval"], md_equil=c["md_equil"],
+                       steps=c["steps"], batch=c["batch"], d=c["d"], layers=c["layers"], K=c["K"],
+                       time_limit=c["time_limit"], seed=0)
+    print(f"[transfer/{env}] MD of {len(train)} molecules: {info['seconds_md']:.0f} s", file=sys.stderr, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     C.save(OUT / f"transfer.{env}.pt", bundle)
     summary = {"env": env, "train": [e["compound"] for e in train], "held_out": [e["compound"] for e in held],
-               "seconds_md": md_s, "energy_evals_md": md_evals, "seconds_train": info["seconds_train"],
-               "steps_done": info["steps_done"], "final_nll_per_coord": info["history"][-1]["nll_per_coord"]}
+               **{k: info[k] for k in ("seconds_md", "energy_evals_md", "seconds_train", "steps_done",
+                                       "final_nll_per_coord")}}
     write_json(OUT / f"transfer.{env}.json", summary)
     print(f"[transfer/{env}] trained {info['steps_done']} steps in {info['seconds_train']:.0f} s", file=sys.stderr,
           flush=True)
@@ -188,10 +180,9 @@ def bench_transfer_train(cfg, env: str, quick: bool) -> dict:
 
 def bench_transfer_eval(cfg, names: list[str] | None, quick: bool) -> list[dict]:
     """Held-out molecules: CARD from samples alone (no MD of them) vs end-state BAR and lambda MBAR."""
-    import numpy as np
-
+    from icmlkit.lib.core.io import read_torch
     from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
-    from icmlkit.lib.fe.transfer import context, hydration_unseen
+    from icmlkit.lib.fe.transfer import hydration
 
     c = cfg["transfer"]
     _, held = transfer_split(cfg)
@@ -199,59 +190,44 @@ def bench_transfer_eval(cfg, names: list[str] | None, quick: bool) -> list[dict]
         held = [e for e in held if e["compound"] in names or e["name"] in names]
     if quick:
         held = held[:1]
-    from icmlkit.lib.core.io import read_torch
-
     bundles = {env: read_torch(OUT / f"transfer.{env}.pt", "model") for env in ENVIRONMENTS}
-    kT = kcal_per_kT(T)
     rows = []
     for e in held:
         cid = e["compound"]
-        for env in ENVIRONMENTS:
-            if cid in bundles[env]["molecules"]:
-                raise SystemExit(f"held-out {cid} is among the training molecules of the {env} model")
         systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T) for env in ENVIRONMENTS}
-        t_ctx = time.perf_counter()
-        mins = {env: systems[env].minimised() for env in ENVIRONMENTS}
-        ctxs = {env: context(systems[env], mins[env]) for env in ENVIRONMENTS}
-        hyd = hydration_unseen(bundles, ctxs, systems, n_samples=c["samples"], seed=stream_seed(0, "transfer-eval"))
-        seconds_card = time.perf_counter() - t_ctx
-        dg, boot = hyd["delta_f_independent_kT"] * kT, hyd["boot_independent_kT"] * kT
-        dg_paired, boot_paired = hyd["delta_f_paired_kT"] * kT, hyd["boot_paired_kT"] * kT
-        # the cheapest thing to try: the vertical energy gap at the vacuum-minimised conformer (2 evaluations)
-        x_min = mins["vacuum"][None]
-        gap = float(systems["obc2"].reduced_energy(x_min)[0] - systems["vacuum"].reduced_energy(x_min)[0]) * kT
+        h = hydration(bundles, systems, n_samples=c["samples"], seed=0)
+        if any(h["seen_in_training"].values()):
+            raise SystemExit(f"held-out {cid} is among the training molecules: {h['seen_in_training']}")
         fr = endstate_md(systems, c["endstate_frames"], seed=0, interval=c["endstate_interval"], equil=c["endstate_equil"])
         eb = endstate_bar(systems, fr, T)
         lam = lambda_window_mbar(*_files(cid), temperature=T, windows=cfg["baseline"]["windows"],
                                  frames_per_window=c["lambda_frames"], interval=cfg["baseline"]["interval"],
                                  equil=c["lambda_equil"], seed=7)
-        evals_card = hyd["energy_evals_independent"]
-        s_mbar = lam["seconds_md"] + lam["seconds_estimate"]
+        evals_card = h["energy_evals_independent"]
+        s_mbar, s_eb = lam["seconds_md"] + lam["seconds_estimate"], eb["seconds_md"] + eb["seconds_estimate"]
         m = lam["delta_g_kcal"]
-        ess = hyd["ess_forward"]
-        row = {"compound": cid, "name": e["name"], "smiles": e["smiles"], "n_atoms": systems["vacuum"].n_atoms,
-               "card_delta_g_kcal": dg, "card_boot_kcal": [float(v) for v in boot],
-               "ci_lo": float(np.percentile(boot, 2.5)), "ci_hi": float(np.percentile(boot, 97.5)),
-               "card_paired_delta_g_kcal": dg_paired, "card_paired_boot_kcal": [float(v) for v in boot_paired],
-               "paired_ci": [float(np.percentile(boot_paired, 2.5)), float(np.percentile(boot_paired, 97.5))],
-               "vertical_gap_kcal": gap,
+        dg, dg_paired, gap = h["delta_g_independent_kcal"], h["delta_g_paired_kcal"], h["vertical_gap_kcal"]
+        ess = h["ess_forward"]
+        row = {"compound": cid, "name": e["name"], "smiles": e["smiles"], "n_atoms": h["n_atoms"],
+               "card_delta_g_kcal": dg, "card_boot_kcal": [float(v) for v in h["boot_independent_kcal"]],
+               "ci_lo": h["ci_independent_kcal"][0], "ci_hi": h["ci_independent_kcal"][1],
+               "card_paired_delta_g_kcal": dg_paired, "card_paired_boot_kcal": [float(v) for v in h["boot_paired_kcal"]],
+               "paired_ci": h["ci_paired_kcal"], "vertical_gap_kcal": gap,
                "ess_forward": {env: ess[env][env] for env in ENVIRONMENTS},
                "ess_forward_cross": {env: {o: ess[env][o] for o in ENVIRONMENTS if o != env} for env in ENVIRONMENTS},
                "endstate_bar_delta_g_kcal": eb["delta_g_kcal"], "endstate_bar_err_kcal": eb["delta_g_err_kcal"],
                "mbar_delta_g_kcal": m, "mbar_err_kcal": lam["delta_g_err_kcal"],
                "abs_err_kcal": abs(dg - m), "abs_err_paired_kcal": abs(dg_paired - m), "abs_err_vertical_kcal": abs(gap - m),
                "abs_err_endstate_kcal": None if eb["delta_g_kcal"] is None else abs(eb["delta_g_kcal"] - m),
-               "evals_card": evals_card, "evals_card_paired": hyd["energy_evals_paired"],
+               "evals_card": evals_card, "evals_card_paired": h["energy_evals_paired"],
                "evals_endstate_bar": eb["energy_evals"], "evals_mbar": lam["energy_evals"],
                "ratio_evals_endstate_over_card": eb["energy_evals"] / evals_card,
                "ratio_evals_mbar_over_card": lam["energy_evals"] / evals_card,
-               "seconds_card": seconds_card, "seconds_endstate_bar": eb["seconds_md"] + eb["seconds_estimate"],
-               "seconds_mbar": s_mbar, "ratio_seconds_mbar_over_card": s_mbar / seconds_card,
-               "ratio_seconds_endstate_over_card": (eb["seconds_md"] + eb["seconds_estimate"]) / seconds_card}
+               "seconds_card": h["seconds"], "seconds_endstate_bar": s_eb, "seconds_mbar": s_mbar,
+               "ratio_seconds_mbar_over_card": s_mbar / h["seconds"], "ratio_seconds_endstate_over_card": s_eb / h["seconds"]}
         print(f"[transfer] {e['name']}: CARD {dg:.3f} [{row['ci_lo']:.2f}, {row['ci_hi']:.2f}], paired {dg_paired:.3f}, "
-              f"vertical gap {gap:.3f} (ESS fwd "
-              f"{row['ess_forward']}), end-state BAR {_f(eb['delta_g_kcal'])}, MBAR {lam['delta_g_kcal']:.3f}",
-              file=sys.stderr, flush=True)
+              f"vertical gap {gap:.3f} (ESS fwd {row['ess_forward']}), end-state BAR {_f(eb['delta_g_kcal'])}, "
+              f"MBAR {m:.3f}", file=sys.stderr, flush=True)
         rows.append(row)
     return rows
 

@@ -5,7 +5,8 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, option_group,
                                  output_option)
-from icmlkit.lib.fe.config import BaselineConfig, EstimateConfig, SampleConfig, SolvationConfig, TrainConfig
+from icmlkit.lib.fe.config import (BaselineConfig, EstimateConfig, MultiTrainConfig, SampleConfig, SolvationConfig,
+                                   TrainConfig, TransferConfig)
 
 TOOL = "estimate-fe"
 RECONSTRUCTED = (
@@ -51,12 +52,14 @@ Examples:
 
 
 
-def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None):
-    """The SYSTEM argument on the run's device, its files recorded as inputs."""
+def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
+            on_device: bool = True):
+    """The SYSTEM argument on the run's device (else the CPU), its files recorded as inputs."""
     from icmlkit.lib.fe.api import open_system
 
-    strict = (run.device_spec or "").startswith("cuda")
-    sysm = open_system(spec, env=env, temperature=temperature, inpcrd=inpcrd, device=run.device, strict_device=strict)
+    strict = on_device and (run.device_spec or "").startswith("cuda")
+    sysm = open_system(spec, env=env, temperature=temperature, inpcrd=inpcrd,
+                       device=run.device if on_device else "cpu", strict_device=strict)
     for path in sysm.files:
         run.input(path)
     return sysm
@@ -268,6 +271,85 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, cf
     if result.check:
         run.fail_check(result.check)
     return result.summary
+
+
+@cli.command("train-multi", device=True)
+@click.argument("molecules", nargs=-1, required=True)
+@output_option("Write the multi-molecule model (loaded with weights_only=True).", suffixes=(".pt",), stdout=False,
+               required=True)
+@env_option
+@temp_option
+@config_options(MultiTrainConfig)
+@checkpoint_options()
+def train_multi(run, molecules, output, env, temperature, cfg, checkpoint_every, resume):
+    """One CARD model for many molecules in one environment (the paper's transferable model).
+
+    Reconstructed at small scale (the paper trains on 40k molecules): each MOLECULE (freesolv:<id>
+    or an AMBER .prmtop) gets --md-frames MD frames and an internal-coordinate chart from its
+    minimised input structure; Stage I trains the shared network one molecule per step. Train one
+    model per environment (--env vacuum and --env obc2), then `transfer` estimates molecules neither
+    saw. A checkpoint OUTPUT.ckpt.pt is kept while training (--checkpoint-every steps); --resume
+    continues from it. One process (not data-parallel under torchrun).
+
+    \b
+    JSON keys: env, molecules, seconds_md, energy_evals_md, seconds_train, steps_done,
+    final_nll_per_coord, frames_per_molecule, output.
+    Example:  estimate-fe train-multi freesolv:mobley_1636752 freesolv:mobley_525934 --env obc2 -o multi.obc2.pt
+    """
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.fe import card
+    from icmlkit.lib.fe.transfer import fit
+
+    if run.dist.active:
+        raise UsageError("train-multi runs in one process (not under torchrun)")
+    ck = run.checkpointer(output, checkpoint_every, resume)
+    run.output(output)
+    systems = [_system(run, m, env, temperature) for m in molecules]
+    bundle, summary = fit(systems, md_frames=cfg.md_frames, md_interval=cfg.md_interval, md_equil=cfg.md_equil,
+                          seed=run.seed, checkpointer=ck, device=run.device, **cfg.train_kwargs())
+    run.save(output, card.save, bundle)
+    ck.done()
+    return {**summary, "output": output}
+
+
+@cli.command(device=False)
+@click.argument("molecule")
+@click.option("--vacuum-model", required=True, help="`train-multi --env vacuum` model.")
+@click.option("--obc2-model", required=True, help="`train-multi --env obc2` model.")
+@temp_option
+@inpcrd_option
+@config_options(TransferConfig)
+def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, cfg):
+    """Delta G(vacuum -> OBC2) in kcal/mol of a molecule the models never saw, with no MD of it.
+
+    \b
+    delta_g_independent_kcal: the paper's route, F of each environment from its own model's samples
+    (EXP forward), then the difference. delta_g_paired_kcal (reconstructed, not in the paper): both
+    models' samples scored in both environments, each partition function estimated on the same
+    pooled samples, so the proposal's errors largely cancel (twice the energy evaluations).
+    vertical_gap_kcal: the cheapest baseline, U_obc2 - U_vac at the vacuum-minimised conformer
+    (2 evaluations); compare with it. 95 % bootstrap intervals over the samples. The ESS says how
+    far to trust a value; --min-ess turns a low one into exit 3. Runs on the CPU.
+
+    \b
+    JSON keys: molecule, n_atoms, n_samples, delta_g_independent_kcal, ci_independent_kcal,
+    delta_g_paired_kcal, ci_paired_kcal, vertical_gap_kcal, ess_forward (model -> environment ->
+    fraction), energy_evals_independent, energy_evals_paired, seconds, seen_in_training.
+    Example:  estimate-fe transfer freesolv:mobley_4434915 --vacuum-model multi.vac.pt --obc2-model multi.obc2.pt --json
+    """
+    from icmlkit.lib.core.io import read_torch
+    from icmlkit.lib.fe.transfer import FORMAT, hydration
+
+    bundles = {"vacuum": read_torch(run.input(vacuum_model), "multi-molecule CARD model", FORMAT),
+               "obc2": read_torch(run.input(obc2_model), "multi-molecule CARD model", FORMAT)}
+    systems = {env: _system(run, molecule, env, temperature, inpcrd, on_device=False) for env in ("vacuum", "obc2")}
+    out = hydration(bundles, systems, n_samples=cfg.samples, seed=run.seed)
+    for k in ("boot_independent_kcal", "boot_paired_kcal"):
+        out.pop(k)
+    low = min(out["ess_forward"][e][e] for e in ("vacuum", "obc2"))
+    if low < cfg.min_ess:
+        run.fail_check(f"forward ESS {low:.4f} is below --min-ess {cfg.min_ess}")
+    return out
 
 
 @cli.command(seed=False)

@@ -564,6 +564,13 @@ def _chloromethane_frames(base):
 
 _VALID_CL: dict = {}
 if FREESOLV.exists():
+    FUZZ.append(FuzzCase("train-multi", ["train-multi", "{bad}", "-o", "{out}/m.pt", "--steps", "1"], ".prmtop",
+                         label="molecule-prmtop"))
+    FUZZ.append(FuzzCase("transfer", ["transfer", "freesolv:mobley_4434915", "--vacuum-model", "{bad}",
+                                      "--obc2-model", "{bad}", "--samples", "10"], ".pt", _PT, label="models"))
+    FUZZ.append(FuzzCase("transfer", ["transfer", "freesolv:mobley_4434915", "--vacuum-model", "{model}",
+                                      "--obc2-model", "{model}", "--samples", "10"], ".pt", ("missing",), _valid_files,
+                         label="single-molecule-model"))
     FUZZ.append(FuzzCase("baseline", ["baseline", "freesolv:mobley_4434915", "--method", "endstate-bar",
                                       "--vacuum-frames", "{vac}", "--solvent-frames", "{bad}"], ".npz", _NPZ,
                          _chloromethane_frames, label="endstate-solvent-frames"))
@@ -578,9 +585,9 @@ def test_device_and_seed_options_only_where_used():
     from icmlkit.cli.estimate_fe import cli
 
     names = {c: {p.name for p in cmd.params} for c, cmd in cli.commands.items()}
-    for c in ("sample", "train", "estimate", "solvation", "baseline", "demo"):
+    for c in ("sample", "train", "train-multi", "estimate", "solvation", "baseline", "demo"):
         assert "device" in names[c], c
-    assert "device" not in names["systems"] and "seed" not in names["systems"]
+    assert "device" not in names["systems"] and "seed" not in names["systems"] and "device" not in names["transfer"]
     for c, cmd in cli.commands.items():
         assert "JSON keys:" in (cmd.help or ""), c
 
@@ -869,6 +876,53 @@ def test_multi_molecule_log_q_integrates_to_one_on_a_small_system():
     assert torch.equal(m.log_prob(t), before)
     with pytest.raises(InputError, match="not a multi-molecule"):
         transfer.model_for({"format": "icmlkit-card-2"}, ctxs[0])
+
+
+def test_multi_molecule_training_resumes_to_the_same_bytes(tmp_path, interrupting_checkpointer):
+    """train_multi interrupted after its first checkpoint and resumed gives the bundle of an
+    uninterrupted run (weights, optimiser path and both random streams restored)."""
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.core.io import torch_bytes
+    from icmlkit.lib.fe import transfer
+
+    ctxs, frames = _toy_contexts()
+    fr = {k: frames[k] for k in ("a3", "b4")}
+    kw = dict(steps=12, batch=16, d=16, heads=2, layers=1, K=2, seed=2)
+    full, _ = transfer.train_multi(ctxs[:2], fr, **kw)
+    path = tmp_path / "m.pt.ckpt.pt"
+    with pytest.raises(Interrupted):
+        transfer.train_multi(ctxs[:2], fr, checkpointer=interrupting_checkpointer(path, every=5), **kw)
+    resumed, info = transfer.train_multi(ctxs[:2], fr, checkpointer=Checkpointer(path, every=5, resume=True), **kw)
+    assert info["steps_done"] == 12 and torch_bytes(full) == torch_bytes(resumed)
+    with pytest.raises(UsageError, match="other settings"):
+        transfer.train_multi(ctxs[:2], fr, checkpointer=Checkpointer(path, resume=True), **{**kw, "seed": 3})
+
+
+@needs_freesolv
+def test_cli_train_multi_then_transfer_to_an_unseen_molecule(tmp_path):
+    """`train-multi` in both environments on methanol and methanethiol, then `transfer` to
+    chloromethane: finite estimates with intervals, counted evaluations, not seen in training; the
+    vacuum model given as the OBC2 one is refused; --min-ess 1 exits 3."""
+    small = ["--md-frames", "30", "--md-interval", "5", "--md-equil", "20", "--steps", "6", "--batch", "8",
+             "--width", "8", "--layers", "1", "--components", "2"]
+    for env in ("vacuum", "obc2"):
+        r = run_tool("estimate-fe", "train-multi", "freesolv:mobley_1636752", "freesolv:mobley_525934", "--env", env,
+                     "-o", tmp_path / f"{env}.pt", *small, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["molecules"] == ["mobley_1636752", "mobley_525934"]
+    args = ["transfer", "freesolv:mobley_4434915", "--vacuum-model", tmp_path / "vacuum.pt", "--samples", "40"]
+    r = run_tool("estimate-fe", *args, "--obc2-model", tmp_path / "obc2.pt", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for k in ("delta_g_independent_kcal", "delta_g_paired_kcal", "vertical_gap_kcal"):
+        assert math.isfinite(out[k]), k
+    assert out["ci_paired_kcal"][0] <= out["delta_g_paired_kcal"] <= out["ci_paired_kcal"][1]
+    assert out["energy_evals_paired"] == 2 * out["energy_evals_independent"] == 4 * 40
+    assert out["seen_in_training"] == {"vacuum": False, "obc2": False}
+    r = run_tool("estimate-fe", *args, "--obc2-model", tmp_path / "vacuum.pt")
+    assert r.returncode == 2 and "trained in vacuum" in r.stderr
+    r = run_tool("estimate-fe", *args, "--obc2-model", tmp_path / "obc2.pt", "--min-ess", "1")
+    assert r.returncode == 3 and "--min-ess" in r.stderr
 
 
 class _ToyEnergy:

@@ -97,3 +97,33 @@ class BaselineConfig:
     min_overlap: float = field(default=0.0, metadata=_opt("Exit 3 when the smallest neighbour overlap of the MBAR "
                                                           "matrix (endstate-bar: the BAR overlap) is below this.",
                                                           min=0, max=1))
+
+
+@dataclass
+class MultiTrainConfig:
+    """One model for many molecules (issue 28's transfer; reconstructed at small scale)."""
+
+    md_frames: int = field(default=600, metadata=_opt("MD frames per training molecule.", min=10))
+    md_interval: int = field(default=20, metadata=_opt("MD steps (1 fs) between frames.", min=1))
+    md_equil: int = field(default=2000, metadata=_opt("Equilibration MD steps per molecule.", min=0))
+    steps: int = field(default=4000, metadata=_opt("Stage I (NLL) steps, one molecule per step.", min=1))
+    batch: int = field(default=128, metadata=_opt("Frames per step.", min=1))
+    width: int = field(default=32, metadata=_opt("Model width d.", min=8))
+    layers: int = field(default=2, metadata=_opt("Encoder and decoder layers (each).", min=1))
+    components: int = field(default=8, metadata=_opt("Beta-mixture components per residual axis.", min=1))
+    lr: float = field(default=2e-3, metadata=_opt("Adam learning rate.", min=0, min_open=True))
+    time_limit: float | None = field(default=None, metadata=_opt("Seconds of training at most.", min=0,
+                                                                 min_open=True))
+
+    def train_kwargs(self) -> dict:
+        """The keyword arguments of :func:`icmlkit.lib.fe.transfer.fit` besides the MD settings."""
+        return {"steps": self.steps, "batch": self.batch, "d": self.width, "layers": self.layers,
+                "K": self.components, "lr": self.lr, "time_limit": self.time_limit}
+
+
+@dataclass
+class TransferConfig:
+    samples: int = field(default=2000, metadata=_opt("Model samples per environment's model.", min=10))
+    min_ess: float = field(default=0.0, metadata=_opt(
+        "Exit 3 (delta_g values still reported) when the smaller forward ESS fraction of the two models in their "
+        "own environments is below this.", min=0, max=1))

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.core.console import progress
 from icmlkit.lib.fe import gauge as G
 
 FORMAT = "icmlkit-card-multi-1"
@@ -118,11 +119,15 @@ def _model(cfg: dict, ctx: Context):
 
 def train_multi(contexts: list, frames: dict, *, steps: int = 1000, batch: int = 128, lr: float = 2e-3, seed: int = 0,
                 d: int = 32, heads: int = 4, layers: int = 2, K: int = 8, time_limit: float | None = None,
-                threads: int = 1, device=None) -> tuple[dict, dict]:
+                threads: int = 1, device=None, checkpointer=None) -> tuple[dict, dict]:
     """Stage I of one model over the molecules of ``contexts``; ``frames[name]`` = (x (M, N, 3) Angstrom,
-    u (M,) = beta U) of that molecule. Returns (bundle, info); the bundle lists its training molecules."""
+    u (M,) = beta U) of that molecule. Returns (bundle, info); the bundle lists its training molecules.
+    ``checkpointer`` (:class:`~icmlkit.lib.core.checkpoint.Checkpointer`) saves the model, optimiser,
+    schedule and both random streams every ``every`` steps and resumes from them (same bundle bytes
+    as an uninterrupted run)."""
     import torch
 
+    from icmlkit.lib.core.checkpoint import fingerprint, restore
     from icmlkit.lib.core.runtime import generator, seeded
     from icmlkit.lib.fe.card import prepare
 
@@ -150,8 +155,15 @@ def train_multi(contexts: list, frames: dict, *, steps: int = 1000, batch: int =
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, min(100, steps // 10))) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     gen_m, gen_b = generator(seed, "molecules"), generator(seed, "batches")
-    hist, done = [], steps
-    for step in range(steps):
+    rngs = {"molecules": gen_m, "batches": gen_b}
+    hist, done, start, t_before = [], steps, 0, 0.0
+    fp = fingerprint({"steps": steps, "batch": batch, "lr": lr, "seed": seed, "config": cfg, "names": names},
+                     *[t.cpu().numpy() for t in data])
+    state = checkpointer.load(fp) if checkpointer is not None else None
+    if state is not None:
+        start, extra = restore(state, model=model, optimizer=opt, scheduler=sched, rng=rngs)
+        hist, t_before = list(extra["hist"]), float(extra["seconds"])
+    for step in progress(range(start, steps), total=steps - start, desc="train-multi"):
         m = int(torch.randint(0, len(contexts), (1,), generator=gen_m))
         c = contexts[m]
         model.bind(c.radix, c.z, c.ref_dist)
@@ -164,6 +176,10 @@ def train_multi(contexts: list, frames: dict, *, steps: int = 1000, batch: int =
         sched.step()
         if step % 50 == 0 or step == steps - 1:
             hist.append({"step": step, "molecule": c.name, "nll_per_coord": float(nll.detach())})
+        if checkpointer is not None and checkpointer.due(step + 1, steps):
+            model.bind(contexts[0].radix, contexts[0].z, contexts[0].ref_dist)  # the buffers' shapes of a fresh model
+            checkpointer.save(step + 1, fp, model=model, optimizer=opt, scheduler=sched, rng=rngs,
+                              extra={"hist": hist, "seconds": t_before + time.perf_counter() - t0})
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             done = step + 1
             break
@@ -171,7 +187,7 @@ def train_multi(contexts: list, frames: dict, *, steps: int = 1000, batch: int =
              for k, v in model.state_dict().items() if k not in _MOLECULE_BUFFERS}
     bundle = {"format": FORMAT, "config": cfg, "r": contexts[0].radix.r, "L": contexts[0].radix.L,
               "molecules": sorted(names), "state_dict": state, "steps_done": done}
-    info = {"steps": steps, "steps_done": done, "seconds_train": time.perf_counter() - t0, "history": hist,
+    info = {"steps": steps, "steps_done": done, "seconds_train": t_before + time.perf_counter() - t0, "history": hist,
             "molecules": sorted(names), "frames_per_molecule": {c.name: int(len(frames[c.name][0])) for c in contexts}}
     return bundle, info
 
@@ -274,5 +290,67 @@ def hydration_unseen(bundles: dict, contexts: dict, systems: dict, *, n_samples:
             "seconds": time.perf_counter() - t0, "n_samples": n_samples}
 
 
-__all__ = ["Context", "RULE", "context", "estimate_unseen", "hydration_unseen", "model_for", "rule_ok", "select_freesolv", "split",
+def fit(systems: list, *, md_frames: int = 600, md_interval: int = 20, md_equil: int = 2000, seed: int = 0,
+        checkpointer=None, **train_kw) -> tuple[dict, dict]:
+    """One model for the molecules ``systems`` (all in one environment): (1) MD of each molecule
+    (``md_frames`` frames every ``md_interval`` fs after ``md_equil``, seed stream
+    ``transfer-<name>-<env>`` of ``seed``); (2) its context from the energy-minimised input structure;
+    (3) :func:`train_multi` (Stage I, one molecule per step). Returns (bundle, summary)."""
+    from icmlkit.lib.core.runtime import stream_seed
+
+    envs = {s.env for s in systems}
+    if len(envs) != 1:
+        raise UsageError(f"one environment per model; got {sorted(envs)}")
+    env = envs.pop()
+    if len({s.name for s in systems}) != len(systems):
+        raise UsageError("each molecule once")
+    ctxs, frames, md_s, md_evals = [], {}, 0.0, 0
+    for s in progress(systems, desc=f"MD ({env})"):
+        ctxs.append(context(s, s.minimised()))
+        fr = s.sample(md_frames, seed=stream_seed(seed, f"transfer-{s.name}-{env}"), interval=md_interval, equil=md_equil)
+        frames[s.name] = (fr["x"], fr["u"])
+        md_s += fr["seconds_md"]
+        md_evals += fr["energy_evals"]
+    bundle, info = train_multi(ctxs, frames, seed=seed, checkpointer=checkpointer, **train_kw)
+    bundle["env"] = env
+    return bundle, {"env": env, "molecules": sorted(s.name for s in systems), "seconds_md": md_s,
+                    "energy_evals_md": md_evals, "seconds_train": info["seconds_train"], "steps_done": info["steps_done"],
+                    "final_nll_per_coord": info["history"][-1]["nll_per_coord"], "frames_per_molecule": md_frames}
+
+
+def hydration(bundles: dict, systems: dict, *, n_samples: int = 2000, seed: int = 0, n_boot: int = 1000) -> dict:
+    """The hydration free energy (vacuum -> obc2, kcal/mol) of one molecule from the two environments'
+    models, with no MD of it: contexts from each environment's minimised input structure,
+    :func:`hydration_unseen` (the paper's per-environment difference and the paired estimate), and the
+    cheapest baseline, the vertical energy gap U_obc2 - U_vac at the vacuum-minimised conformer.
+    ``bundles`` and ``systems`` are keyed by environment; ``seen_in_training`` says whether a model
+    was trained on this molecule (its estimate is then not a transfer)."""
+    from icmlkit.lib.core.runtime import stream_seed
+    from icmlkit.lib.fe.mm import kcal_per_kT
+
+    envs = ("vacuum", "obc2")
+    for e in envs:
+        if bundles[e].get("env", e) != e:
+            raise UsageError(f"the {e} model was trained in {bundles[e]['env']}")
+    kT = kcal_per_kT(systems["vacuum"].temperature)
+    t0 = time.perf_counter()
+    mins = {e: systems[e].minimised() for e in envs}
+    ctxs = {e: context(systems[e], mins[e]) for e in envs}
+    h = hydration_unseen(bundles, ctxs, systems, n_samples=n_samples, seed=stream_seed(seed, "transfer-eval"),
+                         n_boot=n_boot)
+    seconds = time.perf_counter() - t0
+    x_min = mins["vacuum"][None]
+    gap = float(systems["obc2"].reduced_energy(x_min)[0] - systems["vacuum"].reduced_energy(x_min)[0])
+    name = systems["vacuum"].name
+    return {"molecule": name, "n_atoms": int(len(ctxs["vacuum"].z)), "n_samples": n_samples,
+            "delta_g_independent_kcal": h["delta_f_independent_kT"] * kT,
+            "ci_independent_kcal": [v * kT for v in h["ci_independent_kT"]],
+            "delta_g_paired_kcal": h["delta_f_paired_kT"] * kT, "ci_paired_kcal": [v * kT for v in h["ci_paired_kT"]],
+            "boot_independent_kcal": h["boot_independent_kT"] * kT, "boot_paired_kcal": h["boot_paired_kT"] * kT,
+            "vertical_gap_kcal": gap * kT, "ess_forward": h["ess_forward"],
+            "energy_evals_independent": h["energy_evals_independent"], "energy_evals_paired": h["energy_evals_paired"],
+            "seconds": seconds, "seen_in_training": {e: name in bundles[e]["molecules"] for e in envs}}
+
+
+__all__ = ["Context", "RULE", "context", "estimate_unseen", "fit", "hydration", "hydration_unseen", "model_for", "rule_ok", "select_freesolv", "split",
            "train_multi"]
