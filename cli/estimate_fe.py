@@ -340,8 +340,8 @@ def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, cfg):
     from icmlkit.lib.core.io import read_torch
     from icmlkit.lib.fe.transfer import FORMAT, hydration
 
-    bundles = {"vacuum": read_torch(run.input(vacuum_model), "multi-molecule CARD model", FORMAT),
-               "obc2": read_torch(run.input(obc2_model), "multi-molecule CARD model", FORMAT)}
+    bundles = {env: read_torch(run.input(path), "multi-molecule CARD model", FORMAT)
+               for env, path in (("vacuum", vacuum_model), ("obc2", obc2_model))}
     systems = {env: _system(run, molecule, env, temperature, inpcrd, on_device=False) for env in ("vacuum", "obc2")}
     out = hydration(bundles, systems, n_samples=cfg.samples, seed=run.seed)
     for k in ("boot_independent_kcal", "boot_paired_kcal"):

@@ -249,8 +249,8 @@ def estimate_unseen(bundle: dict, ctx: Context, system, *, n_samples: int = 2000
 
 
 def hydration_unseen(bundles: dict, contexts: dict, systems: dict, *, n_samples: int = 2000, seed: int = 0,
-                     n_boot: int = 1000, source: str = "vacuum", target: str = "obc2") -> dict:
-    """Delta F/kT = F(target) - F(source) of a molecule no model saw, from model samples alone, two ways.
+                     n_boot: int = 1000) -> dict:
+    """Delta F/kT = F(obc2) - F(vacuum) of a molecule no model saw, from model samples alone, two ways.
 
     ``independent`` (the paper's: F per environment from its own model, then the difference):
     EXP forward of each model against its own environment's energy. ``paired`` (**reconstructed**,
@@ -263,7 +263,7 @@ def hydration_unseen(bundles: dict, contexts: dict, systems: dict, *, n_samples:
     returned. ``bundles``, ``contexts`` and ``systems`` are keyed by environment."""
     from icmlkit.lib.fe.estimate import ess_fraction, exp_estimate
 
-    envs = (source, target)
+    source, target = envs = ("vacuum", "obc2")
     t0 = time.perf_counter()
     e0 = {e: systems[e].energy_evals for e in envs}
     w = {}  # w[src][env]: works of src's samples in env
