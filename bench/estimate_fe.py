@@ -8,7 +8,9 @@
   same end-state frames, end-state BAR (the model-free baseline at equal MD); forward ESS per
   environment (issue 28 target: >= 10 % on methanol and methanethiol). ``--md-interval FS`` spaces
   the 2000 end-state frames FS fs apart instead of 50 (500: 1 ns of MD instead of 100 ps; the
-  frames train CARD and feed end-state BAR alike).
+  frames train CARD and feed end-state BAR alike). ``--constraints hbonds`` (with ``--coords internal``)
+  holds every bond to a hydrogen at its force-field length in the MD, the energies and CARD's chart
+  (rows tagged ``+hbonds``; their lambda-MBAR reference is ``--part lambda --constraints hbonds``).
 - ``--part lambda``: the 11-window lambda-MBAR reference of those molecules. Target:
   |Delta G_CARD - Delta G_MBAR| <= 0.3 kcal/mol; cost as energy evaluations (MD steps count one
   each) and wall time with and without the end-state MD; the "without MD" ratio is always quoted
@@ -81,27 +83,37 @@ def bench_analytic(cfg) -> list[dict]:
     return rows
 
 
-def solvation_tag(coords: str, kl_steps: int, md_interval: int | None, n_frames: int) -> str:
-    """The row's variant name: the coordinates, then '+kl<N>' and '+md<ps>ps' when set."""
+def solvation_tag(coords: str, kl_steps: int, md_interval: int | None, n_frames: int, constraints: str = "none") -> str:
+    """The row's variant name: the coordinates, then '+kl<N>', '+md<ps>ps' and '+hbonds' when set."""
     return coords + (f"+kl{kl_steps}" if kl_steps else "") + (
-        f"+md{md_interval * n_frames // 1000}ps" if md_interval else "")
+        f"+md{md_interval * n_frames // 1000}ps" if md_interval else "") + (
+        f"+{constraints}" if constraints != "none" else "")
 
 
-def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: int | None = None) -> dict:
+def lambda_key(cid: str, constraints: str = "none") -> str:
+    """The key of a molecule's lambda-MBAR reference (one per constraint setting)."""
+    return cid + (f"+{constraints}" if constraints != "none" else "")
+
+
+def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: int | None = None,
+                   constraints: str = "none") -> dict:
     """CARD (``coords`` cartesian or internal, ``kl_steps`` of Stage III) and end-state BAR on the same
-    end-state frames (``md_interval`` fs apart when given, else the configured interval)."""
+    end-state frames (``md_interval`` fs apart when given, else the configured interval; ``constraints``
+    as in ``estimate-fe --constraints``)."""
     c = dict(cfg["molecule"], **({"interval": md_interval} if md_interval else {}))
     entry = freesolv_entry(cid)
     # the library call of `estimate-fe solvation --outdir` (each environment on its own seed stream);
     # its end-state frames also give end-state BAR (`baseline --method endstate-bar`, same MD)
-    card = solvation(lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T), None, n_frames=c["n_frames"],
+    card = solvation(lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints), None,
+                     n_frames=c["n_frames"],
                      interval=c["interval"], steps=c["steps"], stage2_steps=c["stage2_steps"], n_samples=c["n_samples"],
                      equil=c["equil"], arch={**cfg["model"], "coords": coords}, train_fraction=c["train_fraction"], seed=0,
                      kl_steps=kl_steps)
     per, eb = card["per_environment"], card["endstate_bar"]
     row = {
-        "compound": cid, "name": MOLECULES[cid], "coords": solvation_tag(coords, kl_steps, md_interval, c["n_frames"]),
-        "kl_steps": kl_steps, "md_interval_fs": c["interval"], "smiles": entry["smiles"],
+        "compound": cid, "name": MOLECULES[cid],
+        "coords": solvation_tag(coords, kl_steps, md_interval, c["n_frames"], constraints),
+        "kl_steps": kl_steps, "md_interval_fs": c["interval"], "constraints": constraints, "smiles": entry["smiles"],
         "n_atoms": open_system(f"freesolv:{cid}").n_atoms,
         "card_delta_g_kcal": card["delta_g_kcal"], "card_err_kcal": card["delta_g_err_kcal"],
         "card_exp_forward_delta_g_kcal": card["delta_g_exp_forward_kcal"],
@@ -129,13 +141,13 @@ def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: i
     return row
 
 
-def bench_lambda(cid: str, cfg) -> dict:
+def bench_lambda(cid: str, cfg, constraints: str = "none") -> dict:
     b = cfg["baseline"]
     base = lambda_window_mbar(*_files(cid), temperature=T, windows=b["windows"], frames_per_window=b["frames_per_window"],
-                              interval=b["interval"], equil=b["equil"], seed=7)
-    print(f"[lambda-mbar] {MOLECULES[cid]}: {base['delta_g_kcal']:.3f} +- {base['delta_g_err_kcal']:.3f}", file=sys.stderr,
-          flush=True)
-    return {"compound": cid, "name": MOLECULES[cid], "delta_g_kcal": base["delta_g_kcal"],
+                              interval=b["interval"], equil=b["equil"], seed=7, constraints=constraints)
+    print(f"[lambda-mbar {constraints}] {MOLECULES[cid]}: {base['delta_g_kcal']:.3f} +- {base['delta_g_err_kcal']:.3f}",
+          file=sys.stderr, flush=True)
+    return {"compound": cid, "name": MOLECULES[cid], "constraints": constraints, "delta_g_kcal": base["delta_g_kcal"],
             "err_kcal": base["delta_g_err_kcal"], "min_neighbour_overlap": base["overlap"],
             "energy_evals": base["energy_evals"], "seconds": base["seconds_md"] + base["seconds_estimate"]}
 
@@ -443,7 +455,7 @@ def solvation_rows(R: dict) -> list[dict]:
             donor = next((o for o in rows if o["compound"] == r["compound"] and "endstate_bar_delta_g_kcal" in o), None)
             if donor is not None:
                 r.update({k: donor[k] for k in ENDSTATE_KEYS}, endstate_bar_from=f"the {donor['coords']} run (same frames)")
-    return [with_lambda(r, lam.get(r["compound"])) for r in rows]
+    return [with_lambda(r, lam.get(lambda_key(r["compound"], r.get("constraints", "none")))) for r in rows]
 
 
 def targets_of(R: dict) -> dict:
@@ -522,6 +534,9 @@ def main() -> None:
     ap.add_argument("--kl-steps", type=int, default=0, help="solvation: Stage III (reverse KL) steps per environment")
     ap.add_argument("--md-interval", type=int, default=None,
                     help="solvation: fs between the end-state frames (default 50: 100 ps; 500: 1 ns)")
+    ap.add_argument("--constraints", choices=("none", "hbonds"), default="none",
+                    help="solvation/lambda: hold bonds to hydrogens at their force-field length (solvation: with "
+                         "--coords internal)")
     ap.add_argument("--env", choices=("vacuum", "obc2"), default="vacuum", help="transfer-train: the environment")
     ap.add_argument("--held-out", default=None, help="transfer-eval: comma-separated held-out names (default: all)")
     ap.add_argument("--rev", default="2c04231", help="carry-over: the git revision whose results to import")
@@ -552,11 +567,11 @@ def main() -> None:
         R["analytic"] = bench_analytic(cfg)
     elif args.part == "solvation":
         for cid in mols:
-            row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval)
+            row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval, args.constraints)
             R.setdefault("solvation", {})[f"{MOLECULES[cid]}/{row['coords']}"] = row
     elif args.part == "lambda":
         for cid in mols:
-            R.setdefault("lambda_mbar", {})[cid] = bench_lambda(cid, cfg)
+            R.setdefault("lambda_mbar", {})[lambda_key(cid, args.constraints)] = bench_lambda(cid, cfg, args.constraints)
     elif args.part == "carry-over":
         carry_over(R, args.rev)
     elif args.part == "transfer-train":
@@ -580,13 +595,16 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
         f" --coords {args.coords}" if args.part == "solvation" else "") + (
         f" --kl-steps {args.kl_steps}" if args.part == "solvation" and args.kl_steps else "") + (
         f" --md-interval {args.md_interval}" if args.part == "solvation" and args.md_interval else "") + (
+        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda") and args.constraints != "none"
+        else "") + (
         f" --env {args.env}" if args.part == "transfer-train" else "") + (
         f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
         f" --rev {args.rev}" if args.part == "carry-over" else "") + (
         " --quick" if args.quick else "")
-    key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'])}/{args.molecules}"
-                       if args.part == "solvation" else
-                       f"/{args.molecules}" if args.part == "lambda" else
+    key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'], args.constraints)}"
+                       f"/{args.molecules}" if args.part == "solvation" else
+                       f"/{args.molecules}" + (f"+{args.constraints}" if args.constraints != "none" else "")
+                       if args.part == "lambda" else
                        f"/{args.env}" if args.part == "transfer-train" else
                        f"/{args.held_out or 'all'}" if args.part == "transfer-eval" else "")
     R["parts"][key] = {"date": today(), "commit": commit(), "command": cmd, "seconds": time.perf_counter() - t0,
@@ -597,7 +615,7 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
         f"{cfg['model']['enc_layers']}+{cfg['model']['dec_layers']} layers; analytic: {cfg['analytic']['n_frames']} frames "
         f"(train fraction {cfg['analytic']['train_fraction']}), {cfg['analytic']['steps']}+{cfg['analytic']['stage2_steps']} "
         f"steps, {cfg['analytic']['n_samples']} model samples; molecules: {cfg['molecule']['n_frames']} MD frames per "
-        f"environment every {cfg['molecule']['interval']} fs (1 fs Langevin, no constraints), "
+        f"environment every {cfg['molecule']['interval']} fs (1 fs Langevin, no constraints unless a row says +hbonds), "
         f"{cfg['molecule']['steps']}+{cfg['molecule']['stage2_steps']} steps, {cfg['molecule']['n_samples']} samples; "
         f"lambda-MBAR {cfg['baseline']['windows']} windows x {cfg['baseline']['frames_per_window']} frames every "
         f"{cfg['baseline']['interval']} fs." + (" QUICK RUN: not a result." if args.quick else ""))

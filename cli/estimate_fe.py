@@ -53,13 +53,13 @@ Examples:
 
 
 def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-            on_device: bool = True):
+            on_device: bool = True, constraints: str = "none"):
     """The SYSTEM argument on the run's device (else the CPU), its files recorded as inputs."""
     from icmlkit.lib.fe.api import open_system
 
     strict = on_device and (run.device_spec or "").startswith("cuda")
     sysm = open_system(spec, env=env, temperature=temperature, inpcrd=inpcrd,
-                       device=run.device if on_device else "cpu", strict_device=strict)
+                       device=run.device if on_device else "cpu", strict_device=strict, constraints=constraints)
     for path in sysm.files:
         run.input(path)
     return sysm
@@ -82,7 +82,13 @@ env_option = click.option("--env", type=click.Choice(["vacuum", "obc2"]), defaul
 temp_option = click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=298.15,
                            show_default=True, help="Kelvin (molecules).")
 inpcrd_option = click.option("--inpcrd", default=None, help="Coordinates for a .prmtop (default: beside it).")
-_system_options = option_group([env_option, temp_option, inpcrd_option])
+constraints_option = click.option(
+    "--constraints", type=click.Choice(["none", "hbonds"]), default="none", show_default=True,
+    help="Molecules: hbonds holds every bond to a hydrogen at its force-field length in the MD, the energies and "
+         "the baselines (reconstructed, issue 28; models need --coords internal). Frames, models and estimates must "
+         "all use the same setting.")
+_molecule_options = option_group([inpcrd_option, constraints_option])
+_system_options = option_group([env_option, temp_option, inpcrd_option, constraints_option])
 
 
 @cli.command(device=True)
@@ -91,7 +97,7 @@ _system_options = option_group([env_option, temp_option, inpcrd_option])
                required=True)
 @_system_options
 @config_options(SampleConfig)
-def sample(run, system, output, env, temperature, inpcrd, cfg):
+def sample(run, system, output, env, temperature, inpcrd, constraints, cfg):
     """Boltzmann frames of a system: Langevin MD (OpenMM) or exact/MALA draws (analytic).
 
     \b
@@ -103,7 +109,7 @@ def sample(run, system, output, env, temperature, inpcrd, cfg):
     from icmlkit.lib.fe.api import sample as sample_frames
 
     run.output(output)
-    result = sample_frames(cfg, _system(run, system, env, temperature, inpcrd), seed=run.seed)
+    result = sample_frames(cfg, _system(run, system, env, temperature, inpcrd, constraints=constraints), seed=run.seed)
     run.save(output, lambda path: write_npz(path, **result.arrays))
     return {**result.summary, "output": output}
 
@@ -115,7 +121,7 @@ def sample(run, system, output, env, temperature, inpcrd, cfg):
 @_system_options
 @config_options(TrainConfig)
 @checkpoint_options()
-def train(run, system, frames, output, env, temperature, inpcrd, cfg, checkpoint_every, resume):
+def train(run, system, frames, output, env, temperature, inpcrd, constraints, cfg, checkpoint_every, resume):
     """Fit CARD to frames: Stage I (NLL), then Stage II (NLL + centred energy matching).
 
     A checkpoint OUTPUT.ckpt.pt is kept while training (every --checkpoint-every steps); after an
@@ -134,7 +140,7 @@ def train(run, system, frames, output, env, temperature, inpcrd, cfg, checkpoint
 
     ck = run.checkpointer(output, checkpoint_every, resume)
     run.output(output)
-    sysm = _system(run, system, env, temperature, inpcrd)
+    sysm = _system(run, system, env, temperature, inpcrd, constraints=constraints)
     fr = _frames(run, frames, sysm)
     result = train_model(cfg, sysm, fr, seed=run.seed, device=run.device, dist=run.dist, checkpointer=ck)
     run.save(output, card.save, result.bundle)
@@ -148,7 +154,7 @@ def train(run, system, frames, output, env, temperature, inpcrd, cfg, checkpoint
 @click.argument("frames")
 @_system_options
 @config_options(EstimateConfig)
-def estimate(run, system, model, frames, env, temperature, inpcrd, cfg):
+def estimate(run, system, model, frames, env, temperature, inpcrd, constraints, cfg):
     """Free energy from a model and target frames: BAR/MBAR, both EXP directions, overlap, ESS.
 
     Frames of the file the model was trained on are skipped (the estimate uses the rest).
@@ -165,7 +171,7 @@ def estimate(run, system, model, frames, env, temperature, inpcrd, cfg):
     """
     from icmlkit.lib.fe.api import estimate as estimate_f
 
-    sysm = _system(run, system, env, temperature, inpcrd)
+    sysm = _system(run, system, env, temperature, inpcrd, constraints=constraints)
     bundle = _bundle(run, model)
     result = estimate_f(cfg, sysm, bundle, _frames(run, frames, sysm), seed=run.seed, device=run.device)
     if result.check:
@@ -182,10 +188,10 @@ def estimate(run, system, model, frames, env, temperature, inpcrd, cfg):
 @output_option("Pipeline mode: run folder for frames, models and summary.json.", directory=True,
                flags=("--outdir",), name="outdir")
 @temp_option
-@inpcrd_option
+@_molecule_options
 @config_options(SolvationConfig)
 def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_frames, outdir, temperature, inpcrd,
-              cfg):
+              constraints, cfg):
     """Delta G(vacuum -> OBC2) of one molecule in kcal/mol: CARD in each environment, then the difference.
 
     Give the four files, or --outdir to run everything (MD, training, estimation) for both.
@@ -210,7 +216,8 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
     if all(files.values()):
         if outdir is not None:
             raise UsageError("--outdir is for pipeline mode; with the four model/frames files leave it out")
-        systems = {env: _system(run, system, env, temperature, inpcrd) for env in ("vacuum", "obc2")}
+        systems = {env: _system(run, system, env, temperature, inpcrd, constraints=constraints)
+                   for env in ("vacuum", "obc2")}
         bundles = {"vacuum": _bundle(run, vacuum_model), "obc2": _bundle(run, solvent_model)}
         frames = {"vacuum": _frames(run, vacuum_frames, systems["vacuum"]),
                   "obc2": _frames(run, solvent_frames, systems["obc2"])}
@@ -220,6 +227,9 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
     else:
         if outdir is None:
             raise UsageError("pipeline mode needs --outdir (or give the four model/frames files)")
+        if constraints != "none":
+            raise UsageError("pipeline mode trains Cartesian CARD models; with --constraints hbonds give the four files "
+                             "(sample and train --coords internal with the same --constraints)")
         _system(run, system, "vacuum", temperature, inpcrd)  # bad SYSTEM fails before the run folder exists
         with run.run_dir(outdir) as folder:
             result = solvation_pipeline(cfg, system, lambda env: _system(run, system, env, temperature, inpcrd),
@@ -236,9 +246,9 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
               "instead of new MD.")
 @click.option("--solvent-frames", default=None, help="endstate-bar: OBC2 frames (.npz from `sample --env obc2`).")
 @temp_option
-@inpcrd_option
+@_molecule_options
 @config_options(BaselineConfig)
-def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, cfg):
+def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, constraints, cfg):
     """The classical baselines for Delta G(vacuum -> OBC2) in kcal/mol, no model.
 
     \b
@@ -263,7 +273,7 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, cf
 
     if bool(vacuum_frames) != bool(solvent_frames):
         raise UsageError("give both --vacuum-frames and --solvent-frames, or neither")
-    sysm = _system(run, system, "obc2", temperature, inpcrd)
+    sysm = _system(run, system, "obc2", temperature, inpcrd, constraints=constraints)
     frames = None
     if vacuum_frames:
         frames = {"vacuum": _frames(run, vacuum_frames, sysm), "obc2": _frames(run, solvent_frames, sysm)}

@@ -992,3 +992,77 @@ def test_stage_three_reverse_kl_counts_its_energy_calls(tmp_path):
     r = run_tool("estimate-fe", "estimate", "triatomic", tmp_path / "m.pt", fr, "--samples", "100", "--min-overlap", "0",
                  "--json")
     assert r.returncode == 0 and math.isfinite(json.loads(r.stdout)["f_kT"])
+
+
+# ----------------------------------------------------------------------------------- X-H constraints
+
+
+def test_fixed_bond_lengths_round_trip_on_the_constraint_manifold():
+    """A chart with fixed bond lengths places those atoms at exactly the constraint length, round-trips
+    its free coordinates, and its log J is the free chart's log J at the same point less the log widths
+    of the fixed axes (the measure of delta(r - d) dx)."""
+    from icmlkit.lib.fe.internal import ZMatrix, zmatrix_refs
+
+    bonds = [(0, 1), (1, 2), (0, 3), (0, 4), (0, 5), (2, 6)]
+    n = 7
+    par, g, d = zmatrix_refs(n, bonds)
+    lo, width = np.full((n, 3), 0.5), np.full((n, 3), 2.0)
+    lo[:, 1], width[:, 1] = 0.2, 2.7
+    lo[3:, 2], width[3:, 2] = -math.pi, 2 * math.pi
+    fixed = np.zeros((n, 3), dtype=bool)
+    fixed[[3, 4, 6], 0] = True
+    lo[[3, 4, 6], 0] = [1.09, 1.10, 0.97]
+    zc, zf = ZMatrix(par, g, d, lo, width, fixed), ZMatrix(par, g, d, lo, width)
+    assert zc.free.sum() == zf.free.sum() - 3 and ZMatrix.from_state(zc.state()).fixed.tolist() == fixed.tolist()
+    t = np.random.default_rng(3).uniform(0.05, 0.95, size=(5, n, 3))
+    t[:, ~zc.free] = 0.0
+    y, lj = zc.to_cartesian(t)
+    for i, dist in ((3, 1.09), (4, 1.10), (6, 0.97)):
+        assert np.allclose(np.linalg.norm(y[:, i] - y[:, par[i]], axis=-1), dist, atol=1e-12)
+    t2, lj2 = zc.to_free(y)
+    assert np.allclose(t2, t, atol=1e-10) and np.allclose(lj2, lj, atol=1e-10)
+    _, lj_free = zf.to_free(y)
+    assert np.allclose(lj, lj_free - np.log(width[fixed]).sum(), atol=1e-10)
+    with pytest.raises(InputError, match="only bond lengths"):
+        ZMatrix(par, g, d, lo, width, np.eye(n, 3, k=1, dtype=bool))
+
+
+@needs_freesolv
+def test_hbond_constraints_hold_in_md_model_samples_and_files(tmp_path):
+    """--constraints hbonds: MD frames and CARD samples both sit on the constraint lengths; frames,
+    models and systems of different settings are refused; Cartesian coordinates cannot hold a bond."""
+    from icmlkit.lib.fe.api import load_frames, open_system
+    from icmlkit.lib.fe.mm import load_molecule
+
+    s = load_molecule("freesolv:mobley_1636752", env="vacuum", constraints="hbonds")  # methanol
+    held = s.bonded_params()["constraints"]
+    assert len(held) == 4 and all(min(ij) >= 0 for ij in held)  # three C-H and the O-H
+    fr = s.sample(120, seed=0, interval=10, equil=100)
+    for (i, j), dist in held.items():
+        assert np.abs(np.linalg.norm(fr["x"][:, i] - fr["x"][:, j], axis=-1) - dist).max() < 1e-4
+    bundle, info = card.train(s, fr["x"][:100], fr["u"][:100], steps=5, stage2_steps=0, batch=32, d=16, heads=2,
+                              enc_layers=1, dec_layers=1, K=2, coords="internal")
+    zm = card.zmatrix_of(bundle)
+    assert info["n_free"] == 3 * s.n_atoms - 6 - 4 and zm.fixed.sum() == 4
+    model = card.model_from_bundle(bundle)
+    y, _ = model.sample(16, torch.Generator().manual_seed(0))
+    x, _ = card.free_to_frames(y.numpy(), bundle["order"], True, zm)
+    for (i, j), dist in held.items():
+        assert np.allclose(np.linalg.norm(x[:, i] - x[:, j], axis=-1), dist, atol=1e-9)
+    assert np.isfinite(s.reduced_energy(x)).all()
+    flexible = load_molecule("freesolv:mobley_1636752", env="vacuum")
+    with pytest.raises(InputError, match="--constraints hbonds"):
+        card.check_system(bundle, flexible, "m.pt")
+    with pytest.raises(UsageError, match="--coords internal"):
+        card.build(s, fr["x"][:20], coords="cartesian")
+    with pytest.raises(UsageError, match="for molecules"):
+        open_system("trap4", constraints="hbonds")
+    # a frames file remembers its setting; the CLI refuses to train across settings
+    f = tmp_path / "meoh.npz"
+    r = run_tool("estimate-fe", "sample", "freesolv:mobley_1636752", "--constraints", "hbonds", "--frames", "20",
+                 "--interval", "5", "--equil", "10", "-o", f)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(InputError, match="constraints 'hbonds'"):
+        load_frames(f, flexible)
+    r = run_tool("estimate-fe", "train", "freesolv:mobley_1636752", f, "-o", tmp_path / "m.pt", "--steps", "1")
+    assert r.returncode == 1 and "hbonds" in r.stderr and not (tmp_path / "m.pt").exists()

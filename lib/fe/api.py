@@ -27,16 +27,20 @@ from icmlkit.lib.fe.config import BaselineConfig, EstimateConfig, SampleConfig, 
 
 
 def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-                device="cpu", strict_device: bool = False):
-    """The system named by ``spec``; ``system.files`` lists the files it was read from.
+                device="cpu", strict_device: bool = False, constraints: str = "none"):
+    """The system named by ``spec``; ``system.files`` lists the files it was read from. ``constraints``
+    ("none" or "hbonds", molecules only) holds bonds to hydrogens at their force-field length.
 
     OpenMM molecules run on :func:`~icmlkit.lib.fe.mm.openmm_platform` of ``device`` (``strict_device``:
     a CUDA device without OpenMM's CUDA platform is an environment error instead of the CPU)."""
     from icmlkit.lib.fe.systems import BUILTIN, builtin, load_analytic
 
+    is_molecule = spec.startswith("freesolv:") or spec.endswith((".prmtop", ".parm7"))
+    if constraints != "none" and not is_molecule:
+        raise UsageError(f"--constraints {constraints} is for molecules (a .prmtop or freesolv:<id>), not {spec}")
     if spec in BUILTIN:
         sysm = builtin(spec)
-    elif spec.startswith("freesolv:") or spec.endswith((".prmtop", ".parm7")):
+    elif is_molecule:
         from icmlkit.lib.fe.mm import load_molecule, openmm_platform
 
         if not spec.startswith("freesolv:") and not Path(spec).is_file():
@@ -44,7 +48,7 @@ def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, 
         platform = openmm_platform(device, strict_device)
         index = getattr(device, "index", None) if platform == "CUDA" else None
         sysm = load_molecule(spec, env=env, temperature=temperature, inpcrd=inpcrd, platform=platform,
-                             device_index=index)
+                             device_index=index, constraints=constraints)
         sysm.files = [] if spec.startswith("freesolv:") else [spec, sysm.inpcrd]
     elif spec.endswith(".json"):
         if not Path(spec).is_file():
@@ -91,6 +95,11 @@ def load_frames(path, system) -> Frames:
     card.check_energies(u, where)
     if len(x) < 10:
         raise InputError(f"only {len(x)} frames (need >= 10)", where)
+    if system.kind == "openmm":
+        got, want = str(d.get("constraints", "none")), system.constraints
+        if got != want:
+            raise InputError(f"these frames were sampled with constraints {got!r}, the system has {want!r} (field "
+                             "'constraints'; pass the same --constraints)", where)
     return Frames(x=x, u=u, extra=d, name=where)
 
 
@@ -111,6 +120,7 @@ def sample(cfg: SampleConfig, system, *, seed: int = 0) -> SampleResult:
         fr = system.sample(cfg.frames, seed=seed, method=cfg.method)
     arrays = {"x": fr["x"], "u": fr["u"], "z": np.asarray(system.z), "temperature": np.float64(system.temperature or 0.0),
               "env": np.str_(getattr(system, "env", "analytic")), "system": np.str_(system.name),
+              "constraints": np.str_(getattr(system, "constraints", "none")),
               "energy_evals_md": np.int64(fr["energy_evals"])}  # no timings: same seed, same bytes
     summary = {"system": system.name, "env": getattr(system, "env", None), "n_frames": cfg.frames,
                "n_atoms": system.n_atoms, "u_mean": float(np.mean(fr["u"])), "energy_evals": fr["energy_evals"],
@@ -267,7 +277,7 @@ def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed
         out = lambda_window_mbar(system.prmtop, system.inpcrd, temperature=temperature, windows=cfg.windows,
                                  frames_per_window=cfg.frames_per_window, interval=cfg.interval, equil=cfg.equil,
                                  timestep_fs=cfg.timestep, seed=seed, platform=system.platform,
-                                 device_index=system.device_index)
+                                 device_index=system.device_index, constraints=system.constraints)
         out["method"] = "lambda-mbar"
         what = "smallest neighbour overlap"
     out["units"] = "kcal/mol (delta_g)" + (", kT (f_kT)" if cfg.method == "lambda-mbar" else "")

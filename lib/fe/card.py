@@ -98,17 +98,19 @@ def build(system, x: np.ndarray, r: int = 4, L: int = 3, K: int = 8, d: int = 32
 
     zmat = None
     if coords == "internal":
-        from icmlkit.lib.fe.internal import build_zmatrix, free_mask
+        from icmlkit.lib.fe.internal import build_zmatrix
 
         if not system.invariant or not system.bonds:
             raise UsageError(f"--coords internal needs a molecule with a bond graph; {system.name} has none "
                              "(use --coords cartesian)")
         order = G.dfs_order(system.z, system.bonds)
         zmat = build_zmatrix(system, order, x, margin=margin)
-        free = free_mask(system.n_atoms)
-        radix = RadixMap(np.zeros((system.n_atoms, 3)), 1.0, free, r=r, L=L)
+        radix = RadixMap(np.zeros((system.n_atoms, 3)), 1.0, zmat.free, r=r, L=L)
         ref = G.to_frame(np.asarray(x, dtype=np.float64)[:, order])
     elif coords == "cartesian":
+        if getattr(system, "constraints", "none") != "none":
+            raise UsageError(f"--constraints {system.constraints} needs --coords internal (a Cartesian radix box cannot "
+                             "hold a bond length fixed)")
         order = G.choose_order(system.z, system.bonds, x, system.invariant)
         ref = prepare(x, np.zeros(len(x)), order, system.invariant).y
         free = G.free_mask(system.n_atoms, system.invariant)
@@ -257,7 +259,8 @@ def train(system, x: np.ndarray, u: np.ndarray, *, steps: int = 2000, stage2_ste
         "state_dict": {k: (v.float() if v.is_floating_point() else v).detach().cpu()
                        for k, v in model.state_dict().items()},
         "system": {"name": system.name, "kind": system.kind, "n_atoms": system.n_atoms,
-                   "temperature": system.temperature, "env": getattr(system, "env", None)},
+                   "temperature": system.temperature, "env": getattr(system, "env", None),
+                   "constraints": getattr(system, "constraints", "none")},
         "frames_digest": frames_digest(x), "n_frames_used": int(len(x)),
         "info": {k: v for k, v in info.items() if k not in ("history", "seconds_train", "device", "world_size")},
     }
@@ -357,6 +360,10 @@ def check_system(bundle: dict, system, where: str) -> None:
         raise InputError(f"the model was trained for {n} atoms but the system {system.name} has {system.n_atoms}", where)
     if [int(v) for v in np.asarray(system.z)] != list(bundle["z"]):
         raise InputError(f"the model's atomic numbers differ from the system {system.name}'s", where)
+    want, got = bundle["system"].get("constraints", "none"), getattr(system, "constraints", "none")
+    if want != got:
+        raise InputError(f"the model was trained with --constraints {want} but the system {system.name} has "
+                         f"--constraints {got}", where)
 
 
 def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: int = 2000, seed: int = 0,

@@ -14,8 +14,8 @@ class SampleConfig:
     frames: int = field(default=2000, metadata=_opt("Frames to draw.", min=10))
     interval: int = field(default=50, metadata=_opt("MD steps between frames (molecules).", min=1))
     equil: int = field(default=5000, metadata=_opt("Equilibration MD steps.", min=0))
-    timestep: float = field(default=1.0, metadata=_opt("fs; no constraints, so keep it at 1 fs or below.", min=0,
-                                                        min_open=True))
+    timestep: float = field(default=1.0, metadata=_opt("fs; keep it at 1 fs or below unless --constraints hbonds "
+                                                        "holds the bonds to hydrogens.", min=0, min_open=True))
     method: str = field(default="auto", metadata=_opt("Analytic systems: exact draws (separable traps) or MALA "
                                                       "chains.", choices=("auto", "exact", "mala")))
 

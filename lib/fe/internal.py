@@ -17,6 +17,15 @@ These are the free coordinates of the frame gauge in another chart, so the measu
 Z = 8 pi^2 V * integral J exp(-beta U) with J = prod_{i>=1} r_i^2 * prod_{i>=2} sin(theta_i)
 (atom 1's sphere and atom 2's circle give 8 pi^2, each later atom r^2 sin(theta) dr dtheta dphi).
 
+X-H constraints (issue 28; reconstructed, not in the paper): when the system constrains a bond to
+a hydrogen (``MMSystem(constraints="hbonds")``: the MD runs with the same constraints), an atom whose
+bond to its parent is constrained gets r_i fixed at the constraint length, a non-free axis (the
+``fixed`` mask): the model no longer decomposes the stiffest coordinate, and log J keeps the
+constant 2 log r_i. This is the measure of delta(r_i - d_i) dx in the chart; constrained MD samples
+it up to the Fixman factor of the mass-metric, which for bonds to terminal hydrogens varies with the
+H-X-H angles by well under 1 % and is the same in both environments, so it is neglected
+[reconstructed].
+
 Each internal coordinate q is then scaled into t = (q - lo) / width in [0, 1), the unit box the radix
 map decomposes (so the radix map runs with lo = 0, a = 1), adding sum log width to log J. The boxes
 of bond lengths and angles come from the force field when the system provides its harmonic terms
@@ -69,16 +78,23 @@ def zmatrix_refs(n: int, bonds) -> tuple[list[int], list[int], list[int]]:
 
 
 class ZMatrix:
-    """The internal-coordinate chart of one molecule (model order) with its unit-box scaling."""
+    """The internal-coordinate chart of one molecule (model order) with its unit-box scaling;
+    ``fixed`` (N, 3) marks constrained axes (bond lengths held at ``lo``), which are not free."""
 
-    def __init__(self, parent, gref, dref, lo, width):
+    def __init__(self, parent, gref, dref, lo, width, fixed=None):
         self.parent, self.gref, self.dref = list(parent), list(gref), list(dref)
         self.lo = np.asarray(lo, dtype=np.float64)
         self.width = np.asarray(width, dtype=np.float64)
         self.n = len(self.parent)
-        self.free = free_mask(self.n)
-        if self.lo.shape != (self.n, 3) or self.width.shape != (self.n, 3) or not (self.width[self.free] > 0).all():
+        self.fixed = np.zeros((self.n, 3), dtype=bool) if fixed is None else np.asarray(fixed, dtype=bool)
+        self.free = free_mask(self.n) & ~self.fixed
+        if self.lo.shape != (self.n, 3) or self.width.shape != (self.n, 3) or self.fixed.shape != (self.n, 3) \
+                or not (self.width[self.free] > 0).all():
             raise InputError("internal-coordinate boxes must be (N, 3) with positive widths on the free axes")
+        if self.fixed[:, 1:].any() or self.fixed[0].any() or not (self.lo[self.fixed] > 0).all():
+            raise InputError("only bond lengths can be fixed, at a positive length")
+        # the value of every non-free axis: the constraint length, or 0 on the gauge-fixed axes
+        self.held = np.where(self.fixed, self.lo, 0.0)
 
     # -------------------------------------------------------------- raw internal coordinates
     def internal(self, x):
@@ -147,6 +163,7 @@ class ZMatrix:
         q = self.internal(x)
         lo, w = torch.as_tensor(self.lo), torch.as_tensor(self.width)
         t = torch.where(torch.as_tensor(self.free), (q - lo) / w, torch.zeros_like(q))
+        q = torch.where(torch.as_tensor(self.fixed), torch.as_tensor(self.held), q)  # J on the constraint manifold
         lj = self.log_jacobian_q(q) + self.log_width()
         return t.numpy(), lj.numpy()
 
@@ -162,15 +179,18 @@ class ZMatrix:
         import torch
 
         q = torch.as_tensor(self.lo) + torch.as_tensor(self.width) * t
-        return torch.where(torch.as_tensor(self.free), q, torch.zeros_like(q))
+        return torch.where(torch.as_tensor(self.free), q, torch.as_tensor(self.held))
 
     def state(self) -> dict:
-        return {"kind": "internal", "parent": self.parent, "gref": self.gref, "dref": self.dref,
-                "lo": self.lo.tolist(), "width": self.width.tolist()}
+        s = {"kind": "internal", "parent": self.parent, "gref": self.gref, "dref": self.dref,
+             "lo": self.lo.tolist(), "width": self.width.tolist()}
+        if self.fixed.any():
+            s["fixed"] = self.fixed.tolist()
+        return s
 
     @classmethod
     def from_state(cls, s: dict) -> "ZMatrix":
-        return cls(s["parent"], s["gref"], s["dref"], s["lo"], s["width"])
+        return cls(s["parent"], s["gref"], s["dref"], s["lo"], s["width"], s.get("fixed"))
 
 
 def free_mask(n: int) -> np.ndarray:
@@ -207,7 +227,8 @@ def build_zmatrix(system, order, x: np.ndarray, margin: float = 1.5) -> ZMatrix:
 
     Bond-length and angle boxes from the system's harmonic terms (:meth:`bonded_params`, in kT
     units: k such that beta U = k (q - q0)^2 / 2) when it has them, else from the frames ``x``
-    (their range widened by ``margin``); dihedral boxes [-pi, pi)."""
+    (their range widened by ``margin``); dihedral boxes [-pi, pi). A bond the system constrains
+    (``bonded_params()["constraints"]``) is fixed at its constraint length."""
     import torch
 
     n = system.n_atoms
@@ -215,14 +236,21 @@ def build_zmatrix(system, order, x: np.ndarray, margin: float = 1.5) -> ZMatrix:
     bonds = [(pos[int(i)], pos[int(j)]) for i, j in (system.bonds or [])]
     parent, gref, dref = zmatrix_refs(n, bonds)
     lo, width = np.zeros((n, 3)), np.ones((n, 3))
+    fixed = np.zeros((n, 3), dtype=bool)
     lo[3:, 2], width[3:, 2] = -math.pi, 2 * math.pi
     params = system.bonded_params() if hasattr(system, "bonded_params") else None
     if params is not None:
         inv = {k: int(a) for a, k in pos.items()}  # model position -> system atom
+        held = params.get("constraints", {})
         for i in range(1, n):
-            r0, s = _lookup(params["bonds"], (inv[parent[i]], inv[i]), "bond", system.name)
-            lo[i, 0] = max(r0 - SIGMAS * s, 1e-3)
-            width[i, 0] = r0 + SIGMAS * s - lo[i, 0]
+            key = (inv[parent[i]], inv[i])
+            d = held.get(key, held.get(key[::-1]))
+            if d is not None:
+                lo[i, 0], fixed[i, 0] = d, True
+            else:
+                r0, s = _lookup(params["bonds"], key, "bond", system.name)
+                lo[i, 0] = max(r0 - SIGMAS * s, 1e-3)
+                width[i, 0] = r0 + SIGMAS * s - lo[i, 0]
             if i >= 2:
                 t0, s = _lookup(params["angles"], (inv[gref[i]], inv[parent[i]], inv[i]), "angle", system.name)
                 a, b = max(t0 - SIGMAS * s, 0.0), min(t0 + SIGMAS * s, math.pi)
@@ -237,7 +265,7 @@ def build_zmatrix(system, order, x: np.ndarray, margin: float = 1.5) -> ZMatrix:
             mid = 0.5 * (mn + mx)
             a, b = np.maximum(mid - half, 1e-3 if ax == 0 else 0.0), np.minimum(mid + half, top)
             lo[sel, ax], width[sel, ax] = a, b - a
-    return ZMatrix(parent, gref, dref, lo, width)
+    return ZMatrix(parent, gref, dref, lo, width, fixed)
 
 
 def _lookup(table: dict, key: tuple, what: str, name: str) -> tuple[float, float]:

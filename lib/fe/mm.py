@@ -1,6 +1,9 @@
 """Molecular systems through OpenMM: AMBER prmtop/inpcrd, vacuum or OBC2 implicit solvent.
 
-- No constraints (the model and the MD must share the measure: all 3N coordinates move), no
+- No constraints by default (the model and the MD must share the measure: all 3N coordinates
+  move); ``constraints="hbonds"`` (issue 28, reconstructed: not in the paper) fixes every bond to a
+  hydrogen at the force field's length in the MD, the energies and the baselines alike, and the
+  internal-coordinate chart drops those bond lengths (:mod:`icmlkit.lib.fe.internal`). No
   cutoff, the CMMotionRemover dropped; Langevin-middle dynamics; the OpenMM platform follows the
   run's device (:func:`openmm_platform`: CUDA on a CUDA device, CPU otherwise). MD seeds are the
   named streams ``stream_seed(seed, "langevin")`` / ``"velocities"`` (and ``window-<k>`` per lambda
@@ -37,6 +40,7 @@ from icmlkit.lib.fe.systems import System
 KB_KJ = 0.0083144626181532  # kJ/mol/K
 KJ_PER_KCAL = 4.184
 ENVIRONMENTS = ("vacuum", "obc2")
+CONSTRAINTS = ("none", "hbonds")
 
 
 def _openmm():
@@ -116,10 +120,12 @@ class MMSystem(System):
     """An AMBER molecule in one environment (``vacuum`` or ``obc2``) at ``temperature`` K."""
 
     def __init__(self, prmtop, inpcrd, env: str = "vacuum", temperature: float = 298.15, platform: str = "CPU",
-                 name: str | None = None, device_index: int | None = None):
+                 name: str | None = None, device_index: int | None = None, constraints: str = "none"):
         openmm, app, unit = _openmm()
         if env not in ENVIRONMENTS:
             raise UsageError(f"--env must be one of {ENVIRONMENTS}, not {env!r}")
+        if constraints not in CONSTRAINTS:
+            raise UsageError(f"--constraints must be one of {CONSTRAINTS}, not {constraints!r}")
         for p in (prmtop, inpcrd):
             if not Path(p).is_file():
                 raise InputError("no such file", str(p))
@@ -140,8 +146,10 @@ class MMSystem(System):
         z = np.array([a.element.atomic_number if a.element is not None else 0 for a in top.topology.atoms()])
         bonds = [(b[0].index, b[1].index) for b in top.topology.bonds()]
         super().__init__(name=name or Path(prmtop).stem, z=z, bonds=bonds, invariant=True, kind="openmm",
-                         temperature=float(temperature), spec={"env": env, "prmtop": str(prmtop)})
+                         temperature=float(temperature),
+                         spec={"env": env, "prmtop": str(prmtop), "constraints": constraints})
         self.env, self.prmtop, self.inpcrd, self.x0 = env, str(prmtop), str(inpcrd), pos
+        self.constraints = constraints
         self._top = top
         self.platform, self.device_index = platform, device_index
         self.beta = 1.0 / (KB_KJ * self.temperature)  # mol/kJ
@@ -153,7 +161,8 @@ class MMSystem(System):
         env = env or self.env
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sys_ = self._top.createSystem(nonbondedMethod=app.NoCutoff, constraints=None, rigidWater=False,
+            sys_ = self._top.createSystem(nonbondedMethod=app.NoCutoff, rigidWater=False,
+                                          constraints=app.HBonds if self.constraints == "hbonds" else None,
                                           implicitSolvent=app.OBC2 if env == "obc2" or lambda_gb else None)
         for i in reversed(range(sys_.getNumForces())):
             if isinstance(sys_.getForce(i), openmm.CMMotionRemover):
@@ -186,15 +195,19 @@ class MMSystem(System):
     def with_env(self, env: str) -> "MMSystem":
         """The same molecule (files, temperature, platform) in another environment."""
         return MMSystem(self.prmtop, self.inpcrd, env=env, temperature=self.temperature, platform=self.platform,
-                        name=self.name, device_index=self.device_index)
+                        name=self.name, device_index=self.device_index, constraints=self.constraints)
 
     def bonded_params(self) -> dict:
         """The force field's harmonic terms for internal coordinates (:mod:`icmlkit.lib.fe.internal`):
         {"bonds": {(i, j): (r0 in Angstrom, sigma in Angstrom)}, "angles": {(i, j, k): (theta0,
-        sigma) in rad}} with sigma = sqrt(kT / k) (OpenMM's harmonic terms are k (q - q0)^2 / 2)."""
+        sigma) in rad}, "constraints": {(i, j): length in Angstrom}} with sigma = sqrt(kT / k) (OpenMM's
+        harmonic terms are k (q - q0)^2 / 2); a constrained bond is in "constraints", not in "bonds"."""
         openmm, app, unit = _openmm()
         sys_ = self.build_system()
-        out = {"bonds": {}, "angles": {}}
+        out = {"bonds": {}, "angles": {}, "constraints": {}}
+        for c in range(sys_.getNumConstraints()):
+            i, j, d = sys_.getConstraintParameters(c)
+            out["constraints"][(i, j)] = d.value_in_unit(unit.angstrom)
         for f in sys_.getForces():
             if isinstance(f, openmm.HarmonicBondForce):
                 for b in range(f.getNumBonds()):
@@ -283,7 +296,7 @@ class MMSystem(System):
 
 def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int = 11, frames_per_window: int = 500,
                        interval: int = 50, equil: int = 5000, timestep_fs: float = 1.0, seed: int = 0,
-                       platform: str = "CPU", device_index: int | None = None) -> dict:
+                       platform: str = "CPU", device_index: int | None = None, constraints: str = "none") -> dict:
     """The classical baseline: Delta G(vacuum -> OBC2) by lambda-window MD and MBAR.
 
     Returns delta_g_kcal, delta_g_err_kcal, f_kT (per window), min neighbour overlap, energy_evals,
@@ -294,7 +307,8 @@ def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int
     pymbar = import_pymbar()
     from pymbar import timeseries
 
-    sysm = MMSystem(prmtop, inpcrd, env="obc2", temperature=temperature, platform=platform, device_index=device_index)
+    sysm = MMSystem(prmtop, inpcrd, env="obc2", temperature=temperature, platform=platform, device_index=device_index,
+                    constraints=constraints)
     lams = np.linspace(0.0, 1.0, windows)
     t0 = time.perf_counter()
     u_vac, u_gb, evals, x_last = [], [], 0, None
@@ -324,7 +338,8 @@ def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int
             "f_kT": [float(v) for v in res["Delta_f"][0]], "overlap": min(neigh), "overlap_neighbours": neigh,
             "n_effective": n_k.tolist(), "energy_evals": int(evals + u_kn.size), "seconds_md": seconds_md,
             "seconds_estimate": time.perf_counter() - t1, "windows": windows, "frames_per_window": frames_per_window,
-            "interval": interval, "md_steps": int(windows * (equil + frames_per_window * interval))}
+            "interval": interval, "md_steps": int(windows * (equil + frames_per_window * interval)),
+            "constraints": constraints}
 
 
 def endstate_bar(systems: dict, frames: dict, temperature: float) -> dict:
@@ -372,12 +387,12 @@ def endstate_md(systems: dict, n_frames: int, seed: int = 0, interval: int = 50,
 
 
 def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-                  platform: str = "CPU", device_index: int | None = None) -> MMSystem:
+                  platform: str = "CPU", device_index: int | None = None, constraints: str = "none") -> MMSystem:
     """``freesolv:<id>`` or a .prmtop (inpcrd: given, or beside it with the same stem)."""
     if path.startswith("freesolv:"):
         pt, ic = freesolv_files(path.split(":", 1)[1])
         return MMSystem(pt, ic, env=env, temperature=temperature, platform=platform, name=path.split(":", 1)[1],
-                        device_index=device_index)
+                        device_index=device_index, constraints=constraints)
     p = Path(path)
     if not p.is_file():
         raise InputError("no such file", path)
@@ -385,12 +400,13 @@ def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, i
                                                         p.with_suffix(".crd")) if c.exists()), None)
     if ic is None:
         raise InputError("no coordinates beside it (.inpcrd/.rst7/.crd); give --inpcrd", path)
-    return MMSystem(p, ic, env=env, temperature=temperature, platform=platform, device_index=device_index)
+    return MMSystem(p, ic, env=env, temperature=temperature, platform=platform, device_index=device_index,
+                    constraints=constraints)
 
 
 def kcal_per_kT(temperature: float) -> float:
     return KB_KJ * temperature / KJ_PER_KCAL
 
 
-__all__ = ["ENVIRONMENTS", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
+__all__ = ["CONSTRAINTS", "ENVIRONMENTS", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
            "load_molecule", "openmm_platform"]

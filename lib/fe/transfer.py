@@ -95,7 +95,7 @@ class Context:
 def context(system, reference: np.ndarray, r: int = 4, L: int = 3) -> Context:
     """The context of ``system`` (a molecule with a bond graph and force-field harmonic terms) with
     ``reference`` (N, 3), one conformer in the system's atom order (e.g. its minimised structure)."""
-    from icmlkit.lib.fe.internal import build_zmatrix, free_mask
+    from icmlkit.lib.fe.internal import build_zmatrix
     from icmlkit.lib.fe.radix import RadixMap
 
     if not system.bonds or getattr(system, "bonded_params", lambda: None)() is None:
@@ -103,7 +103,7 @@ def context(system, reference: np.ndarray, r: int = 4, L: int = 3) -> Context:
                          system.name)
     order = G.dfs_order(system.z, system.bonds)
     zmat = build_zmatrix(system, order, np.asarray(reference)[None])
-    radix = RadixMap(np.zeros((system.n_atoms, 3)), 1.0, free_mask(system.n_atoms), r=r, L=L)
+    radix = RadixMap(np.zeros((system.n_atoms, 3)), 1.0, zmat.free, r=r, L=L)
     ref = np.asarray(reference, dtype=np.float64)[order]
     d = np.linalg.norm(ref[:, None] - ref[None], axis=-1)[None]
     return Context(system.name, order, zmat, radix, np.asarray(system.z)[order], d)
