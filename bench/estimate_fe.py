@@ -164,7 +164,12 @@ def transfer_split(cfg) -> tuple[list[dict], list[dict]]:
     return [by[c] for c in train], [by[c] for c in held]
 
 
-def bench_transfer_train(cfg, env: str, quick: bool) -> dict:
+def variant(constraints: str) -> str:
+    """The suffix of a transfer variant's results keys and model files ('' or '+hbonds')."""
+    return "" if constraints == "none" else f"+{constraints}"
+
+
+def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") -> dict:
     """MD of the training molecules in ``env`` and one multi-molecule model on them (saved under outputs/)."""
     from icmlkit.lib.core.io import write_json
     from icmlkit.lib.fe import card as C
@@ -174,23 +179,24 @@ def bench_transfer_train(cfg, env: str, quick: bool) -> dict:
     train, held = transfer_split(cfg)
     if quick:
         train = train[:2]
-    systems = [open_system(f"freesolv:{e['compound']}", env=env, temperature=T) for e in train]
+    systems = [open_system(f"freesolv:{e['compound']}", env=env, temperature=T, constraints=constraints) for e in train]
     bundle, info = fit(systems, md_frames=c["md_frames"], md_interval=c["md_interval"], md_equil=c["md_equil"],
                        steps=c["steps"], batch=c["batch"], d=c["d"], layers=c["layers"], K=c["K"],
                        time_limit=c["time_limit"], seed=0)
     print(f"[transfer/{env}] MD of {len(train)} molecules: {info['seconds_md']:.0f} s", file=sys.stderr, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    C.save(OUT / f"transfer.{env}.pt", bundle)
-    summary = {"env": env, "train": [e["compound"] for e in train], "held_out": [e["compound"] for e in held],
+    C.save(OUT / f"transfer.{env}{variant(constraints)}.pt", bundle)
+    summary = {"env": env, "constraints": constraints, "train": [e["compound"] for e in train],
+               "held_out": [e["compound"] for e in held],
                **{k: info[k] for k in ("seconds_md", "energy_evals_md", "seconds_train", "steps_done",
                                        "final_nll_per_coord")}}
-    write_json(OUT / f"transfer.{env}.json", summary)
+    write_json(OUT / f"transfer.{env}{variant(constraints)}.json", summary)
     print(f"[transfer/{env}] trained {info['steps_done']} steps in {info['seconds_train']:.0f} s", file=sys.stderr,
           flush=True)
     return summary
 
 
-def bench_transfer_eval(cfg, names: list[str] | None, quick: bool) -> list[dict]:
+def bench_transfer_eval(cfg, names: list[str] | None, quick: bool, constraints: str = "none") -> list[dict]:
     """Held-out molecules: CARD from samples alone (no MD of them) vs end-state BAR and lambda MBAR."""
     from icmlkit.lib.core.io import read_torch
     from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
@@ -202,20 +208,21 @@ def bench_transfer_eval(cfg, names: list[str] | None, quick: bool) -> list[dict]
         held = [e for e in held if e["compound"] in names or e["name"] in names]
     if quick:
         held = held[:1]
-    bundles = {env: read_torch(OUT / f"transfer.{env}.pt", "model") for env in ENVIRONMENTS}
+    bundles = {env: read_torch(OUT / f"transfer.{env}{variant(constraints)}.pt", "model") for env in ENVIRONMENTS}
     rows = []
     for e in held:
         cid = e["compound"]
         seen = [env for env in ENVIRONMENTS if cid in bundles[env]["molecules"]]
         if seen:
             raise SystemExit(f"held-out {cid} is among the training molecules of the {seen} model(s)")
-        systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T) for env in ENVIRONMENTS}
+        systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints)
+                   for env in ENVIRONMENTS}
         h = hydration(bundles, systems, n_samples=c["samples"], seed=0)
         fr = endstate_md(systems, c["endstate_frames"], seed=0, interval=c["endstate_interval"], equil=c["endstate_equil"])
         eb = endstate_bar(systems, fr, T)
         lam = lambda_window_mbar(*_files(cid), temperature=T, windows=cfg["baseline"]["windows"],
                                  frames_per_window=c["lambda_frames"], interval=cfg["baseline"]["interval"],
-                                 equil=c["lambda_equil"], seed=7)
+                                 equil=c["lambda_equil"], seed=7, constraints=constraints)
         evals_card = h["energy_evals_independent"]
         s_mbar, s_eb = lam["seconds_md"] + lam["seconds_estimate"], eb["seconds_md"] + eb["seconds_estimate"]
         m = lam["delta_g_kcal"]
@@ -245,12 +252,13 @@ def bench_transfer_eval(cfg, names: list[str] | None, quick: bool) -> list[dict]
     return rows
 
 
-def transfer_summary(R: dict, cfg) -> dict | None:
+def transfer_summary(R: dict, cfg, sfx: str = "") -> dict | None:
+    """The held-out table of one transfer variant (``sfx`` '' or '+hbonds')."""
     import numpy as np
 
-    first = next(iter(R.get("transfer_train", {}).values()), None)
+    first = next(iter(R.get(f"transfer_train{sfx}", {}).values()), None)
     held = set(first["held_out"]) if first else set()
-    rows = [r for c, r in R.get("transfer_rows", {}).items() if c in held]  # rows of an older split are not this model's
+    rows = [r for c, r in R.get(f"transfer_rows{sfx}", {}).items() if c in held]  # an older split's rows are not this model's
     if not rows:
         return None
     def mae_ci(key: str) -> list[float]:
@@ -273,7 +281,9 @@ def transfer_summary(R: dict, cfg) -> dict | None:
     note = (("" if sized else "UNDERSIZED: ") + f"one model per environment trained on {n_train} FreeSolv molecules, "
             f"{len(rows)} held-out molecules evaluated (rule: "
             f"{lo}-{hi} heavy atoms in the SMILES, elements C N O S Cl, no bracket atoms, no triple bond; held-out = the "
-            f"{c['n_held_out']} smallest SHA-256 of the compound ids), {c['md_frames']} MD frames each every "
+            f"{c['n_held_out']} smallest SHA-256 of the compound ids), "
+            + ("bonds to hydrogens constrained (--constraints hbonds) in training MD, models and references alike, " if sfx
+               else "") + f"{c['md_frames']} MD frames each every "
             f"{c['md_interval']} fs, {c['steps']} Stage I steps at most ({c['time_limit']} s cap) on 2 shared CPU "
             "cores" + ("" if sized else "; the issue asked 30-100 training and 8-10 held-out molecules") + ". Held-out molecules: no MD, the "
             "reference conformer is the minimised input structure, EXP forward on "
@@ -291,7 +301,7 @@ def transfer_summary(R: dict, cfg) -> dict | None:
             "mean_ratio_evals_mbar": float(np.mean([r["ratio_evals_mbar_over_card"] for r in rows])),
             "mean_ratio_evals_endstate": float(np.mean([r["ratio_evals_endstate_over_card"] for r in rows])),
             "mean_ratio_seconds_mbar": float(np.mean([r["ratio_seconds_mbar_over_card"] for r in rows])),
-            "train": R.get("transfer_train", {})}
+            "train": R.get(f"transfer_train{sfx}", {})}
 
 
 def with_lambda(row: dict, lam: dict | None) -> dict:
@@ -371,9 +381,12 @@ def markdown(res: dict) -> str:
                          f"{r['evals_mbar']} | {r['ratio_evals_mbar_over_card_with_md']:.2f} | "
                          f"{r['ratio_evals_mbar_over_card_without_md']:.1f}x at {_f(r['abs_diff_exp_forward_kcal'])} kcal/mol | "
                          f"{r['seconds_card_with_md']:.0f} | {_f(r.get('seconds_endstate_bar'), '.0f')} | {r['seconds_mbar']:.0f} |")
-    tr = R.get("transfer")
-    if tr:
-        lines += ["", "## Transfer to held-out molecules (no MD of held-out molecules at inference)", "",
+    for sfx in ("", "+hbonds"):
+        tr = R.get(f"transfer{sfx}")
+        if not tr:
+            continue
+        lines += ["", "## Transfer to held-out molecules (no MD of held-out molecules at inference)" + (
+            " with X-H constraints (--constraints hbonds)" if sfx else ""), "",
                   tr["note"], "",
                   "| held-out molecule | atoms | CARD EXP fwd (vac -> obc2) | 95 % CI | end-state BAR | lambda MBAR | "
                   "abs err vs MBAR | ESS fwd vac / obc2 | evals CARD | evals end-state BAR / CARD | evals MBAR / CARD | "
@@ -486,25 +499,27 @@ def targets_of(R: dict) -> dict:
             targets[f"proposal_{tag}_forward_ess"] = target(
                 ess, 0.10, ess >= 0.10, "smaller forward ESS of the two environments" + (
                     f" (vacuum {ef['vacuum']:.4f}, obc2 {ef['obc2']:.4f})" if ef else " (carried-over row)"))
-    tr = R.get("transfer")
-    if not tr:
+    if not R.get("transfer"):
         targets["transfer_mae_vs_lambda_mbar_kcal"] = target(
             None, 0.5, False, "not measured: no held-out molecule evaluated yet (--part transfer-eval)"
             + (f"; trained so far: {sorted(R['transfer_train'])}" if R.get("transfer_train") else ""))
-    if tr:
-        targets["transfer_mae_vs_lambda_mbar_kcal"] = target(
+    for sfx in ("", "+hbonds"):
+        tr = R.get(f"transfer{sfx}")
+        if not tr:
+            continue
+        targets[f"transfer_mae_vs_lambda_mbar_kcal{sfx}"] = target(
             tr["mae_kcal"], 0.5, tr["mae_kcal"] is not None and tr["mae_kcal"] <= 0.5, tr["note"])
         if tr.get("mae_paired_kcal") is not None:
-            targets["transfer_mae_paired_vs_lambda_mbar_kcal"] = target(
+            targets[f"transfer_mae_paired_vs_lambda_mbar_kcal{sfx}"] = target(
                 tr["mae_paired_kcal"], 0.5, tr["mae_paired_kcal"] <= 0.5,
                 "reconstructed paired estimate (both models' samples scored in both environments, no MD of the "
                 f"held-out molecules; lambda-MBAR evaluations / its {tr['mean_ratio_evals_mbar_paired']:.1f}x)")
-            targets["transfer_mae_vertical_gap_baseline_kcal"] = target(
+            targets[f"transfer_mae_vertical_gap_baseline_kcal{sfx}"] = target(
                 tr["mae_vertical_gap_kcal"], None, True,
                 "reported: the cheapest baseline, U_obc2 - U_vac at the vacuum-minimised conformer (2 evaluations)")
-        targets["transfer_evals_ratio_mbar_over_card"] = target(
+        targets[f"transfer_evals_ratio_mbar_over_card{sfx}"] = target(
             tr["mean_ratio_evals_mbar"], None, True, "reported: lambda-MBAR energy evaluations / CARD's (held-out molecules)")
-        targets["transfer_evals_ratio_endstate_bar_over_card"] = target(
+        targets[f"transfer_evals_ratio_endstate_bar_over_card{sfx}"] = target(
             tr["mean_ratio_evals_endstate"], None, True, "reported: end-state BAR energy evaluations / CARD's")
     return targets
 
@@ -535,8 +550,8 @@ def main() -> None:
     ap.add_argument("--md-interval", type=int, default=None,
                     help="solvation: fs between the end-state frames (default 50: 100 ps; 500: 1 ns)")
     ap.add_argument("--constraints", choices=("none", "hbonds"), default="none",
-                    help="solvation/lambda: hold bonds to hydrogens at their force-field length (solvation: with "
-                         "--coords internal)")
+                    help="solvation/lambda/transfer-*: hold bonds to hydrogens at their force-field length "
+                         "(solvation: with --coords internal; transfer: a separate variant, rows keyed '+hbonds')")
     ap.add_argument("--env", choices=("vacuum", "obc2"), default="vacuum", help="transfer-train: the environment")
     ap.add_argument("--held-out", default=None, help="transfer-eval: comma-separated held-out names (default: all)")
     ap.add_argument("--rev", default="2c04231", help="carry-over: the git revision whose results to import")
@@ -575,11 +590,12 @@ def main() -> None:
     elif args.part == "carry-over":
         carry_over(R, args.rev)
     elif args.part == "transfer-train":
-        R.setdefault("transfer_train", {})[args.env] = bench_transfer_train(cfg, args.env, args.quick)
+        R.setdefault(f"transfer_train{variant(args.constraints)}", {})[args.env] = bench_transfer_train(
+            cfg, args.env, args.quick, args.constraints)
     else:  # one held-out molecule at a time, the results file updated after each
         for name in (args.held_out.split(",") if args.held_out else [e["compound"] for e in transfer_split(cfg)[1]]):
-            for row in bench_transfer_eval(cfg, [name], args.quick):
-                R.setdefault("transfer_rows", {})[row["compound"]] = row
+            for row in bench_transfer_eval(cfg, [name], args.quick, args.constraints):
+                R.setdefault(f"transfer_rows{variant(args.constraints)}", {})[row["compound"]] = row
             save(R, cfg, args, t0, load0)
         return
     save(R, cfg, args, t0, load0)
@@ -589,14 +605,15 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
     """Merge this part's results (so far) into the results file (printed only with --quick)."""
     import os
 
-    R["transfer"] = transfer_summary(R, cfg)
+    for sfx in ("", "+hbonds"):
+        R[f"transfer{sfx}"] = transfer_summary(R, cfg, sfx)
     cmd = f".venv/bin/python bench/estimate_fe.py --part {args.part}" + (
         f" --molecules {args.molecules}" if args.part in ("solvation", "lambda") else "") + (
         f" --coords {args.coords}" if args.part == "solvation" else "") + (
         f" --kl-steps {args.kl_steps}" if args.part == "solvation" and args.kl_steps else "") + (
         f" --md-interval {args.md_interval}" if args.part == "solvation" and args.md_interval else "") + (
-        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda") and args.constraints != "none"
-        else "") + (
+        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda", "transfer-train", "transfer-eval")
+        and args.constraints != "none" else "") + (
         f" --env {args.env}" if args.part == "transfer-train" else "") + (
         f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
         f" --rev {args.rev}" if args.part == "carry-over" else "") + (
@@ -605,8 +622,8 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
                        f"/{args.molecules}" if args.part == "solvation" else
                        f"/{args.molecules}" + (f"+{args.constraints}" if args.constraints != "none" else "")
                        if args.part == "lambda" else
-                       f"/{args.env}" if args.part == "transfer-train" else
-                       f"/{args.held_out or 'all'}" if args.part == "transfer-eval" else "")
+                       f"/{args.env}{variant(args.constraints)}" if args.part == "transfer-train" else
+                       f"/{args.held_out or 'all'}{variant(args.constraints)}" if args.part == "transfer-eval" else "")
     R["parts"][key] = {"date": today(), "commit": commit(), "command": cmd, "seconds": time.perf_counter() - t0,
                        "load_start": load0, "load_end": round(os.getloadavg()[0], 2)}
     R["settings"] = cfg

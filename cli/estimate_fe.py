@@ -289,9 +289,10 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, co
                required=True)
 @env_option
 @temp_option
+@constraints_option
 @config_options(MultiTrainConfig)
 @checkpoint_options()
-def train_multi(run, molecules, output, env, temperature, cfg, checkpoint_every, resume):
+def train_multi(run, molecules, output, env, temperature, constraints, cfg, checkpoint_every, resume):
     """One CARD model for many molecules in one environment (the paper's transferable model).
 
     Reconstructed at small scale (the paper trains on 40k molecules): each MOLECULE (freesolv:<id>
@@ -314,7 +315,7 @@ def train_multi(run, molecules, output, env, temperature, cfg, checkpoint_every,
         raise UsageError("train-multi runs in one process (not under torchrun)")
     ck = run.checkpointer(output, checkpoint_every, resume)
     run.output(output)
-    systems = [_system(run, m, env, temperature) for m in molecules]
+    systems = [_system(run, m, env, temperature, constraints=constraints) for m in molecules]
     bundle, summary = fit(systems, md_frames=cfg.md_frames, md_interval=cfg.md_interval, md_equil=cfg.md_equil,
                           seed=run.seed, checkpointer=ck, device=run.device, **cfg.train_kwargs())
     run.save(output, card.save, bundle)
@@ -327,9 +328,9 @@ def train_multi(run, molecules, output, env, temperature, cfg, checkpoint_every,
 @click.option("--vacuum-model", required=True, help="`train-multi --env vacuum` model.")
 @click.option("--obc2-model", required=True, help="`train-multi --env obc2` model.")
 @temp_option
-@inpcrd_option
+@_molecule_options
 @config_options(TransferConfig)
-def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, cfg):
+def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, constraints, cfg):
     """Delta G(vacuum -> OBC2) in kcal/mol of a molecule the models never saw, with no MD of it.
 
     \b
@@ -352,7 +353,8 @@ def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, cfg):
 
     bundles = {env: read_torch(run.input(path), "multi-molecule CARD model", FORMAT)
                for env, path in (("vacuum", vacuum_model), ("obc2", obc2_model))}
-    systems = {env: _system(run, molecule, env, temperature, inpcrd, on_device=False) for env in ("vacuum", "obc2")}
+    systems = {env: _system(run, molecule, env, temperature, inpcrd, on_device=False, constraints=constraints)
+               for env in ("vacuum", "obc2")}
     out = hydration(bundles, systems, n_samples=cfg.samples, seed=run.seed)
     for k in ("boot_independent_kcal", "boot_paired_kcal"):
         out.pop(k)

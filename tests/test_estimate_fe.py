@@ -902,7 +902,8 @@ def test_multi_molecule_training_resumes_to_the_same_bytes(tmp_path, interruptin
 def test_cli_train_multi_then_transfer_to_an_unseen_molecule(tmp_path):
     """`train-multi` in both environments on methanol and methanethiol, then `transfer` to
     chloromethane: finite estimates with intervals, counted evaluations, not seen in training; the
-    vacuum model given as the OBC2 one is refused; --min-ess 1 exits 3."""
+    vacuum model given as the OBC2 one is refused; --min-ess 1 exits 3; models trained without
+    constraints are refused for a molecule with --constraints hbonds."""
     small = ["--md-frames", "30", "--md-interval", "5", "--md-equil", "20", "--steps", "6", "--batch", "8",
              "--width", "8", "--layers", "1", "--components", "2"]
     for env in ("vacuum", "obc2"):
@@ -923,6 +924,8 @@ def test_cli_train_multi_then_transfer_to_an_unseen_molecule(tmp_path):
     assert r.returncode == 2 and "trained in vacuum" in r.stderr
     r = run_tool("estimate-fe", *args, "--obc2-model", tmp_path / "obc2.pt", "--min-ess", "1")
     assert r.returncode == 3 and "--min-ess" in r.stderr
+    r = run_tool("estimate-fe", *args, "--obc2-model", tmp_path / "obc2.pt", "--constraints", "hbonds")
+    assert r.returncode == 1 and "--constraints none" in r.stderr
 
 
 class _ToyEnergy:

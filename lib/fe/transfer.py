@@ -21,6 +21,9 @@ without end-state MD are this implementation's choices):
   over the samples, and the forward ESS; :func:`hydration_unseen`: the hydration free energy from
   both environments' models, the paper's per-environment difference and a paired estimate on pooled
   samples scored in both environments (**reconstructed**).
+
+Molecules may carry X-H constraints (``constraints="hbonds"``): the chart then holds those bond
+lengths fixed; a model records its setting and is refused for molecules of another.
 """
 from __future__ import annotations
 
@@ -302,6 +305,9 @@ def fit(systems: list, *, md_frames: int = 600, md_interval: int = 20, md_equil:
     if len(envs) != 1:
         raise UsageError(f"one environment per model; got {sorted(envs)}")
     env = envs.pop()
+    held = {getattr(s, "constraints", "none") for s in systems}
+    if len(held) != 1:
+        raise UsageError(f"one --constraints setting per model; got {sorted(held)}")
     if len({s.name for s in systems}) != len(systems):
         raise UsageError("each molecule once")
     ctxs, frames, md_s, md_evals = [], {}, 0.0, 0
@@ -312,8 +318,8 @@ def fit(systems: list, *, md_frames: int = 600, md_interval: int = 20, md_equil:
         md_s += fr["seconds_md"]
         md_evals += fr["energy_evals"]
     bundle, info = train_multi(ctxs, frames, seed=seed, checkpointer=checkpointer, **train_kw)
-    bundle["env"] = env
-    return bundle, {"env": env, "molecules": sorted(s.name for s in systems), "seconds_md": md_s,
+    bundle["env"], bundle["constraints"] = env, held.pop()
+    return bundle, {"env": env, "constraints": bundle["constraints"], "molecules": sorted(s.name for s in systems), "seconds_md": md_s,
                     "energy_evals_md": md_evals, "seconds_train": info["seconds_train"], "steps_done": info["steps_done"],
                     "final_nll_per_coord": info["history"][-1]["nll_per_coord"], "frames_per_molecule": md_frames}
 
@@ -332,6 +338,10 @@ def hydration(bundles: dict, systems: dict, *, n_samples: int = 2000, seed: int 
     for e in envs:
         if bundles[e].get("env", e) != e:
             raise UsageError(f"the {e} model was trained in {bundles[e]['env']}")
+        want, got = bundles[e].get("constraints", "none"), getattr(systems[e], "constraints", "none")
+        if want != got:
+            raise InputError(f"the {e} model was trained with --constraints {want}, the molecule has --constraints {got}",
+                             systems[e].name)
     kT = kcal_per_kT(systems["vacuum"].temperature)
     t0 = time.perf_counter()
     mins = {e: systems[e].minimised() for e in envs}
