@@ -19,6 +19,8 @@
   environment over FreeSolv molecules chosen by a rule (:mod:`icmlkit.lib.fe.transfer`), evaluated
   on held-out molecules with no MD of them, against end-state BAR and lambda MBAR (MAE target
   <= 0.5 kcal/mol, energy-evaluation ratios reported): 44 training and 8 held-out molecules.
+- ``--part transfer-seeds --seeds 1,2 [--constraints hbonds]``: the stored held-out rows re-estimated
+  with other sample seeds (same models, same references): the MAE per seed and its worst case.
 - ``--part carry-over --rev REV``: imports the analytic rows, the lambda-MBAR references and the
   Cartesian CARD rows of an earlier results file (same code paths and seeds), marked as such.
 
@@ -252,6 +254,47 @@ def bench_transfer_eval(cfg, names: list[str] | None, quick: bool, constraints: 
     return rows
 
 
+def bench_transfer_seeds(R: dict, cfg, seeds: list[int], constraints: str, quick: bool):
+    """The stored held-out rows of a transfer variant re-estimated with other sample seeds (the same
+    models and references): how far the estimates move with the samples. Yields after each molecule."""
+    from icmlkit.lib.core.io import read_torch
+    from icmlkit.lib.fe.mm import ENVIRONMENTS
+    from icmlkit.lib.fe.transfer import hydration
+
+    sfx = variant(constraints)
+    bundles = {env: read_torch(OUT / f"transfer.{env}{sfx}.pt", "model") for env in ENVIRONMENTS}
+    rows = R.get(f"transfer_rows{sfx}", {})
+    if not rows:
+        raise SystemExit(f"no stored transfer rows{sfx}: run --part transfer-eval first")
+    for cid, row in sorted(rows.items())[: 1 if quick else None]:
+        systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints)
+                   for env in ENVIRONMENTS}
+        for seed in seeds:
+            h = hydration(bundles, systems, n_samples=cfg["transfer"]["samples"], seed=seed)
+            row.setdefault("by_seed", {})[str(seed)] = {
+                "card_delta_g_kcal": h["delta_g_independent_kcal"], "card_paired_delta_g_kcal": h["delta_g_paired_kcal"],
+                "ess_forward": {env: h["ess_forward"][env][env] for env in ENVIRONMENTS}}
+            print(f"[transfer-seeds{sfx}] {row['name']} seed {seed}: CARD {h['delta_g_independent_kcal']:.3f}, paired "
+                  f"{h['delta_g_paired_kcal']:.3f}, MBAR {row['mbar_delta_g_kcal']:.3f}", file=sys.stderr, flush=True)
+        yield
+
+
+def seed_maes(rows: list[dict]) -> dict | None:
+    """MAE vs lambda-MBAR per sample seed (seed 0: the rows' own estimate), independent and paired, over
+    the seeds every row has."""
+    import numpy as np
+
+    common = set.intersection(*[set(r.get("by_seed", {})) for r in rows]) if rows else set()
+    if not common:
+        return None
+    out = {"independent": {"0": float(np.mean([r["abs_err_kcal"] for r in rows]))},
+           "paired": {"0": float(np.mean([r["abs_err_paired_kcal"] for r in rows]))}}
+    for sd in sorted(common, key=int):
+        for kind, key in (("independent", "card_delta_g_kcal"), ("paired", "card_paired_delta_g_kcal")):
+            out[kind][sd] = float(np.mean([abs(r["by_seed"][sd][key] - r["mbar_delta_g_kcal"]) for r in rows]))
+    return out
+
+
 def transfer_summary(R: dict, cfg, sfx: str = "") -> dict | None:
     """The held-out table of one transfer variant (``sfx`` '' or '+hbonds')."""
     import numpy as np
@@ -301,7 +344,7 @@ def transfer_summary(R: dict, cfg, sfx: str = "") -> dict | None:
             "mean_ratio_evals_mbar": float(np.mean([r["ratio_evals_mbar_over_card"] for r in rows])),
             "mean_ratio_evals_endstate": float(np.mean([r["ratio_evals_endstate_over_card"] for r in rows])),
             "mean_ratio_seconds_mbar": float(np.mean([r["ratio_seconds_mbar_over_card"] for r in rows])),
-            "train": R.get(f"transfer_train{sfx}", {})}
+            "train": R.get(f"transfer_train{sfx}", {}), "mae_by_sample_seed": seed_maes(rows)}
 
 
 def with_lambda(row: dict, lam: dict | None) -> dict:
@@ -413,6 +456,12 @@ def markdown(res: dict) -> str:
             lines += ["", f"MAE vs lambda-MBAR: CARD paired {_f(tr['mae_paired_kcal'])} kcal/mol (bootstrap 95 % CI "
                       f"[{_f(tr['mae_paired_ci'][0])}, {_f(tr['mae_paired_ci'][1])}]), vertical gap "
                       f"{_f(tr['mae_vertical_gap_kcal'])}."]
+        bs = tr.get("mae_by_sample_seed")
+        if bs:
+            lines += ["", "The same models and references with other sample seeds (`--part transfer-seeds`), MAE vs "
+                      "lambda-MBAR in kcal/mol: " + "; ".join(
+                          f"seed {sd}: per-environment {_f(bs['independent'][sd])}, paired {_f(bs['paired'][sd])}"
+                          for sd in bs["independent"]) + "."]
     lines += ["", "## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
     for k, t in res["targets"].items():
         v = t["value"]
@@ -517,6 +566,13 @@ def targets_of(R: dict) -> dict:
             targets[f"transfer_mae_vertical_gap_baseline_kcal{sfx}"] = target(
                 tr["mae_vertical_gap_kcal"], None, True,
                 "reported: the cheapest baseline, U_obc2 - U_vac at the vacuum-minimised conformer (2 evaluations)")
+        bs = tr.get("mae_by_sample_seed")
+        if bs:
+            for kind in ("independent", "paired"):
+                worst = max(bs[kind].values())
+                targets[f"transfer_mae_worst_sample_seed_{kind}{sfx}"] = target(
+                    worst, 0.5, worst <= 0.5, f"the largest MAE vs lambda-MBAR over sample seeds {sorted(bs[kind], key=int)} "
+                    f"({kind} estimate; the same models and references)")
         targets[f"transfer_evals_ratio_mbar_over_card{sfx}"] = target(
             tr["mean_ratio_evals_mbar"], None, True, "reported: lambda-MBAR energy evaluations / CARD's (held-out molecules)")
         targets[f"transfer_evals_ratio_endstate_bar_over_card{sfx}"] = target(
@@ -541,6 +597,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the script, not a result)")
     ap.add_argument("--part", choices=("all", "analytic", "solvation", "lambda", "transfer-train", "transfer-eval",
+                                       "transfer-seeds",
                                        "carry-over"), default="all",
                     help="which part to run (each fits in a few minutes); results merge into the results file; "
                          "all (the default, about an hour on 2 cores): every part but carry-over, one after the other")
@@ -554,6 +611,7 @@ def main() -> None:
                          "(solvation: with --coords internal; transfer: a separate variant, rows keyed '+hbonds')")
     ap.add_argument("--env", choices=("vacuum", "obc2"), default="vacuum", help="transfer-train: the environment")
     ap.add_argument("--held-out", default=None, help="transfer-eval: comma-separated held-out names (default: all)")
+    ap.add_argument("--seeds", default="1,2", help="transfer-seeds: comma-separated extra sample seeds")
     ap.add_argument("--rev", default="2c04231", help="carry-over: the git revision whose results to import")
     ap.add_argument("--fresh", action="store_true", help="start a new results file instead of merging")
     args = ap.parse_args()
@@ -592,6 +650,10 @@ def main() -> None:
     elif args.part == "transfer-train":
         R.setdefault(f"transfer_train{variant(args.constraints)}", {})[args.env] = bench_transfer_train(
             cfg, args.env, args.quick, args.constraints)
+    elif args.part == "transfer-seeds":
+        for _ in bench_transfer_seeds(R, cfg, [int(v) for v in args.seeds.split(",")], args.constraints, args.quick):
+            save(R, cfg, args, t0, load0)
+        return
     else:  # one held-out molecule at a time, the results file updated after each
         for name in (args.held_out.split(",") if args.held_out else [e["compound"] for e in transfer_split(cfg)[1]]):
             for row in bench_transfer_eval(cfg, [name], args.quick, args.constraints):
@@ -612,8 +674,9 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
         f" --coords {args.coords}" if args.part == "solvation" else "") + (
         f" --kl-steps {args.kl_steps}" if args.part == "solvation" and args.kl_steps else "") + (
         f" --md-interval {args.md_interval}" if args.part == "solvation" and args.md_interval else "") + (
-        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda", "transfer-train", "transfer-eval")
-        and args.constraints != "none" else "") + (
+        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda", "transfer-train", "transfer-eval",
+                                                              "transfer-seeds") and args.constraints != "none" else "") + (
+        f" --seeds {args.seeds}" if args.part == "transfer-seeds" else "") + (
         f" --env {args.env}" if args.part == "transfer-train" else "") + (
         f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
         f" --rev {args.rev}" if args.part == "carry-over" else "") + (
@@ -623,7 +686,8 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
                        f"/{args.molecules}" + (f"+{args.constraints}" if args.constraints != "none" else "")
                        if args.part == "lambda" else
                        f"/{args.env}{variant(args.constraints)}" if args.part == "transfer-train" else
-                       f"/{args.held_out or 'all'}{variant(args.constraints)}" if args.part == "transfer-eval" else "")
+                       f"/{args.held_out or 'all'}{variant(args.constraints)}" if args.part == "transfer-eval" else
+                       f"/{args.seeds}{variant(args.constraints)}" if args.part == "transfer-seeds" else "")
     R["parts"][key] = {"date": today(), "commit": commit(), "command": cmd, "seconds": time.perf_counter() - t0,
                        "load_start": load0, "load_end": round(os.getloadavg()[0], 2)}
     R["settings"] = cfg
