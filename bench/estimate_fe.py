@@ -19,6 +19,9 @@
   environment over FreeSolv molecules chosen by a rule (:mod:`icmlkit.lib.fe.transfer`), evaluated
   on held-out molecules with no MD of them, against end-state BAR and lambda MBAR (MAE target
   <= 0.5 kcal/mol, energy-evaluation ratios reported): 44 training and 8 held-out molecules.
+- ``--part alanine [--constraints hbonds]``: alanine dipeptide in vacuum (built in, amber14), the
+  harder single system: CARD with internal coordinates on 1 ns of MD; F, both EXP directions,
+  overlap and ESS (no exact F exists).
 - ``--part transfer-seeds --seeds 1,2 [--constraints hbonds]``: the stored held-out rows re-estimated
   with other sample seeds (same models, same references): the MAE per seed and its worst case.
 - ``--part carry-over --rev REV``: imports the analytic rows, the lambda-MBAR references and the
@@ -52,6 +55,9 @@ CFG = {
     "model": {"r": 4, "L": 3, "K": 8, "d": 32, "heads": 4, "enc_layers": 2, "dec_layers": 2},
 }
 # the issue's size: 2-4 heavy atoms give 52 FreeSolv molecules (44 trained on, 8 held out), about an hour on 2 cores
+# alanine dipeptide in vacuum (issue 28's harder single system): 1 ns of MD for the frames, the molecules' training
+CFG["alanine"] = {"n_frames": 2000, "train_fraction": 0.6, "steps": 450, "stage2_steps": 90, "n_samples": 2000,
+                  "interval": 500, "equil": 5000}
 CFG["transfer"] = {"heavy_atoms": [2, 4], "n_held_out": 8, "md_frames": 600, "md_interval": 20, "md_equil": 2000,
                    "steps": 4000, "batch": 128, "d": 32, "layers": 2, "K": 8, "samples": 2000, "time_limit": 900,
                    "endstate_frames": 400,
@@ -60,6 +66,7 @@ QUICK = {"transfer": {"md_frames": 40, "md_interval": 5, "md_equil": 50, "steps"
                       "endstate_interval": 5, "endstate_equil": 50, "lambda_frames": 12, "lambda_equil": 50},
          "analytic": {"n_frames": 200, "steps": 10, "stage2_steps": 2, "n_samples": 100},
          "molecule": {"n_frames": 60, "steps": 5, "stage2_steps": 2, "n_samples": 50, "interval": 10, "equil": 100},
+         "alanine": {"n_frames": 60, "steps": 5, "stage2_steps": 2, "n_samples": 50, "interval": 10, "equil": 100},
          "baseline": {"frames_per_window": 20, "interval": 10, "equil": 100}}
 T = 298.15
 
@@ -140,6 +147,29 @@ def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: i
     print(f"[solvation/{row['coords']}] {MOLECULES[cid]}: CARD {_f(row['card_delta_g_kcal'])} +- {_f(row['card_err_kcal'])} "
           f"(ESS fwd {row['ess_forward_per_env']}), end-state BAR {_f(eb['delta_g_kcal'])} +- "
           f"{_f(eb['delta_g_err_kcal'])}", file=sys.stderr, flush=True)
+    return row
+
+
+def bench_alanine(cfg, constraints: str) -> dict:
+    """CARD (internal coordinates) on alanine dipeptide in vacuum, the harder single system: F by BAR with
+    both EXP directions, overlap and ESS (no exact F exists; agreement of BAR and the two EXP directions
+    and the ESS say how far to trust it). The frames come from 1 ns of MD started in the extended
+    basin, so F is that of the conformers the MD visits."""
+    s = open_system("alanine-dipeptide", env="vacuum", temperature=T, constraints=constraints)
+    c = cfg["alanine"]
+    t0 = time.perf_counter()
+    res = run_system(s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], steps=c["steps"],
+                     stage2_steps=c["stage2_steps"], n_samples=c["n_samples"], arch={**cfg["model"], "coords": "internal"},
+                     md={"interval": c["interval"], "equil": c["equil"]}, seed=0)
+    row = {"constraints": constraints, "n_atoms": s.n_atoms, "n_free": 3 * s.n_atoms - 6 - (
+               len(s.bonded_params()["constraints"]) if constraints != "none" else 0),
+           **{k: res[k] for k in ("f_kT", "f_err_kT", "f_exp_forward_kT", "f_exp_reverse_kT", "overlap", "ess_forward",
+                                  "ess_reverse", "val_nll", "seconds_md", "seconds_train", "seconds_estimate",
+                                  "energy_evals_md", "energy_evals", "nonfinite_model_energies")},
+           "md_ps": c["n_frames"] * c["interval"] / 1000, "seconds_total": time.perf_counter() - t0}
+    print(f"[alanine/{constraints}] F {_f(res['f_kT'], '.3f')} +- {_f(res['f_err_kT'], '.3f')} kT, EXP fwd "
+          f"{_f(res['f_exp_forward_kT'], '.3f')}, rev {_f(res['f_exp_reverse_kT'], '.3f')}, overlap {res['overlap']:.3f}, "
+          f"ESS fwd {res['ess_forward']:.4f}", file=sys.stderr, flush=True)
     return row
 
 
@@ -462,6 +492,19 @@ def markdown(res: dict) -> str:
                       "lambda-MBAR in kcal/mol: " + "; ".join(
                           f"seed {sd}: per-environment {_f(bs['independent'][sd])}, paired {_f(bs['paired'][sd])}"
                           for sd in bs["independent"]) + "."]
+    if R.get("alanine"):
+        a0 = next(iter(R["alanine"].values()))
+        lines += ["", "## Alanine dipeptide in vacuum (the harder single system; `--part alanine`)", "",
+                  f"ACE-ALA-NME built in (amber14/ff14SB, {a0['n_atoms']} atoms), {a0['md_ps']:.0f} ps of MD from the "
+                  "extended conformer, CARD with internal coordinates and the molecules' training sizes. There is no "
+                  "exact F: BAR, both EXP directions, the overlap and the ESS say how far to trust it.", "",
+                  "| constraints | free coords | F (BAR, kT) | EXP fwd | EXP rev | overlap | ESS fwd | ESS rev | s MD | "
+                  "s train | s estimate |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for k, a in sorted(R["alanine"].items()):
+            lines.append(f"| {k} | {a['n_free']} | {_f(a['f_kT'], '.3f')} +- {_f(a['f_err_kT'], '.3f')} | "
+                         f"{_f(a['f_exp_forward_kT'], '.3f')} | {_f(a['f_exp_reverse_kT'], '.3f')} | {a['overlap']:.3f} | "
+                         f"{100 * a['ess_forward']:.1f} % | {100 * a['ess_reverse']:.1f} % | {a['seconds_md']:.0f} | "
+                         f"{a['seconds_train']:.0f} | {a['seconds_estimate']:.0f} |")
     lines += ["", "## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
     for k, t in res["targets"].items():
         v = t["value"]
@@ -548,6 +591,10 @@ def targets_of(R: dict) -> dict:
             targets[f"proposal_{tag}_forward_ess"] = target(
                 ess, 0.10, ess >= 0.10, "smaller forward ESS of the two environments" + (
                     f" (vacuum {ef['vacuum']:.4f}, obc2 {ef['obc2']:.4f})" if ef else " (carried-over row)"))
+    for k, a in sorted(R.get("alanine", {}).items()):
+        targets[f"alanine_dipeptide_{k}_forward_ess"] = target(
+            a["ess_forward"], None, True, f"reported (no threshold in the issue): forward ESS in vacuum; overlap "
+            f"{a['overlap']:.3f}, BAR F {_f(a['f_kT'], '.3f')} +- {_f(a['f_err_kT'], '.3f')} kT")
     if not R.get("transfer"):
         targets["transfer_mae_vs_lambda_mbar_kcal"] = target(
             None, 0.5, False, "not measured: no held-out molecule evaluated yet (--part transfer-eval)"
@@ -596,8 +643,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the script, not a result)")
-    ap.add_argument("--part", choices=("all", "analytic", "solvation", "lambda", "transfer-train", "transfer-eval",
-                                       "transfer-seeds",
+    ap.add_argument("--part", choices=("all", "analytic", "solvation", "lambda", "alanine", "transfer-train",
+                                       "transfer-eval", "transfer-seeds",
                                        "carry-over"), default="all",
                     help="which part to run (each fits in a few minutes); results merge into the results file; "
                          "all (the default, about an hour on 2 cores): every part but carry-over, one after the other")
@@ -642,6 +689,8 @@ def main() -> None:
         for cid in mols:
             row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval, args.constraints)
             R.setdefault("solvation", {})[f"{MOLECULES[cid]}/{row['coords']}"] = row
+    elif args.part == "alanine":
+        R.setdefault("alanine", {})[args.constraints] = bench_alanine(cfg, args.constraints)
     elif args.part == "lambda":
         for cid in mols:
             R.setdefault("lambda_mbar", {})[lambda_key(cid, args.constraints)] = bench_lambda(cid, cfg, args.constraints)
@@ -674,8 +723,9 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
         f" --coords {args.coords}" if args.part == "solvation" else "") + (
         f" --kl-steps {args.kl_steps}" if args.part == "solvation" and args.kl_steps else "") + (
         f" --md-interval {args.md_interval}" if args.part == "solvation" and args.md_interval else "") + (
-        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda", "transfer-train", "transfer-eval",
-                                                              "transfer-seeds") and args.constraints != "none" else "") + (
+        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda", "alanine", "transfer-train",
+                                                              "transfer-eval", "transfer-seeds")
+        and args.constraints != "none" else "") + (
         f" --seeds {args.seeds}" if args.part == "transfer-seeds" else "") + (
         f" --env {args.env}" if args.part == "transfer-train" else "") + (
         f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
@@ -687,7 +737,8 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
                        if args.part == "lambda" else
                        f"/{args.env}{variant(args.constraints)}" if args.part == "transfer-train" else
                        f"/{args.held_out or 'all'}{variant(args.constraints)}" if args.part == "transfer-eval" else
-                       f"/{args.seeds}{variant(args.constraints)}" if args.part == "transfer-seeds" else "")
+                       f"/{args.seeds}{variant(args.constraints)}" if args.part == "transfer-seeds" else
+                       f"/{args.constraints}" if args.part == "alanine" else "")
     R["parts"][key] = {"date": today(), "commit": commit(), "command": cmd, "seconds": time.perf_counter() - t0,
                        "load_start": load0, "load_end": round(os.getloadavg()[0], 2)}
     R["settings"] = cfg

@@ -33,7 +33,8 @@ in kT; molecules: F/kT = -log(Z/V), lengths in Angstrom), delta_g_kcal in kcal/m
 \b
 Systems (SYSTEM argument): a JSON spec of an analytic potential (see `estimate-fe systems`),
 the name of a built-in one (trap4, dw4, triatomic, lj6-trap), an AMBER .prmtop (with the
-.inpcrd beside it or --inpcrd), or freesolv:<compound id> (read from ../shared/data/freesolv).
+.inpcrd beside it or --inpcrd), a .pdb (OpenMM's amber14 force field), freesolv:<compound id>
+(read from ../shared/data/freesolv) or alanine-dipeptide (built-in ACE-ALA-NME, amber14).
 Molecules run in OpenMM (--env vacuum or obc2 implicit solvent) on the platform of --device
 (CPU, or CUDA on a CUDA device); CARD and the analytic energies run on --device.
 

@@ -1069,3 +1069,27 @@ def test_hbond_constraints_hold_in_md_model_samples_and_files(tmp_path):
         load_frames(f, flexible)
     r = run_tool("estimate-fe", "train", "freesolv:mobley_1636752", f, "-o", tmp_path / "m.pt", "--steps", "1")
     assert r.returncode == 1 and "hbonds" in r.stderr and not (tmp_path / "m.pt").exists()
+
+
+def test_alanine_dipeptide_and_pdb_files(tmp_path):
+    """The built-in ACE-ALA-NME (amber14): 22 atoms, L at CA, finite MD energies in both environments,
+    its .pdb readable as a SYSTEM; a .pdb amber14 cannot parametrise is refused with exit 1."""
+    from icmlkit.lib.fe.api import open_system
+    from icmlkit.lib.fe.mm import alanine_dipeptide_pdb
+
+    s = open_system("alanine-dipeptide")
+    assert s.n_atoms == 22 and len(s.bonds) == 21 and sorted(set(s.z.tolist())) == [1, 6, 7, 8]
+    x = s.x0
+    name = [a.name for a in s._top.topology.atoms()]
+    n, ca, c, cb = (name.index(k, 6) for k in ("N", "CA", "C", "CB"))
+    assert np.linalg.det(np.stack([x[n] - x[ca], x[c] - x[ca], x[cb] - x[ca]])) > 0  # L-alanine
+    for env in ("vacuum", "obc2"):
+        fr = open_system("alanine-dipeptide", env=env).sample(20, seed=0, interval=5, equil=50)
+        assert np.isfinite(fr["u"]).all()
+    r = run_tool("estimate-fe", "sample", alanine_dipeptide_pdb(), "--frames", "10", "--interval", "2", "--equil", "5",
+                 "-o", tmp_path / "a.npz")
+    assert r.returncode == 0, r.stderr
+    bad = tmp_path / "bad.pdb"
+    bad.write_text("ATOM      1  XX  UNK A   1       0.000   0.000   0.000  1.00  0.00          Xx\nEND\n")
+    r = run_tool("estimate-fe", "sample", bad, "--frames", "10", "-o", tmp_path / "b.npz")
+    assert r.returncode == 1 and "bad.pdb" in r.stderr and not (tmp_path / "b.npz").exists()

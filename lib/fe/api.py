@@ -2,7 +2,7 @@
 with ``.summary``. The CLI (``cli/estimate_fe.py``), the demo and ``bench/estimate_fe.py`` call these.
 
 - :func:`open_system` / :func:`load_frames`: the SYSTEM argument (built-in name, analytic .json,
-  AMBER .prmtop, ``freesolv:<id>``) and a frames .npz, checked against each other;
+  AMBER .prmtop, a .pdb, ``freesolv:<id>``, ``alanine-dipeptide``) and a frames .npz, checked against each other;
 - :func:`sample` (:class:`SampleConfig`), :func:`train` (:class:`TrainConfig`), :func:`estimate`
   (:class:`EstimateConfig`), :func:`solvation_from_files` / :func:`solvation_pipeline`
   (:class:`SolvationConfig`), :func:`baseline` (:class:`BaselineConfig`), :func:`systems_table`.
@@ -33,32 +33,34 @@ def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, 
 
     OpenMM molecules run on :func:`~icmlkit.lib.fe.mm.openmm_platform` of ``device`` (``strict_device``:
     a CUDA device without OpenMM's CUDA platform is an environment error instead of the CPU)."""
+    from icmlkit.lib.fe.mm import BUILTIN_MOLECULES
     from icmlkit.lib.fe.systems import BUILTIN, builtin, load_analytic
 
-    is_molecule = spec.startswith("freesolv:") or spec.endswith((".prmtop", ".parm7"))
+    named = spec.startswith("freesolv:") or spec in BUILTIN_MOLECULES
+    is_molecule = named or spec.endswith((".prmtop", ".parm7", ".pdb"))
     if constraints != "none" and not is_molecule:
-        raise UsageError(f"--constraints {constraints} is for molecules (a .prmtop or freesolv:<id>), not {spec}")
+        raise UsageError(f"--constraints {constraints} is for molecules (a .prmtop, a .pdb or freesolv:<id>), not {spec}")
     if spec in BUILTIN:
         sysm = builtin(spec)
     elif is_molecule:
         from icmlkit.lib.fe.mm import load_molecule, openmm_platform
 
-        if not spec.startswith("freesolv:") and not Path(spec).is_file():
-            raise InputError("no such file (expected an AMBER .prmtop)", spec)
+        if not named and not Path(spec).is_file():
+            raise InputError("no such file (expected an AMBER .prmtop or a .pdb)", spec)
         platform = openmm_platform(device, strict_device)
         index = getattr(device, "index", None) if platform == "CUDA" else None
         sysm = load_molecule(spec, env=env, temperature=temperature, inpcrd=inpcrd, platform=platform,
                              device_index=index, constraints=constraints)
-        sysm.files = [] if spec.startswith("freesolv:") else [spec, sysm.inpcrd]
+        sysm.files = [] if named else [spec] + ([sysm.inpcrd] if sysm.inpcrd else [])
     elif spec.endswith(".json"):
         if not Path(spec).is_file():
             raise InputError("no such file (expected a JSON spec of an analytic system)", spec)
         sysm = load_analytic(spec)
         sysm.files = [spec]
     elif not Path(spec).exists():
-        raise InputError("no such file (expected a .json spec, a .prmtop, a built-in name or freesolv:<id>)", spec)
+        raise InputError("no such file (expected a .json spec, a .prmtop, a .pdb, a built-in name or freesolv:<id>)", spec)
     else:
-        raise InputError("unknown system format (expected .json or .prmtop)", spec)
+        raise InputError("unknown system format (expected .json, .prmtop or .pdb)", spec)
     sysm.device = str(device)
     return sysm
 
@@ -252,7 +254,7 @@ def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed
     from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md, lambda_window_mbar
 
     if system.kind != "openmm":
-        raise InputError("the baselines need a molecule (a .prmtop or freesolv:<id>), not an analytic system",
+        raise InputError("the baselines need a molecule (a .prmtop, a .pdb or freesolv:<id>), not an analytic system",
                          system.name)
     if frames is not None and cfg.method != "endstate-bar":
         raise UsageError("--vacuum-frames/--solvent-frames are for --method endstate-bar")

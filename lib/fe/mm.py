@@ -15,6 +15,11 @@
 - End-state BAR (:func:`endstate_bar`): the cheap baseline on the two end states' frames only
   (vacuum and OBC2 MD, each frame's reduced energy in both states, BAR), the one a free-energy user
   runs first; with CARD's own end-state frames it is the comparison at equal MD.
+- A ``.pdb`` file is read with OpenMM's ``amber14-all.xml`` (ff14SB; ``implicit/obc2.xml`` added for
+  OBC2) instead of an AMBER prmtop; ``alanine-dipeptide`` names the built-in ACE-ALA-NME
+  (:func:`alanine_dipeptide_pdb`: heavy atoms placed from standard peptide geometry in the extended
+  beta region, phi -150 / psi 150, L-alanine, hydrogens added by OpenMM's Modeller; reconstructed,
+  written once to a temporary cache), the harder single system of issue 28.
 - FreeSolv molecules are named ``freesolv:<compound id>``: prmtop and inpcrd are read from
   ``../shared/data/freesolv/amber.tar.gz`` (unpacked into a temporary cache folder, never into the
   repository); :func:`freesolv_entry` reads the database's experimental and calculated values.
@@ -86,7 +91,7 @@ def freesolv_files(compound: str) -> tuple[Path, Path]:
     if d is None or not (d / "amber.tar.gz").exists():
         raise InputError("FreeSolv is not present (looked for ../shared/data/freesolv/amber.tar.gz; set "
                          "ICMLKIT_SHARED_DATA)", f"freesolv:{compound}")
-    cache = Path(tempfile.gettempdir()) / f"icmlkit-freesolv-{os.getuid()}"
+    cache = _cache_dir("freesolv")
     out = (cache / f"{compound}.prmtop", cache / f"{compound}.inpcrd")
     if all(p.exists() for p in out):
         return out
@@ -116,8 +121,78 @@ def freesolv_entry(compound: str) -> dict:
     raise InputError(f"compound {compound!r} not found", str(d / "database.txt"))
 
 
+BUILTIN_MOLECULES = ("alanine-dipeptide",)
+PDB_FORCEFIELD = "amber14-all.xml"
+
+
+def _cache_dir(kind: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"icmlkit-{kind}-{os.getuid()}"
+
+
+def _nerf(a, b, c, bond: float, angle: float, torsion: float) -> np.ndarray:
+    """The point d with |cd| = bond, angle(b, c, d) = angle and dihedral(a, b, c, d) = torsion (degrees)."""
+    angle, torsion = np.radians(angle), np.radians(torsion)
+    bc = (c - b) / np.linalg.norm(c - b)
+    n = np.cross(b - a, bc)
+    n /= np.linalg.norm(n)
+    m = np.cross(n, bc)
+    return c - bond * np.cos(angle) * bc + bond * np.sin(angle) * (np.cos(torsion) * m + np.sin(torsion) * n)
+
+
+def alanine_dipeptide_pdb() -> Path:
+    """ACE-ALA-NME as a .pdb in a temporary cache (built once, deterministically; reconstructed):
+    the ten heavy atoms from standard peptide bond lengths and angles, trans peptide bonds, phi -150,
+    psi 150 and the L configuration at CA; the 12 hydrogens added by OpenMM's Modeller for
+    amber14-all.xml. No minimisation here (MD and ``minimised()`` minimise)."""
+    out = _cache_dir("molecules") / "alanine-dipeptide.pdb"
+    if out.exists():
+        return out
+    openmm, app, unit = _openmm()
+    X = {("ACE", "CH3"): np.zeros(3), ("ACE", "C"): np.array([1.52, 0.0, 0.0])}
+    X[("ALA", "N")] = X[("ACE", "C")] + 1.33 * np.array([np.cos(np.radians(64)), np.sin(np.radians(64)), 0.0])
+    X[("ALA", "CA")] = _nerf(X[("ACE", "CH3")], X[("ACE", "C")], X[("ALA", "N")], 1.46, 122, 180)
+    X[("ACE", "O")] = _nerf(X[("ALA", "CA")], X[("ALA", "N")], X[("ACE", "C")], 1.23, 123, 0)
+    X[("ALA", "C")] = _nerf(X[("ACE", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.52, 111, -150)  # phi
+    X[("NME", "N")] = _nerf(X[("ALA", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.33, 116, 150)  # psi
+    X[("ALA", "O")] = _nerf(X[("NME", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.23, 121, 180)
+    X[("ALA", "CB")] = _nerf(X[("ALA", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.53, 110, -122.5)  # L-Ala
+    X[("NME", "C")] = _nerf(X[("ALA", "CA")], X[("ALA", "C")], X[("NME", "N")], 1.46, 122, 180)
+    lines = [f"ATOM  {k:5d} {name:<4s} {res} A{rid:4d}    {x:8.3f}{y:8.3f}{z:8.3f}  1.00  0.00          {name[0]:>2s}"
+             for k, ((res, name), (x, y, z)) in enumerate(
+                 sorted(X.items(), key=lambda kv: ("ACE", "ALA", "NME").index(kv[0][0])), 1)
+             for rid in [("ACE", "ALA", "NME").index(res) + 1]]
+    pdb = app.PDBFile(io.StringIO("\n".join(lines + ["END"])))
+    mod = app.Modeller(pdb.topology, pdb.positions)
+    mod.addHydrogens(app.ForceField(PDB_FORCEFIELD))
+    text = io.StringIO()
+    app.PDBFile.writeFile(mod.topology, mod.positions, text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(out, text.getvalue().encode())
+    return out
+
+
+class _PdbSource:
+    """A .pdb with OpenMM's amber14 force field, offering AmberPrmtopFile's ``topology`` and
+    ``createSystem`` (OBC2: ``implicit/obc2.xml`` added)."""
+
+    def __init__(self, path):
+        openmm, app, unit = _openmm()
+        self.pdb = app.PDBFile(str(path))
+        self.topology = self.pdb.topology
+        self._ff = {}
+
+    def createSystem(self, nonbondedMethod, rigidWater, constraints, implicitSolvent=None):  # noqa: N802 - OpenMM's name
+        openmm, app, unit = _openmm()
+        files = (PDB_FORCEFIELD,) + (("implicit/obc2.xml",) if implicitSolvent is not None else ())
+        if files not in self._ff:
+            self._ff[files] = app.ForceField(*files)
+        return self._ff[files].createSystem(self.topology, nonbondedMethod=nonbondedMethod, constraints=constraints,
+                                            rigidWater=rigidWater)
+
+
 class MMSystem(System):
-    """An AMBER molecule in one environment (``vacuum`` or ``obc2``) at ``temperature`` K."""
+    """A molecule (AMBER prmtop + inpcrd, or a .pdb with amber14) in one environment (``vacuum`` or
+    ``obc2``) at ``temperature`` K."""
 
     def __init__(self, prmtop, inpcrd, env: str = "vacuum", temperature: float = 298.15, platform: str = "CPU",
                  name: str | None = None, device_index: int | None = None, constraints: str = "none"):
@@ -126,20 +201,24 @@ class MMSystem(System):
             raise UsageError(f"--env must be one of {ENVIRONMENTS}, not {env!r}")
         if constraints not in CONSTRAINTS:
             raise UsageError(f"--constraints must be one of {CONSTRAINTS}, not {constraints!r}")
-        for p in (prmtop, inpcrd):
+        pdb = str(prmtop).endswith(".pdb")
+        for p in (prmtop,) if pdb else (prmtop, inpcrd):
             if not Path(p).is_file():
                 raise InputError("no such file", str(p))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                top = app.AmberPrmtopFile(str(prmtop))
-        except Exception as exc:  # noqa: BLE001 - any parser failure is bad input
-            raise InputError(f"not a readable AMBER prmtop ({type(exc).__name__}: {exc})", str(prmtop)) from None
-        try:
-            crd = app.AmberInpcrdFile(str(inpcrd))
-            pos = np.array(crd.getPositions(asNumpy=True).value_in_unit(unit.angstrom), dtype=np.float64)
-        except Exception as exc:  # noqa: BLE001
-            raise InputError(f"not a readable AMBER inpcrd ({type(exc).__name__}: {exc})", str(inpcrd)) from None
+        if pdb:
+            top, pos = self._read_pdb(prmtop)
+        else:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    top = app.AmberPrmtopFile(str(prmtop))
+            except Exception as exc:  # noqa: BLE001 - any parser failure is bad input
+                raise InputError(f"not a readable AMBER prmtop ({type(exc).__name__}: {exc})", str(prmtop)) from None
+            try:
+                crd = app.AmberInpcrdFile(str(inpcrd))
+                pos = np.array(crd.getPositions(asNumpy=True).value_in_unit(unit.angstrom), dtype=np.float64)
+            except Exception as exc:  # noqa: BLE001
+                raise InputError(f"not a readable AMBER inpcrd ({type(exc).__name__}: {exc})", str(inpcrd)) from None
         n = top.topology.getNumAtoms()
         if pos.shape != (n, 3):
             raise InputError(f"{pos.shape[0]} coordinates but the prmtop {Path(prmtop).name} has {n} atoms", str(inpcrd))
@@ -148,12 +227,26 @@ class MMSystem(System):
         super().__init__(name=name or Path(prmtop).stem, z=z, bonds=bonds, invariant=True, kind="openmm",
                          temperature=float(temperature),
                          spec={"env": env, "prmtop": str(prmtop), "constraints": constraints})
-        self.env, self.prmtop, self.inpcrd, self.x0 = env, str(prmtop), str(inpcrd), pos
+        self.env, self.prmtop, self.inpcrd, self.x0 = env, str(prmtop), None if pdb else str(inpcrd), pos
         self.constraints = constraints
         self._top = top
         self.platform, self.device_index = platform, device_index
         self.beta = 1.0 / (KB_KJ * self.temperature)  # mol/kJ
         self._ctx = None
+
+    @staticmethod
+    def _read_pdb(path):
+        """(source, positions in Angstrom) of a .pdb read with amber14; InputError when the file does not
+        parse or the force field has no template for a residue."""
+        openmm, app, unit = _openmm()
+        try:
+            src = _PdbSource(path)
+            pos = np.array(src.pdb.getPositions(asNumpy=True).value_in_unit(unit.angstrom), dtype=np.float64)
+            src.createSystem(nonbondedMethod=app.NoCutoff, rigidWater=False, constraints=None)
+        except Exception as exc:  # noqa: BLE001 - any parser or template failure is bad input
+            raise InputError(f"not a .pdb that {PDB_FORCEFIELD} can parametrise ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''})", str(path)) from None
+        return src, pos
 
     # ---------------------------------------------------------------- OpenMM objects
     def build_system(self, env: str | None = None, lambda_gb: bool = False):
@@ -388,7 +481,14 @@ def endstate_md(systems: dict, n_frames: int, seed: int = 0, interval: int = 50,
 
 def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
                   platform: str = "CPU", device_index: int | None = None, constraints: str = "none") -> MMSystem:
-    """``freesolv:<id>`` or a .prmtop (inpcrd: given, or beside it with the same stem)."""
+    """``freesolv:<id>``, a built-in molecule (:data:`BUILTIN_MOLECULES`), a .pdb (amber14) or a .prmtop
+    (inpcrd: given, or beside it with the same stem)."""
+    if path in BUILTIN_MOLECULES:
+        return MMSystem(alanine_dipeptide_pdb(), None, env=env, temperature=temperature, platform=platform, name=path,
+                        device_index=device_index, constraints=constraints)
+    if path.endswith(".pdb"):
+        return MMSystem(path, None, env=env, temperature=temperature, platform=platform, device_index=device_index,
+                        constraints=constraints)
     if path.startswith("freesolv:"):
         pt, ic = freesolv_files(path.split(":", 1)[1])
         return MMSystem(pt, ic, env=env, temperature=temperature, platform=platform, name=path.split(":", 1)[1],
@@ -408,5 +508,5 @@ def kcal_per_kT(temperature: float) -> float:
     return KB_KJ * temperature / KJ_PER_KCAL
 
 
-__all__ = ["CONSTRAINTS", "ENVIRONMENTS", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
+__all__ = ["BUILTIN_MOLECULES", "CONSTRAINTS", "ENVIRONMENTS", "alanine_dipeptide_pdb", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
            "load_molecule", "openmm_platform"]
