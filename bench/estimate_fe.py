@@ -92,11 +92,12 @@ def bench_analytic(cfg) -> list[dict]:
     return rows
 
 
-def solvation_tag(coords: str, kl_steps: int, md_interval: int | None, n_frames: int, constraints: str = "none") -> str:
-    """The row's variant name: the coordinates, then '+kl<N>', '+md<ps>ps' and '+hbonds' when set."""
+def solvation_tag(coords: str, kl_steps: int, md_interval: int | None, n_frames: int, constraints: str = "none",
+                  seed: int = 0) -> str:
+    """The row's variant name: the coordinates, then '+kl<N>', '+md<ps>ps', '+hbonds' and '+seed<S>' when set."""
     return coords + (f"+kl{kl_steps}" if kl_steps else "") + (
         f"+md{md_interval * n_frames // 1000}ps" if md_interval else "") + (
-        f"+{constraints}" if constraints != "none" else "")
+        f"+{constraints}" if constraints != "none" else "") + (f"+seed{seed}" if seed else "")
 
 
 def lambda_key(cid: str, constraints: str = "none") -> str:
@@ -105,10 +106,10 @@ def lambda_key(cid: str, constraints: str = "none") -> str:
 
 
 def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: int | None = None,
-                   constraints: str = "none") -> dict:
+                   constraints: str = "none", seed: int = 0) -> dict:
     """CARD (``coords`` cartesian or internal, ``kl_steps`` of Stage III) and end-state BAR on the same
     end-state frames (``md_interval`` fs apart when given, else the configured interval; ``constraints``
-    as in ``estimate-fe --constraints``)."""
+    as in ``estimate-fe --constraints``; ``seed``: another replicate of the MD, training and samples)."""
     c = dict(cfg["molecule"], **({"interval": md_interval} if md_interval else {}))
     entry = freesolv_entry(cid)
     # the library call of `estimate-fe solvation --outdir` (each environment on its own seed stream);
@@ -116,12 +117,12 @@ def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: i
     card = solvation(lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints), None,
                      n_frames=c["n_frames"],
                      interval=c["interval"], steps=c["steps"], stage2_steps=c["stage2_steps"], n_samples=c["n_samples"],
-                     equil=c["equil"], arch={**cfg["model"], "coords": coords}, train_fraction=c["train_fraction"], seed=0,
+                     equil=c["equil"], arch={**cfg["model"], "coords": coords}, train_fraction=c["train_fraction"], seed=seed,
                      kl_steps=kl_steps)
     per, eb = card["per_environment"], card["endstate_bar"]
     row = {
         "compound": cid, "name": MOLECULES[cid],
-        "coords": solvation_tag(coords, kl_steps, md_interval, c["n_frames"], constraints),
+        "coords": solvation_tag(coords, kl_steps, md_interval, c["n_frames"], constraints, seed), "seed": seed,
         "kl_steps": kl_steps, "md_interval_fs": c["interval"], "constraints": constraints, "smiles": entry["smiles"],
         "n_atoms": open_system(f"freesolv:{cid}").n_atoms,
         "card_delta_g_kcal": card["delta_g_kcal"], "card_err_kcal": card["delta_g_err_kcal"],
@@ -659,6 +660,7 @@ def main() -> None:
     ap.add_argument("--env", choices=("vacuum", "obc2"), default="vacuum", help="transfer-train: the environment")
     ap.add_argument("--held-out", default=None, help="transfer-eval: comma-separated held-out names (default: all)")
     ap.add_argument("--seeds", default="1,2", help="transfer-seeds: comma-separated extra sample seeds")
+    ap.add_argument("--seed", type=int, default=0, help="solvation: the replicate's seed (MD, training, samples)")
     ap.add_argument("--rev", default="2c04231", help="carry-over: the git revision whose results to import")
     ap.add_argument("--fresh", action="store_true", help="start a new results file instead of merging")
     args = ap.parse_args()
@@ -687,7 +689,7 @@ def main() -> None:
         R["analytic"] = bench_analytic(cfg)
     elif args.part == "solvation":
         for cid in mols:
-            row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval, args.constraints)
+            row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval, args.constraints, args.seed)
             R.setdefault("solvation", {})[f"{MOLECULES[cid]}/{row['coords']}"] = row
     elif args.part == "alanine":
         R.setdefault("alanine", {})[args.constraints] = bench_alanine(cfg, args.constraints)
@@ -727,11 +729,12 @@ def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
                                                               "transfer-eval", "transfer-seeds")
         and args.constraints != "none" else "") + (
         f" --seeds {args.seeds}" if args.part == "transfer-seeds" else "") + (
+        f" --seed {args.seed}" if args.part == "solvation" and args.seed else "") + (
         f" --env {args.env}" if args.part == "transfer-train" else "") + (
         f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
         f" --rev {args.rev}" if args.part == "carry-over" else "") + (
         " --quick" if args.quick else "")
-    key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'], args.constraints)}"
+    key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'], args.constraints, args.seed)}"
                        f"/{args.molecules}" if args.part == "solvation" else
                        f"/{args.molecules}" + (f"+{args.constraints}" if args.constraints != "none" else "")
                        if args.part == "lambda" else
