@@ -4,6 +4,7 @@ Benchmarks run as scripts (``python bench/<tool>.py``), so this module is import
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -40,6 +41,17 @@ def machine() -> dict:
 def commit() -> str | None:
     out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=RESULTS.parent, capture_output=True, text=True)
     return out.stdout.strip() or None
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on ``path`` (a lock file) for a read-modify-write of a results file that
+    parts run side by side also write."""
+    import fcntl
+
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def today() -> str:

@@ -637,6 +637,7 @@ ALL_PARTS = [["--part", "analytic"], ["--part", "lambda"],
 
 
 def main() -> None:
+    import copy
     import json
     import os
 
@@ -679,6 +680,7 @@ def main() -> None:
     old = json.loads(path.read_text()) if path.exists() and not args.fresh and not args.quick else {}
     R = old.get("results", {}) if isinstance(old.get("results"), dict) and "parts" in old.get("results", {}) else {}
     R.setdefault("parts", {})
+    base = copy.deepcopy(R)  # what this part read: save() merges only its own changes into the file
     t0 = time.perf_counter()
     load0 = round(os.getloadavg()[0], 2)
     names = {v: k for k, v in MOLECULES.items()}
@@ -703,19 +705,48 @@ def main() -> None:
             cfg, args.env, args.quick, args.constraints)
     elif args.part == "transfer-seeds":
         for _ in bench_transfer_seeds(R, cfg, [int(v) for v in args.seeds.split(",")], args.constraints, args.quick):
-            save(R, cfg, args, t0, load0)
+            save(R, cfg, args, t0, load0, base)
         return
     else:  # one held-out molecule at a time, the results file updated after each
         for name in (args.held_out.split(",") if args.held_out else [e["compound"] for e in transfer_split(cfg)[1]]):
             for row in bench_transfer_eval(cfg, [name], args.quick, args.constraints):
                 R.setdefault(f"transfer_rows{variant(args.constraints)}", {})[row["compound"]] = row
-            save(R, cfg, args, t0, load0)
+            save(R, cfg, args, t0, load0, base)
         return
-    save(R, cfg, args, t0, load0)
+    save(R, cfg, args, t0, load0, base)
 
 
-def save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
-    """Merge this part's results (so far) into the results file (printed only with --quick)."""
+def merge_changes(R: dict, base: dict, current: dict) -> dict:
+    """The results as they are on disk now (``current``: a part run beside this one may have written
+    since this one read them as ``base``) with what this part changed: the entries of dict-valued keys
+    that differ from ``base``, other keys whole."""
+    out = dict(current)
+    for k, v in R.items():
+        if isinstance(v, dict) and isinstance(base.get(k, {}), dict):
+            merged = dict(current.get(k) or {})
+            merged.update({sk: sv for sk, sv in v.items() if base.get(k, {}).get(sk) != sv})
+            out[k] = merged
+        elif base.get(k) != v:
+            out[k] = v
+    return out
+
+
+def save(R: dict, cfg: dict, args, t0: float, load0: float, base: dict | None = None) -> None:
+    """Merge this part's results (so far) into the results file (printed only with --quick); with
+    ``base`` (the results as this part read them) under a lock, keeping what other parts wrote since."""
+    if base is None or args.quick:
+        return _save(R, cfg, args, t0, load0)
+    import json
+
+    from _common import RESULTS, locked
+
+    path = RESULTS / "estimate_fe.json"
+    with locked(RESULTS / "estimate_fe.lock"):
+        cur = json.loads(path.read_text()).get("results", {}) if path.exists() else {}
+        _save(merge_changes(R, base, cur), cfg, args, t0, load0)
+
+
+def _save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
     import os
 
     for sfx in ("", "+hbonds"):

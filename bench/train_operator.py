@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import RESULTS, commit, machine, target, today, write_results
+from _common import RESULTS, commit, locked, machine, target, today, write_results
 from icmlkit.lib.core.io import write_json
 from icmlkit.lib.neuralop.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
 from icmlkit.lib.neuralop.data import fieldset, read_fields
@@ -152,10 +152,7 @@ def load_parts() -> dict:
 
 def save_part(part: str, key: str, value) -> None:
     """Add one row to the parts file; a lock file serialises parts run side by side."""
-    import fcntl
-
-    with open(PARTS.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(PARTS.with_suffix(".lock")):
         parts = load_parts()
         parts.setdefault(part, {})[key] = {"value": value, "date": today(), "commit": commit(), "machine": machine()}
         write_json(PARTS, parts)
