@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 import tarfile
 import tempfile
 import time
@@ -143,7 +144,8 @@ def alanine_dipeptide_pdb() -> Path:
     """ACE-ALA-NME as a .pdb in a temporary cache (built once, deterministically; reconstructed):
     the ten heavy atoms from standard peptide bond lengths and angles, trans peptide bonds, phi -150,
     psi 150 and the L configuration at CA; the 12 hydrogens added by OpenMM's Modeller for
-    amber14-all.xml. No minimisation here (MD and ``minimised()`` minimise)."""
+    amber14-all.xml (its random placement seeded, so the file is the same on every run here). No
+    further minimisation (MD and ``minimised()`` minimise)."""
     out = _cache_dir("molecules") / "alanine-dipeptide.pdb"
     if out.exists():
         return out
@@ -157,17 +159,23 @@ def alanine_dipeptide_pdb() -> Path:
     X[("ALA", "O")] = _nerf(X[("NME", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.23, 121, 180)
     X[("ALA", "CB")] = _nerf(X[("ALA", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.53, 110, -122.5)  # L-Ala
     X[("NME", "C")] = _nerf(X[("ALA", "CA")], X[("ALA", "C")], X[("NME", "N")], 1.46, 122, 180)
-    lines = [f"ATOM  {k:5d} {name:<4s} {res} A{rid:4d}    {x:8.3f}{y:8.3f}{z:8.3f}  1.00  0.00          {name[0]:>2s}"
-             for k, ((res, name), (x, y, z)) in enumerate(
-                 sorted(X.items(), key=lambda kv: ("ACE", "ALA", "NME").index(kv[0][0])), 1)
-             for rid in [("ACE", "ALA", "NME").index(res) + 1]]
+    residues = ("ACE", "ALA", "NME")
+    atoms = sorted(X.items(), key=lambda kv: residues.index(kv[0][0]))  # stable: the order above within a residue
+    lines = [f"ATOM  {k:5d} {name:<4s} {res} A{residues.index(res) + 1:4d}    {x:8.3f}{y:8.3f}{z:8.3f}  1.00  0.00"
+             f"          {name[0]:>2s}" for k, ((res, name), (x, y, z)) in enumerate(atoms, 1)]
     pdb = app.PDBFile(io.StringIO("\n".join(lines + ["END"])))
     mod = app.Modeller(pdb.topology, pdb.positions)
-    mod.addHydrogens(app.ForceField(PDB_FORCEFIELD))
+    state = random.getstate()  # Modeller places new hydrogens at random before minimising them: seed it, then restore
+    random.seed(0)
+    try:
+        mod.addHydrogens(app.ForceField(PDB_FORCEFIELD))
+    finally:
+        random.setstate(state)
     text = io.StringIO()
     app.PDBFile.writeFile(mod.topology, mod.positions, text)
+    body = "".join(line for line in text.getvalue().splitlines(True) if not line.startswith("REMARK"))  # no date
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(out, text.getvalue().encode())
+    write_bytes(out, body.encode())
     return out
 
 
