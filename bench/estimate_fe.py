@@ -92,17 +92,17 @@ def bench_analytic(cfg) -> list[dict]:
     return rows
 
 
+def variant(constraints: str) -> str:
+    """The suffix of a constraint setting in row names, results keys and model files ('' or '+hbonds')."""
+    return "" if constraints == "none" else f"+{constraints}"
+
+
 def solvation_tag(coords: str, kl_steps: int, md_interval: int | None, n_frames: int, constraints: str = "none",
                   seed: int = 0) -> str:
     """The row's variant name: the coordinates, then '+kl<N>', '+md<ps>ps', '+hbonds' and '+seed<S>' when set."""
     return coords + (f"+kl{kl_steps}" if kl_steps else "") + (
-        f"+md{md_interval * n_frames // 1000}ps" if md_interval else "") + (
-        f"+{constraints}" if constraints != "none" else "") + (f"+seed{seed}" if seed else "")
-
-
-def lambda_key(cid: str, constraints: str = "none") -> str:
-    """The key of a molecule's lambda-MBAR reference (one per constraint setting)."""
-    return cid + (f"+{constraints}" if constraints != "none" else "")
+        f"+md{md_interval * n_frames // 1000}ps" if md_interval else "") + variant(constraints) + (
+        f"+seed{seed}" if seed else "")
 
 
 def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: int | None = None,
@@ -162,8 +162,8 @@ def bench_alanine(cfg, constraints: str) -> dict:
     res = run_system(s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], steps=c["steps"],
                      stage2_steps=c["stage2_steps"], n_samples=c["n_samples"], arch={**cfg["model"], "coords": "internal"},
                      md={"interval": c["interval"], "equil": c["equil"]}, seed=0)
-    row = {"constraints": constraints, "n_atoms": s.n_atoms, "n_free": 3 * s.n_atoms - 6 - (
-               len(s.bonded_params()["constraints"]) if constraints != "none" else 0),
+    row = {"constraints": constraints, "n_atoms": s.n_atoms,
+           "n_free": 3 * s.n_atoms - 6 - len(s.bonded_params()["constraints"]),
            **{k: res[k] for k in ("f_kT", "f_err_kT", "f_exp_forward_kT", "f_exp_reverse_kT", "overlap", "ess_forward",
                                   "ess_reverse", "val_nll", "seconds_md", "seconds_train", "seconds_estimate",
                                   "energy_evals_md", "energy_evals", "nonfinite_model_energies")},
@@ -197,11 +197,6 @@ def transfer_split(cfg) -> tuple[list[dict], list[dict]]:
     return [by[c] for c in train], [by[c] for c in held]
 
 
-def variant(constraints: str) -> str:
-    """The suffix of a transfer variant's results keys and model files ('' or '+hbonds')."""
-    return "" if constraints == "none" else f"+{constraints}"
-
-
 def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") -> dict:
     """MD of the training molecules in ``env`` and one multi-molecule model on them (saved under outputs/)."""
     from icmlkit.lib.core.io import write_json
@@ -229,7 +224,7 @@ def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") 
     return summary
 
 
-def bench_transfer_eval(cfg, names: list[str] | None, quick: bool, constraints: str = "none") -> list[dict]:
+def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none") -> list[dict]:
     """Held-out molecules: CARD from samples alone (no MD of them) vs end-state BAR and lambda MBAR."""
     from icmlkit.lib.core.io import read_torch
     from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
@@ -239,8 +234,6 @@ def bench_transfer_eval(cfg, names: list[str] | None, quick: bool, constraints: 
     _, held = transfer_split(cfg)
     if names:
         held = [e for e in held if e["compound"] in names or e["name"] in names]
-    if quick:
-        held = held[:1]
     bundles = {env: read_torch(OUT / f"transfer.{env}{variant(constraints)}.pt", "model") for env in ENVIRONMENTS}
     rows = []
     for e in held:
@@ -300,7 +293,7 @@ def bench_transfer_seeds(R: dict, cfg, seeds: list[int], constraints: str, quick
         return
     if not rows:
         raise SystemExit(f"no stored transfer rows{sfx}: run --part transfer-eval first")
-    for cid, row in sorted(rows.items())[: 1 if quick else None]:
+    for cid, row in sorted(rows.items()):
         systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints)
                    for env in ENVIRONMENTS}
         for seed in seeds:
@@ -367,7 +360,9 @@ def transfer_summary(R: dict, cfg, sfx: str = "") -> dict | None:
             f"{c['samples']} model samples per environment" + (
                 " (paired: the same samples of both models scored in both environments, reconstructed)" if paired else "")
             + "; training cost excluded from the ratios (amortised), it is reported in transfer_train.")
-    return {"note": note, "held_out": sorted(rows, key=lambda r: r["compound"]), "mae_kcal": float(err.mean()),
+    boots = ("card_boot_kcal", "card_paired_boot_kcal")  # kept once, in transfer_rows: the intervals below use them
+    held_out = [{k: v for k, v in r.items() if k not in boots} for r in sorted(rows, key=lambda r: r["compound"])]
+    return {"note": note, "held_out": held_out, "mae_kcal": float(err.mean()),
             "mae_ci": mae_ci("card_boot_kcal"),
             "mae_paired_kcal": float(np.mean([r["abs_err_paired_kcal"] for r in rows])) if paired else None,
             "mae_paired_ci": mae_ci("card_paired_boot_kcal") if paired else None,
@@ -564,7 +559,7 @@ def solvation_rows(R: dict) -> list[dict]:
             donor = next((o for o in rows if o["compound"] == r["compound"] and "endstate_bar_delta_g_kcal" in o), None)
             if donor is not None:
                 r.update({k: donor[k] for k in ENDSTATE_KEYS}, endstate_bar_from=f"the {donor['coords']} run (same frames)")
-    return [with_lambda(r, lam.get(lambda_key(r["compound"], r.get("constraints", "none")))) for r in rows]
+    return [with_lambda(r, lam.get(r["compound"] + variant(r.get("constraints", "none")))) for r in rows]
 
 
 def targets_of(R: dict) -> dict:
@@ -709,7 +704,7 @@ def main() -> None:
         R.setdefault("alanine", {})[args.constraints] = bench_alanine(cfg, args.constraints)
     elif args.part == "lambda":
         for cid in mols:
-            R.setdefault("lambda_mbar", {})[lambda_key(cid, args.constraints)] = bench_lambda(cid, cfg, args.constraints)
+            R.setdefault("lambda_mbar", {})[cid + variant(args.constraints)] = bench_lambda(cid, cfg, args.constraints)
     elif args.part == "carry-over":
         carry_over(R, args.rev)
     elif args.part == "transfer-train":
@@ -722,7 +717,7 @@ def main() -> None:
     else:  # one held-out molecule at a time, the results file updated after each
         names = args.held_out.split(",") if args.held_out else [e["compound"] for e in transfer_split(cfg)[1]]
         for name in names[:1] if args.quick else names:  # quick: one molecule the 2-molecule model can hold
-            for row in bench_transfer_eval(cfg, [name], args.quick, args.constraints):
+            for row in bench_transfer_eval(cfg, [name], args.constraints):
                 R.setdefault(f"transfer_rows{variant(args.constraints)}", {})[row["compound"]] = row
             save(R, cfg, args, t0, load0, base)
         return
@@ -780,8 +775,7 @@ def _save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
         " --quick" if args.quick else "")
     key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'], args.constraints, args.seed)}"
                        f"/{args.molecules}" if args.part == "solvation" else
-                       f"/{args.molecules}" + (f"+{args.constraints}" if args.constraints != "none" else "")
-                       if args.part == "lambda" else
+                       f"/{args.molecules}{variant(args.constraints)}" if args.part == "lambda" else
                        f"/{args.env}{variant(args.constraints)}" if args.part == "transfer-train" else
                        f"/{args.held_out or 'all'}{variant(args.constraints)}" if args.part == "transfer-eval" else
                        f"/{args.seeds}{variant(args.constraints)}" if args.part == "transfer-seeds" else

@@ -89,7 +89,7 @@ constraints_option = click.option(
          "the baselines (reconstructed, issue 28; models need --coords internal). Frames, models and estimates must "
          "all use the same setting.")
 _molecule_options = option_group([inpcrd_option, constraints_option])
-_system_options = option_group([env_option, temp_option, inpcrd_option, constraints_option])
+_system_options = option_group([env_option, temp_option, _molecule_options])
 
 
 @cli.command(device=True)

@@ -98,10 +98,9 @@ def load_frames(path, system) -> Frames:
     if len(x) < 10:
         raise InputError(f"only {len(x)} frames (need >= 10)", where)
     if system.kind == "openmm":
-        got, want = str(d.get("constraints", "none")), system.constraints
-        if got != want:
-            raise InputError(f"these frames were sampled with constraints {got!r}, the system has {want!r} (field "
-                             "'constraints'; pass the same --constraints)", where)
+        from icmlkit.lib.fe.mm import check_constraints
+
+        check_constraints(str(d.get("constraints", "none")), system, "these frames (field 'constraints')", where)
     return Frames(x=x, u=u, extra=d, name=where)
 
 

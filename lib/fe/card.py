@@ -360,10 +360,9 @@ def check_system(bundle: dict, system, where: str) -> None:
         raise InputError(f"the model was trained for {n} atoms but the system {system.name} has {system.n_atoms}", where)
     if [int(v) for v in np.asarray(system.z)] != list(bundle["z"]):
         raise InputError(f"the model's atomic numbers differ from the system {system.name}'s", where)
-    want, got = bundle["system"].get("constraints", "none"), getattr(system, "constraints", "none")
-    if want != got:
-        raise InputError(f"the model was trained with --constraints {want} but the system {system.name} has "
-                         f"--constraints {got}", where)
+    from icmlkit.lib.fe.mm import check_constraints
+
+    check_constraints(bundle["system"].get("constraints", "none"), system, "the model", where)
 
 
 def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: int = 2000, seed: int = 0,

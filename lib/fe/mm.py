@@ -49,6 +49,15 @@ ENVIRONMENTS = ("vacuum", "obc2")
 CONSTRAINTS = ("none", "hbonds")
 
 
+def check_constraints(recorded: str, system, what: str, where: str) -> None:
+    """InputError when ``what`` (frames, a model) was made with another --constraints setting than
+    ``system`` has (systems and files without the setting count as "none")."""
+    got = getattr(system, "constraints", "none")
+    if recorded != got:
+        raise InputError(f"{what}: constraints '{recorded}', but the system {system.name} has --constraints {got}; "
+                         f"use --constraints {recorded}", where)
+
+
 def _openmm():
     require_module("openmm", "fe")
     import openmm
@@ -516,5 +525,5 @@ def kcal_per_kT(temperature: float) -> float:
     return KB_KJ * temperature / KJ_PER_KCAL
 
 
-__all__ = ["BUILTIN_MOLECULES", "CONSTRAINTS", "ENVIRONMENTS", "alanine_dipeptide_pdb", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
+__all__ = ["BUILTIN_MOLECULES", "CONSTRAINTS", "ENVIRONMENTS", "alanine_dipeptide_pdb", "check_constraints", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
            "load_molecule", "openmm_platform"]

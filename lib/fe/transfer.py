@@ -332,16 +332,13 @@ def hydration(bundles: dict, systems: dict, *, n_samples: int = 2000, seed: int 
     ``bundles`` and ``systems`` are keyed by environment; ``seen_in_training`` says whether a model
     was trained on this molecule (its estimate is then not a transfer)."""
     from icmlkit.lib.core.runtime import stream_seed
-    from icmlkit.lib.fe.mm import kcal_per_kT
+    from icmlkit.lib.fe.mm import check_constraints, kcal_per_kT
 
     envs = ("vacuum", "obc2")
     for e in envs:
         if bundles[e].get("env", e) != e:
             raise UsageError(f"the {e} model was trained in {bundles[e]['env']}")
-        want, got = bundles[e].get("constraints", "none"), getattr(systems[e], "constraints", "none")
-        if want != got:
-            raise InputError(f"the {e} model was trained with --constraints {want}, the molecule has --constraints {got}",
-                             systems[e].name)
+        check_constraints(bundles[e].get("constraints", "none"), systems[e], f"the {e} model", systems[e].name)
     kT = kcal_per_kT(systems["vacuum"].temperature)
     t0 = time.perf_counter()
     mins = {e: systems[e].minimised() for e in envs}
