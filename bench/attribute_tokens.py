@@ -169,7 +169,7 @@ def _toy_args(args):
 
 
 def part_toy_train(args, tc, log) -> None:
-    """Train (or find) the toy model only: outputs/attribute-tokens/toy (about 43 min for the default 6000 steps on one core)."""
+    """Train (or find) the toy model only: outputs/attribute-tokens/toy (about 11 min for the default 5000 steps on 2 cores)."""
     toy_model(log, **_toy_args(args))
 
 
@@ -187,9 +187,22 @@ def part_toy(args, tc, log) -> None:
     t = api.timing(toy, TimingConfig(lengths=[8, 32, 128, 512], methods=["flashtrace", "ifr-tokenwise", "ig"],
                                      prompt_tokens=200, repeats=2), dataclasses.replace(tc, ig_steps=16))
     log(f"toy timing: {t['seconds']}")
+    sweep = prompt_sweep(toy, ["flashtrace", "ifr-tokenwise"], dataclasses.replace(tc, ig_steps=16), log)
     _save_part("toy", {"toy_model": {**toy_summary, "seconds_load_or_train": round(toy_s, 1)}, "per": per,
-                       "secs": secs, "timing_toy": t, "counts": {"toy_n": args.toy_n, "toy_faith": args.toy_faith,
+                       "secs": secs, "timing_toy": t, "timing_toy_prompts": sweep, "counts": {"toy_n": args.toy_n, "toy_faith": args.toy_faith,
                                                                 "toy_ablation": args.toy_ablation}})
+
+
+def prompt_sweep(bundle, methods, tc, log, prompts=(200, 1000, 2000)) -> dict:
+    """FlashTrace's M = 512 / M = 8 time ratio at several prompt lengths: the forward pass and the
+    per-layer passes over all N tokens grow with N = prompt + M, so "flat in M" depends on how
+    long the prompt is next to the target."""
+    out = {}
+    for p in prompts:
+        t = api.timing(bundle, TimingConfig(lengths=[8, 512], methods=methods, prompt_tokens=p, repeats=2), tc)
+        out[str(p)] = t
+        log(f"prompt {t['n_prompt_tokens']} tokens: {t['seconds']}")
+    return out
 
 
 def part_smol_correct(args, tc, log) -> None:
@@ -234,7 +247,8 @@ def part_smol_timing(args, tc, log) -> None:
     ts = api.timing(smol, TimingConfig(lengths=[8, 32, 128, 512], methods=["flashtrace", "ifr-tokenwise", "ig"],
                                        prompt_tokens=120), tc)
     log(f"smollm2 timing: {ts['seconds']}")
-    _save_part("smol-timing", {"timing_smollm2": ts})
+    sweep = prompt_sweep(smol, ["flashtrace"], tc, log)
+    _save_part("smol-timing", {"timing_smollm2": ts, "timing_smollm2_prompts": sweep})
 
 
 def _merge_per(parts: list[dict]) -> dict:
@@ -274,6 +288,12 @@ def merge() -> dict:
                 for task in results["toy"]:
                     results["toy"][task]["ablation"] = d["secs"][task].get("ablation_summary")
             results["timing_toy"] = d["timing_toy"]
+            if "timing_toy_prompts" in d:
+                results["timing_toy_prompts"] = d["timing_toy_prompts"]
+    if "toy-previous" in parts:  # the 2026-12-03 toy model (old task format): NIAH-KV solved, VT at chance
+        d = parts["toy-previous"]
+        results["toy_previous_model"] = d["toy_model"]
+        results["toy_previous"] = _merge_per([d])
     if "smol-correct" in parts:
         d = parts["smol-correct"]
         results["smollm2_accuracy"] = d["accuracy"]
@@ -287,6 +307,8 @@ def merge() -> dict:
     for key in ("smol-timing", "legacy-smol-timing"):
         if key in parts:
             results["timing_smollm2"] = parts[key]["timing_smollm2"]
+            if "timing_smollm2_prompts" in parts[key]:
+                results["timing_smollm2_prompts"] = parts[key]["timing_smollm2_prompts"]
     return results
 
 
@@ -337,6 +359,13 @@ def targets_of(results: dict) -> dict:
         if "speedup_vs_ig" in t:
             targets[f"{who}_speedup_vs_ig_at_512"] = target(t["speedup_vs_ig"][i512], None, True,
                                                             "reported only (IG s / flashtrace s)")
+    for name in ("timing_toy_prompts", "timing_smollm2_prompts"):
+        who = name.split("_")[1]
+        for t in results.get(name, {}).values():
+            f, p = t["seconds"]["flashtrace"], t["n_prompt_tokens"]
+            targets[f"{who}_timing_flat_512_over_8_prompt_{p}"] = target(
+                round(f[-1] / f[0], 3), 2.0, f[-1] <= 2 * f[0], f"the same ratio with a {p}-token prompt (reported "
+                "beside the issue's setting above)")
     ts = results.get("toy_model")
     if ts:
         targets["toy_accuracy_95"] = target([ts.get("accuracy_niah_kv"), ts.get("accuracy_vt")], 0.95,
@@ -427,7 +456,10 @@ def markdown(out: dict) -> str:
         lines += ["SmolLM2 greedy accuracy on short items: "
                   + "; ".join(f"{a['task']} {a['correct']}/{a['n']} ({a['accuracy']})"
                               for a in R["smollm2_accuracy"].values()), ""]
-    for key, label in (("toy", "toy"), ("smollm2_correct", "smollm2, correct items (own reply attributed)"),
+    if "toy_previous_model" in R:
+        lines += [f"Previous toy model (2026-12-03, old task format, tables `toy-previous`; no targets computed): "
+                  f"{json.dumps(R['toy_previous_model'])}", ""]
+    for key, label in (("toy", "toy"), ("toy_previous", "toy-previous"), ("smollm2_correct", "smollm2, correct items (own reply attributed)"),
                        ("smollm2", "smollm2, gold teacher-forced (longer items)")):
         for task, rows in R.get(key, {}).items():
             _table(lines, f"{label} / {task}", rows)
@@ -442,6 +474,20 @@ def markdown(out: dict) -> str:
             sv = t.get("speedup_vs_tokenwise", [None] * 9)[i]
             si = t.get("speedup_vs_ig", [None] * 9)[i] if "speedup_vs_ig" in t else None
             lines.append(f"| {m} | " + " | ".join(str(t["seconds"][x][i]) for x in t["methods"]) + f" | {sv} | {si} |")
+        lines.append("")
+    for key in ("timing_toy_prompts", "timing_smollm2_prompts"):
+        sweep = R.get(key)
+        if not sweep:
+            continue
+        methods = next(iter(sweep.values()))["methods"]
+        lines += [f"## {key}: M = 8 and 512 at several prompt lengths (seconds)", "",
+                  "| prompt tokens | " + " | ".join(f"{m} M=8 | {m} M=512" for m in methods)
+                  + " | flashtrace 512/8 | speedup vs token-wise at 512 |", "|---" * (2 * len(methods) + 3) + "|"]
+        for t in sweep.values():
+            sec = t["seconds"]
+            sp = t.get("speedup_vs_tokenwise", [None, None])[-1]
+            lines.append(f"| {t['n_prompt_tokens']} | " + " | ".join(f"{sec[m][0]} | {sec[m][-1]}" for m in methods)
+                         + f" | {t.get('flashtrace_last_over_first')} | {sp} |")
         lines.append("")
     lines += ["## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
     for k, v in out["targets"].items():

@@ -38,8 +38,8 @@ model's internals, so HTTP endpoints (OpenAI-compatible servers) cannot serve it
 Examples:
   attribute-tokens make-task vt --n 50 --style text -o vt.jsonl
   attribute-tokens trace smollm2 --input vt.jsonl --method flashtrace --hops 1 -o vt.trace.jsonl --html vt.html
-  attribute-tokens trace toy/ --prompt "X1 = 47 . X2 = X1 . ? X2" --target " X2 = X1 = 47 ANSWER 47" \\
-      --output-span 16:16 --reasoning-span 10:14 --json
+  attribute-tokens trace toy/ --prompt "X1 47 . X2 X1 . ? X2" --target " X2 X1 47 ANSWER 47" \\
+      --output-span 12:12 --reasoning-span 8:10 --json
   attribute-tokens eval smollm2 vt.jsonl --methods flashtrace,ifr-span,random --limit 10 -o eval.csv
   attribute-tokens train-toy -o toy/ && attribute-tokens timing toy/ --json""",
 )

@@ -35,7 +35,7 @@ def _qwen(kind="qwen2", dtype=torch.float64):
     torch.manual_seed(1)
     Cfg = transformers.Qwen2Config if kind == "qwen2" else transformers.Qwen3Config
     Model = transformers.Qwen2ForCausalLM if kind == "qwen2" else transformers.Qwen3ForCausalLM
-    cfg = Cfg(vocab_size=210, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    cfg = Cfg(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, attn_implementation="eager", head_dim=8)
     return Model(cfg).eval().to(dtype)
 
@@ -256,8 +256,17 @@ def test_char_spans_map_to_the_right_tokens():
     words = (row["prompt"] + row["target"]).split()
     assert [ex.tokens[i] for i in range(ex.output_span[0], ex.output_span[1] + 1)] == [row["answer"]]
     assert ex.tokens[ex.reasoning_span[0]] == words[len(row["prompt"].split())]
-    assert ex.gold.sum() == 9                       # 3 statements of 3 tokens
+    assert ex.gold.sum() == 6                       # 3 statements "X5 X2" of 2 tokens (toy style: no "=")
     assert all(ex.tokens[i] != "." for i in np.flatnonzero(ex.gold))
+    # the written chain follows the statements: every consecutive pair is an assignment of the prompt
+    chain = row["target"].split()[:-2]
+    for a, b in zip(chain, chain[1:]):
+        assert f" {a} {b} ." in " " + row["prompt"]
+    # toy NIAH-KV: every value token at most once per prompt (single-token induction, like RULER's numbers)
+    niah = make_task("niah-kv", TaskConfig(n=3), seed=0)
+    for r in niah:
+        vals = [w for w in r["prompt"].split() if w.startswith("v")]
+        assert len(vals) == len(set(vals)) and all(w in tok.get_vocab() for w in vals)
 
 
 def test_eval_timing_and_qwen2(tmp_path, capsys):

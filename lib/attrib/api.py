@@ -428,7 +428,7 @@ def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: i
 
 def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
     """``timing``: wall seconds of each method vs target length M (a VT prompt; the chain padded
-    with filler steps to M target tokens). Returns the summary (keys target_lengths, methods,
+    with filler steps to M target tokens; one untimed warm-up run per method first). Returns the summary (keys target_lengths, methods,
     seconds {method: [..]}, speedup_vs_tokenwise, speedup_vs_ig, n_prompt_tokens)."""
     import dataclasses
 
@@ -463,6 +463,8 @@ def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
         ex.output_span = (n_p, len(ids) - 1)
         for method in cfg.methods:
             tc = dataclasses.replace(trace_cfg, method=method, hops=max(trace_cfg.hops, 1))
+            if m == int(cfg.lengths[0]):
+                attribute(bundle, ex, tc, seed=seed)  # untimed warm-up: first-call overheads are not the method's
             best = None
             for _ in range(cfg.repeats):
                 t = attribute(bundle, ex, tc, seed=seed).seconds

@@ -7,6 +7,13 @@
   ``X3 = X2 = X1 = 47`` (reasoning span) then ``ANSWER 47`` (output span: the final number);
   gold = the 3 assignment statements.
 
+The toy style differs in two places, both so that a 3-layer toy decoder learns the tasks by
+single-token induction (measured: with ``X2 = X1`` as three tokens and values drawn with
+repetition, 6000 steps of the earlier recipe left VT at chance among the chains): an assignment is
+written without "=" (``X2 X1 .``; the chain ``X3 X2 X1 47``), and NIAH-KV values are drawn without
+repetition from 320 value tokens (RULER's values are unique numbers too). ``style="text"``
+(SmolLM2) is unchanged: ``X2 = X1``, ``X3 = X2 = X1 = 47``.
+
 Rows: ``{id, task, prompt, target, output_span, reasoning_span, gold_spans, span_unit: "char",
 answer}``; spans are inclusive character offsets into ``prompt + target`` (tokenizer-independent;
 ``trace``/``eval`` map them to tokens). ``style="toy"`` uses the word vocabulary of ``train-toy``'s
@@ -18,13 +25,15 @@ from __future__ import annotations
 SPECIALS = ["[PAD]", "[UNK]", "[EOS]"]
 PUNCT = [".", "=", "?", "ANSWER", "FILL"]
 N_KEYS, N_VALUES, N_VARS, N_NUMBERS = 80, 32, 40, 40
+N_TOY_VALUES = N_KEYS * 4  # toy NIAH-KV: every value token once per prompt (RULER's values are unique numbers)
 FILLER = ["the", "sky", "is", "blue", "grass", "green", "and", "so", "on", "we"]
 
 
 def toy_vocab() -> list[str]:
-    """The toy tokenizer's words, id = index (about 210 words)."""
-    return (SPECIALS + PUNCT + [f"k{i}" for i in range(N_KEYS)] + [f"v{i}" for i in range(N_VALUES)]
-            + [f"X{i}" for i in range(N_VARS)] + [str(10 + i) for i in range(N_NUMBERS)] + FILLER)
+    """The toy tokenizer's words, id = index (498 words)."""
+    return (SPECIALS + PUNCT + [f"k{i}" for i in range(N_KEYS)] + [f"v{i}" for i in range(N_TOY_VALUES)]
+            + [f"X{i}" for i in range(N_VARS)]
+            + [str(10 + i) for i in range(N_NUMBERS)] + FILLER)
 
 
 class _Text:
@@ -52,7 +61,10 @@ def _niah(rng, i: int, lines_min: int, lines_max: int, style: str) -> dict:
     n_lines = int(rng.integers(lines_min, lines_max + 1))
     n_lines = min(n_lines, N_KEYS)
     keys = rng.choice(N_KEYS, size=n_lines, replace=False)
-    vals = rng.integers(0, N_VALUES, size=(n_lines, 4))
+    if style == "toy":
+        vals = rng.choice(N_TOY_VALUES, size=n_lines * 4, replace=False).reshape(n_lines, 4)
+    else:
+        vals = rng.integers(0, N_VALUES, size=(n_lines, 4))
     needle = int(rng.integers(0, n_lines))
     p = _Text(" " if style == "toy" else "")
     gold = None
@@ -114,7 +126,8 @@ def _vt(rng, i: int, chains: int, hops: int, fillers: int, style: str) -> dict:
         var = f"X{chain_vars[c][h]}"
         rhs = str(nums[c]) if h == 0 else f"X{chain_vars[c][h - 1]}"
         a, _ = p.add(var)
-        p.add("=")
+        if style == "text":
+            p.add("=")
         _, b = p.add(rhs)
         p.add(".")
         if c == 0:
@@ -124,7 +137,7 @@ def _vt(rng, i: int, chains: int, hops: int, fillers: int, style: str) -> dict:
     p.add(q)
     prompt = p.text()
     chain = [f"X{v}" for v in reversed(chain_vars[0])] + [str(nums[0])]
-    cot = " = ".join(chain)
+    cot = " ".join(chain) if style == "toy" else " = ".join(chain)
     target = " " + cot + " ANSWER " + str(nums[0])
     base = len(prompt)
     reasoning = [base + 1, base + len(cot)]

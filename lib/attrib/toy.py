@@ -5,9 +5,9 @@ a word-level tokenizer, so every other subcommand loads it like any local model.
 Steps: 1. the word vocabulary of :func:`~icmlkit.lib.attrib.tasks.toy_vocab` as a WordLevel
 tokenizer (one word = one token); 2. a LlamaConfig decoder initialised from the seed's "init"
 stream; 3. AdamW with warm-up + cosine decay on the loss of the target tokens (and EOS), each
-step's batch generated from the seed and the step number (half NIAH-KV, half VT, several
-queries per sequence; a curriculum ramps NIAH from 2-6 lines to ``min_lines..lines_max`` and VT
-from 2 chains without fillers to 4 chains with 10 over the first ``curriculum`` share of the steps), so ``--resume`` needs no data-RNG state; under torchrun
+step's batch generated from the seed and the step number (VT alone first, then half NIAH-KV,
+half VT, several queries per sequence, contexts growing from short to full: :func:`step_rows`),
+so ``--resume`` needs no data-RNG state; under torchrun
 each rank takes its slice of the global batch (DDP averages the gradients); 4. greedy accuracy on
 held-out examples of both tasks (NIAH-KV with ``eval_lines_min..lines_max`` lines), which the
 method sheet requires to be >= 95% before attributions mean anything. [reconstructed: the paper
@@ -116,34 +116,43 @@ def _more_queries(row: dict, rng, q: int) -> dict:
             extra += ["?", str(k)] + lines[str(k)]
     else:
         rhs = {}
-        for i, w in enumerate(words):
-            if w == "=" and i > 0:
-                rhs[words[i - 1]] = words[i + 1]
+        for sentence in " ".join(words).split(" . "):
+            sw = sentence.split()
+            if len(sw) == 2 and sw[0].startswith("X"):
+                rhs[sw[0]] = sw[1]
         used = set(rhs.values())
         finals = [v for v in rhs if v not in used and v != words[-1]]
         for v in rng.permutation(finals)[:q - 1]:
             chain = [str(v)]
             while chain[-1] in rhs:
                 chain.append(rhs[chain[-1]])
-            extra += ["?", str(v)] + " = ".join(chain).split() + ["ANSWER", chain[-1]]
+            extra += ["?", str(v)] + chain + ["ANSWER", chain[-1]]
     if not extra:
         return row
     return dict(row, target=row["target"] + " " + " ".join(extra))
 
 
 def step_rows(cfg, seed: int, step: int) -> list:
-    """The global batch of training step ``step`` (deterministic in seed and step): half NIAH-KV,
-    half VT, each with ``cfg.train_queries`` queries per sequence."""
+    """The global batch of training step ``step`` (deterministic in seed and step), each sequence
+    with ``cfg.train_queries`` queries: VT only for the first ``cfg.vt_first`` share of the steps
+    (2 chains without fillers growing to 4 chains with 10 over its first 30 %: the induction heads
+    form there), then half NIAH-KV (2-6 lines growing to ``min_lines..lines_max`` over the next
+    ``cfg.curriculum`` share of the remaining steps), half VT at full size."""
     from icmlkit.lib.core.runtime import numpy_rng
 
-    half = cfg.batch // 2
-    # curriculum: short contexts first (induction heads form there), the longest by the end of the ramp
-    ramp = min(1.0, step / max(1.0, cfg.curriculum * cfg.steps)) if cfg.curriculum > 0 else 1.0
-    hi = int(round(min(6, cfg.lines_max) + ramp * (cfg.lines_max - min(6, cfg.lines_max))))
-    lo = min(hi, max(2, int(round(ramp * cfg.min_lines))))
-    chains, fillers = 2 + int(round(2 * ramp)), int(round(10 * ramp))
-    rows = (_rows("niah-kv", half, seed, f"train/niah/{step}", lo, hi)
-            + _rows("vt", cfg.batch - half, seed, f"train/vt/{step}", 1, 1, chains, fillers))
+    n_vt = int(cfg.vt_first * cfg.steps)
+    if step < n_vt:
+        ramp = min(1.0, step / max(1.0, 0.3 * n_vt))
+        rows = _rows("vt", cfg.batch, seed, f"train/vt/{step}", 1, 1, 2 + int(round(2 * ramp)),
+                     int(round(10 * ramp)))
+    else:
+        span = cfg.curriculum * (cfg.steps - n_vt)
+        ramp = min(1.0, (step - n_vt) / max(1.0, span)) if span > 0 else 1.0
+        hi = int(round(min(6, cfg.lines_max) + ramp * (cfg.lines_max - min(6, cfg.lines_max))))
+        lo = min(hi, max(2, int(round(ramp * cfg.min_lines))))
+        half = cfg.batch // 2
+        rows = (_rows("niah-kv", half, seed, f"train/niah/{step}", lo, hi)
+                + _rows("vt", cfg.batch - half, seed, f"train/vt/{step}", 1, 1))
     if cfg.train_queries > 1:
         rng = numpy_rng(seed, f"train/queries/{step}")
         rows = [_more_queries(r, rng, cfg.train_queries) for r in rows]
