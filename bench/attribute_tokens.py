@@ -169,7 +169,7 @@ def _toy_args(args):
 
 
 def part_toy_train(args, tc, log) -> None:
-    """Train (or find) the toy model only: outputs/attribute-tokens/toy (about 11 min for the default 5000 steps on 2 cores)."""
+    """Train (or find) the toy model only: outputs/attribute-tokens/toy (about 21 min for the default 8000 steps on 2 cores)."""
     toy_model(log, **_toy_args(args))
 
 

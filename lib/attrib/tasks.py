@@ -7,12 +7,10 @@
   ``X3 = X2 = X1 = 47`` (reasoning span) then ``ANSWER 47`` (output span: the final number);
   gold = the 3 assignment statements.
 
-The toy style differs in two places, both so that a 3-layer toy decoder learns the tasks by
-single-token induction (measured: with ``X2 = X1`` as three tokens and values drawn with
-repetition, 6000 steps of the earlier recipe left VT at chance among the chains): an assignment is
-written without "=" (``X2 X1 .``; the chain ``X3 X2 X1 47``), and NIAH-KV values are drawn without
-repetition from 320 value tokens (RULER's values are unique numbers too). ``style="text"``
-(SmolLM2) is unchanged: ``X2 = X1``, ``X3 = X2 = X1 = 47``.
+The toy style writes an assignment without "=" (``X2 X1 .``; the chain ``X3 X2 X1 47``), so that
+each chain step is a single-token induction lookup a 3-layer toy decoder learns (measured: with
+``X2 = X1`` as three tokens, 6000 steps of the earlier recipe and VT-only probes stayed at chance
+among the chains). ``style="text"`` (SmolLM2) is unchanged: ``X2 = X1``, ``X3 = X2 = X1 = 47``.
 
 Rows: ``{id, task, prompt, target, output_span, reasoning_span, gold_spans, span_unit: "char",
 answer}``; spans are inclusive character offsets into ``prompt + target`` (tokenizer-independent;
@@ -25,7 +23,8 @@ from __future__ import annotations
 SPECIALS = ["[PAD]", "[UNK]", "[EOS]"]
 PUNCT = [".", "=", "?", "ANSWER", "FILL"]
 N_KEYS, N_VALUES, N_VARS, N_NUMBERS = 80, 32, 40, 40
-N_TOY_VALUES = N_KEYS * 4  # toy NIAH-KV: every value token once per prompt (RULER's values are unique numbers)
+N_TOY_VALUES = N_KEYS * 4  # value tokens in the toy vocabulary; the generator draws from the first N_VALUES
+# (a unique-value variant was tried: 2000 mixed steps learned nothing either; the trained toy keeps its vocabulary)
 FILLER = ["the", "sky", "is", "blue", "grass", "green", "and", "so", "on", "we"]
 
 
@@ -61,10 +60,7 @@ def _niah(rng, i: int, lines_min: int, lines_max: int, style: str) -> dict:
     n_lines = int(rng.integers(lines_min, lines_max + 1))
     n_lines = min(n_lines, N_KEYS)
     keys = rng.choice(N_KEYS, size=n_lines, replace=False)
-    if style == "toy":
-        vals = rng.choice(N_TOY_VALUES, size=n_lines * 4, replace=False).reshape(n_lines, 4)
-    else:
-        vals = rng.integers(0, N_VALUES, size=(n_lines, 4))
+    vals = rng.integers(0, N_VALUES, size=(n_lines, 4))
     needle = int(rng.integers(0, n_lines))
     p = _Text(" " if style == "toy" else "")
     gold = None
