@@ -432,6 +432,8 @@ def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
     seconds {method: [..]}, speedup_vs_tokenwise, speedup_vs_ig, n_prompt_tokens)."""
     import dataclasses
 
+    import numpy as np
+
     from icmlkit.lib.attrib.config import TaskConfig
     from icmlkit.lib.attrib.tasks import make_task
 
@@ -442,28 +444,21 @@ def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
                     seed=seed)[0]
     fill = tok(" FILL", add_special_tokens=False)["input_ids"]
     secs: dict = {m: [] for m in cfg.methods}
-    n_prompt = None
-    for m in cfg.lengths:
-        m = int(m)
-        base = tok(row["prompt"])["input_ids"]
-        ans = tok(" ANSWER " + row["answer"], add_special_tokens=False)["input_ids"]
+    base = tok(row["prompt"])["input_ids"]
+    ans = tok(" ANSWER " + row["answer"], add_special_tokens=False)["input_ids"]
+    n_prompt = len(base)
+    for i, m in enumerate(int(m) for m in cfg.lengths):
         k = max(0, m - len(ans))
         reps = (k + len(fill) - 1) // len(fill) if fill else 0
-        tgt = (fill * reps)[:k] + ans
-        ids = base + tgt
-        n_p = len(base)
-        n_prompt = n_p
+        ids = base + (fill * reps)[:k] + ans
         stop, texts = _stop_mask(tok, ids)
-        import numpy as np
-
-        ex = Example(id=f"timing-m{m}", ids=ids, tokens=texts, n_prompt=n_p, output_span=(len(ids) - 1, len(ids) - 1),
-                     reasoning_span=(n_p, len(ids) - 1), gen_span=(n_p, len(ids) - 1),
-                     gold=np.zeros(len(ids), dtype=bool), stop=stop)
         # the output span for timing is the whole target: M sinks (what token-wise IFR pays for)
-        ex.output_span = (n_p, len(ids) - 1)
+        ex = Example(id=f"timing-m{m}", ids=ids, tokens=texts, n_prompt=n_prompt,
+                     output_span=(n_prompt, len(ids) - 1), reasoning_span=(n_prompt, len(ids) - 1),
+                     gen_span=(n_prompt, len(ids) - 1), gold=np.zeros(len(ids), dtype=bool), stop=stop)
         for method in cfg.methods:
             tc = dataclasses.replace(trace_cfg, method=method, hops=max(trace_cfg.hops, 1))
-            if m == int(cfg.lengths[0]):
+            if i == 0:
                 attribute(bundle, ex, tc, seed=seed)  # untimed warm-up: first-call overheads are not the method's
             best = None
             for _ in range(cfg.repeats):

@@ -116,7 +116,7 @@ def _more_queries(row: dict, rng, q: int) -> dict:
             extra += ["?", str(k)] + lines[str(k)]
     else:
         rhs = {}
-        for sentence in " ".join(words).split(" . "):
+        for sentence in row["prompt"].split(" . "):
             sw = sentence.split()
             if len(sw) == 2 and sw[0].startswith("X"):
                 rhs[sw[0]] = sw[1]
