@@ -373,6 +373,25 @@ def test_train_toy_resume_gives_the_same_model(tmp_path, interrupting_checkpoint
     assert full.summary["final_loss"] == resumed.summary["final_loss"]
 
 
+def test_toy_curriculum_grows_both_tasks_or_starts_with_vt_alone():
+    from icmlkit.lib.attrib.toy import step_rows
+
+    def sizes(rows):
+        vt = [r for r in rows if r["task"] == "vt"]
+        niah = [r for r in rows if r["task"] == "niah-kv"]
+        chains = max(r["prompt"].count(" . ") for r in vt)  # statements + filler sentences
+        lines = max((sum(w.startswith("k") for w in r["prompt"].split()[:-2]) for r in niah), default=0)
+        return len(vt), len(niah), chains, lines
+
+    cfg = ToyConfig(steps=100, batch=8, train_queries=1)
+    first, last = sizes(step_rows(cfg, 0, 0)), sizes(step_rows(cfg, 0, 99))
+    assert first[:2] == last[:2] == (4, 4)                    # both tasks from the start (--vt-first 0)
+    assert first[2] < last[2] and first[3] <= 6 < last[3]     # VT grows with NIAH-KV's curriculum
+    assert step_rows(cfg, 0, 5) == step_rows(cfg, 0, 5)       # a step's batch is a function of seed and step
+    early = sizes(step_rows(ToyConfig(steps=100, batch=8, train_queries=1, vt_first=0.5), 0, 10))
+    assert early[:2] == (8, 0)                                # --vt-first: VT alone first
+
+
 def test_train_toy_cli_writes_a_loadable_folder(tmp_path, capsys):
     out = tmp_path / "toy"
     code, so, err = invoke(["train-toy", "-o", str(out), "--steps", "2", "--batch", "2", "--layers", "1",

@@ -115,17 +115,18 @@ class ToyConfig:
     layers: int = _opt(3, "Decoder layers.", min=1, max=8)
     hidden: int = _opt(128, "Hidden size d.", min=16)
     heads: int = _opt(4, "Attention heads.", min=1)
-    steps: int = _opt(8000, "Optimizer steps.", min=1)
+    steps: int = _opt(4000, "Optimizer steps.", min=1)
     batch: int = _opt(16, "Sequences per step (global, split over torchrun ranks).", min=1)
-    lr: float = _opt(2e-3, "AdamW peak learning rate (cosine decay, 5% warm-up).", min=0, min_open=True)
+    lr: float = _opt(1e-3, "AdamW peak learning rate (cosine decay, 5% warm-up).", min=0, min_open=True)
     eval_n: int = _opt(100, "Held-out examples per task for the accuracy check.", min=1)
     min_lines: int = _opt(8, "niah-kv training after the curriculum: fewest key lines (up to --lines-max) "
                           "[reconstructed].", min=1)
     lines_max: int = _opt(80, "niah-kv: most key lines.", min=1)
     train_queries: int = _opt(8, "Training sequences carry up to this many queries (multi-query recall: denser "
                               "supervision) [reconstructed].", min=1)
-    vt_first: float = _opt(0.375, "Share of the steps trained on VT alone (its chains grow from 2 to 4 over the first "
-                           "30 %), before NIAH-KV joins [reconstructed].", min=0, max=1)
+    vt_first: float = _opt(0.0, "Share of the steps trained on VT alone (its chains grow from 2 to 4 over the first "
+                           "30 %), before NIAH-KV joins; 0 = both tasks from the start, VT growing with NIAH-KV's "
+                           "curriculum [reconstructed].", min=0, max=1)
     curriculum: float = _opt(0.6, "Share of the steps after the VT-only phase over which NIAH-KV grows from 2-6 "
                              "lines to full [reconstructed].", min=0, max=1)
     eval_lines_min: int = _opt(40, "niah-kv accuracy check: fewest key lines.", min=1)

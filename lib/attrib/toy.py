@@ -5,8 +5,8 @@ a word-level tokenizer, so every other subcommand loads it like any local model.
 Steps: 1. the word vocabulary of :func:`~icmlkit.lib.attrib.tasks.toy_vocab` as a WordLevel
 tokenizer (one word = one token); 2. a LlamaConfig decoder initialised from the seed's "init"
 stream; 3. AdamW with warm-up + cosine decay on the loss of the target tokens (and EOS), each
-step's batch generated from the seed and the step number (VT alone first, then half NIAH-KV,
-half VT, several queries per sequence, contexts growing from short to full: :func:`step_rows`),
+step's batch generated from the seed and the step number (half NIAH-KV, half VT, several queries
+per sequence, contexts growing from short to full; optionally VT alone first: :func:`step_rows`),
 so ``--resume`` needs no data-RNG state; under torchrun
 each rank takes its slice of the global batch (DDP averages the gradients); 4. greedy accuracy on
 held-out examples of both tasks (NIAH-KV with ``eval_lines_min..lines_max`` lines), which the
@@ -134,25 +134,27 @@ def _more_queries(row: dict, rng, q: int) -> dict:
 
 def step_rows(cfg, seed: int, step: int) -> list:
     """The global batch of training step ``step`` (deterministic in seed and step), each sequence
-    with ``cfg.train_queries`` queries: VT only for the first ``cfg.vt_first`` share of the steps
-    (2 chains without fillers growing to 4 chains with 10 over its first 30 %: the induction heads
-    form there), then half NIAH-KV (2-6 lines growing to ``min_lines..lines_max`` over the next
-    ``cfg.curriculum`` share of the remaining steps), half VT at full size."""
+    with ``cfg.train_queries`` queries: half NIAH-KV (2-6 lines growing to ``min_lines..lines_max``
+    over the first ``cfg.curriculum`` share of the steps), half VT (2 chains without fillers growing
+    to 4 chains with 10 fillers over the same ramp: the induction heads form on the short contexts).
+    With ``cfg.vt_first`` > 0, VT alone for that share of the steps first (growing over its first
+    30 %), then the mixed batches with NIAH-KV's ramp over the remaining steps and VT at full size."""
     from icmlkit.lib.core.runtime import numpy_rng
 
     n_vt = int(cfg.vt_first * cfg.steps)
+    span = cfg.curriculum * (cfg.steps - n_vt)
+    ramp = min(1.0, max(0, step - n_vt) / max(1.0, span)) if span > 0 else 1.0
+    # VT grows over the first 30 % of the VT-only phase, or with NIAH-KV when there is none
+    vt_ramp = min(1.0, step / max(1.0, 0.3 * n_vt)) if n_vt else ramp
+    vt_size = (2 + int(round(2 * vt_ramp)), int(round(10 * vt_ramp)))
     if step < n_vt:
-        ramp = min(1.0, step / max(1.0, 0.3 * n_vt))
-        rows = _rows("vt", cfg.batch, seed, f"train/vt/{step}", 1, 1, 2 + int(round(2 * ramp)),
-                     int(round(10 * ramp)))
+        rows = _rows("vt", cfg.batch, seed, f"train/vt/{step}", 1, 1, *vt_size)
     else:
-        span = cfg.curriculum * (cfg.steps - n_vt)
-        ramp = min(1.0, (step - n_vt) / max(1.0, span)) if span > 0 else 1.0
         hi = int(round(min(6, cfg.lines_max) + ramp * (cfg.lines_max - min(6, cfg.lines_max))))
         lo = min(hi, max(2, int(round(ramp * cfg.min_lines))))
         half = cfg.batch // 2
         rows = (_rows("niah-kv", half, seed, f"train/niah/{step}", lo, hi)
-                + _rows("vt", cfg.batch - half, seed, f"train/vt/{step}", 1, 1))
+                + _rows("vt", cfg.batch - half, seed, f"train/vt/{step}", 1, 1, *vt_size))
     if cfg.train_queries > 1:
         rng = numpy_rng(seed, f"train/queries/{step}")
         rows = [_more_queries(r, rng, cfg.train_queries) for r in rows]
