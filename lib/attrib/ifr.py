@@ -230,9 +230,12 @@ def sink_probs(cache: ModelCache, layer: LayerCache, sinks):
 
     if layer.probs is not None:
         return layer.probs[:, sinks, :]
-    k = layer.k.repeat_interleave(cache.n_rep, dim=0) if cache.n_rep > 1 else layer.k
-    s = torch.einsum("hbk,hnk->hbn", layer.q[:, sinks], k) * cache.scaling
-    n = k.shape[1]
+    hkv, n, dh = layer.k.shape
+    b = len(sinks)
+    # GQA without repeating k: query head h reads kv head h // n_rep, so the query heads of one kv
+    # head are stacked as rows of one matmul
+    q = layer.q[:, sinks].reshape(hkv, cache.n_rep * b, dh)
+    s = torch.matmul(q, layer.k.transpose(1, 2)).view(-1, b, n) * cache.scaling
     future = torch.arange(n, device=s.device)[None, :] > sinks[:, None]
     s = s.masked_fill(future[None], float("-inf"))
     return torch.softmax(s.float(), dim=-1).to(layer.q.dtype)
@@ -253,6 +256,8 @@ def alpha_bar(cache: ModelCache, layer: LayerCache, sinks, weights, sink_chunk: 
 
     hq = layer.q.shape[0]
     acc = torch.zeros(hq, cache.n_tokens, dtype=layer.q.dtype, device=layer.q.device)
+    nz = weights != 0  # sinks of weight 0 (stop tokens, tokens a hop gave no mass) add nothing
+    sinks, weights = sinks[nz], weights[nz]
     for a in range(0, len(sinks), sink_chunk):
         idx = sinks[a:a + sink_chunk]
         acc += torch.einsum("hbn,b->hn", sink_probs(cache, layer, idx), weights[a:a + sink_chunk])
