@@ -127,8 +127,9 @@ class ToyConfig:
     vt_first: float = _opt(0.0, "Share of the steps trained on VT alone (its chains grow from 2 to 4 over the first "
                            "30 %), before NIAH-KV joins; 0 = both tasks from the start, VT growing with NIAH-KV's "
                            "curriculum [reconstructed].", min=0, max=1)
-    curriculum: float = _opt(0.6, "Share of the steps after the VT-only phase over which NIAH-KV grows from 2-6 "
-                             "lines to full [reconstructed].", min=0, max=1)
+    curriculum: float = _opt(0.6, "Share of the steps (after any VT-only phase) over which NIAH-KV grows from 2-6 "
+                             "lines to full, and VT from 2 chains to 4 with fillers when there is no VT-only phase "
+                             "[reconstructed].", min=0, max=1)
     eval_lines_min: int = _opt(40, "niah-kv accuracy check: fewest key lines.", min=1)
 
     def check(self) -> None:
