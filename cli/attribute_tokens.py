@@ -258,12 +258,13 @@ def train_toy_cmd(run, output, checkpoint_every, resume, cfg):
     """Train the tiny Llama decoder on NIAH-KV and VT; report its accuracy (must be >= 95%).
 
     \b
-    LlamaConfig, eager attention, RoPE, RMSNorm, a word-level tokenizer (~210 words); under
+    LlamaConfig, eager attention, RoPE, RMSNorm, a word-level tokenizer (498 words); under
     torchrun each rank takes its slice of every batch. --resume continues OUTPUT.ckpt.pt.
-    [reconstructed] recipe.
+    [reconstructed] recipe; the defaults (seed 0) reached NIAH-KV 1.00 and VT 0.99 in about
+    17 minutes on 2 CPU cores.
     JSON keys: steps, final_loss, accuracy_niah_kv, accuracy_vt, chain_exact_vt, meets_95, seconds,
     parameters.
-    Example:  attribute-tokens train-toy -o toy/ --steps 1500 --json
+    Example:  attribute-tokens train-toy -o toy/ --json
     """
     from icmlkit.lib.attrib.toy import save_toy, train_toy
 
