@@ -224,18 +224,33 @@ def prompt_sweep(bundle, methods, tc, log, prompts=(200, 1000, 2000)) -> dict:
     return out
 
 
+def run_part_rows(name: str, bundle, rows: dict, faith: dict, args, tc, log, **extra) -> None:
+    """Every method on the rows of each task (RISE/MAS on the ids in ``faith[task]``) within
+    ``args.budget`` seconds, saved as part ``name``. --extend keeps the rows the part already ran
+    and runs only the others (ids are stable: the rows are generated from fixed seeds)."""
+    old = json.loads((PARTS / f"{name}.json").read_text()) if args.extend and (PARTS / f"{name}.json").exists() else {}
+    per, secs = old.get("per", {}), old.get("secs", {})
+    t0 = time.perf_counter()
+    for j, (task, rs) in enumerate(rows.items()):
+        done = {p["id"] for p in per.get(task, [])}
+        new_per, new_secs = run_rows(bundle, [r for r in rs if str(r["id"]) not in done], ALL, faith[task], tc,
+                                     f"{name}-{task}", t0 + (j + 1) * args.budget / len(rows))
+        per[task] = per.get(task, []) + new_per
+        secs[task] = {m: secs.get(task, {}).get(m, []) + v for m, v in new_secs.items()}
+        log(f"{name} {task}: {len(per[task]) // len(ALL)} examples ({len(new_per) // len(ALL)} new)")
+    _save_part(name, {"per": per, "secs": secs, **extra,
+                      "extended": old.get("extended", []) + ([old["date"]] if old else [])})
+
+
 def part_smol_correct(args, tc, log) -> None:
     smol = api.load("smollm2")
-    acc, per, secs = {}, {}, {}
-    t0 = time.perf_counter()
-    for j, task in enumerate(("niah-kv", "vt")):
-        acc[task], rows = correct_items(smol, task, args.correct_n)
+    acc, rows = {}, {}
+    for task in ("niah-kv", "vt"):
+        acc[task], rs = correct_items(smol, task, args.correct_n)
         log(f"smollm2 accuracy {task}: {acc[task]}")
-        rows = rows[:args.correct_max]
-        per[task], secs[task] = run_rows(smol, rows, ALL, {str(r["id"]) for r in rows}, tc, f"smol-own-{task}",
-                                         t0 + (j + 1) * args.budget / 2)
-        log(f"smollm2 own-reply {task}: {len(per[task]) // len(ALL)} examples")
-    _save_part("smol-correct", {"accuracy": acc, "per": per, "secs": secs})
+        rows[task] = rs[:args.correct_max]
+    faith = {task: {str(r["id"]) for r in rs} for task, rs in rows.items()}
+    run_part_rows("smol-correct", smol, rows, faith, args, tc, log, accuracy=acc)
 
 
 def part_smol_forced(args, tc, log) -> None:
@@ -243,22 +258,9 @@ def part_smol_forced(args, tc, log) -> None:
     k, n_shards = args.shard
     rows = {"niah-kv": make_task("niah-kv", TaskConfig(n=200, lines_min=8, lines_max=12, style="text"), seed=7),
             "vt": make_task("vt", TaskConfig(n=200, chains=3, fillers=4, style="text"), seed=7)}
-    name = f"smol-forced-{k}of{n_shards}"
-    # --extend: keep the rows this shard already ran and run only the others (ids are global)
-    old = json.loads((PARTS / f"{name}.json").read_text()) if args.extend and (PARTS / f"{name}.json").exists() else {}
-    per, secs = old.get("per", {}), old.get("secs", {})
-    t0 = time.perf_counter()
-    for j, (task, rs) in enumerate(rows.items()):
-        mine = [r for i, r in enumerate(rs) if i % n_shards == k - 1][:args.smol_n]
-        faith = {str(r["id"]) for r in mine[:args.smol_faith]}
-        done = {p["id"] for p in per.get(task, [])}
-        new_per, new_secs = run_rows(smol, [r for r in mine if str(r["id"]) not in done], ALL, faith, tc,
-                                     f"smol-{task}", t0 + (j + 1) * args.budget / 2)
-        per[task] = per.get(task, []) + new_per
-        secs[task] = {m: secs.get(task, {}).get(m, []) + v for m, v in new_secs.items()}
-        log(f"smollm2 {task}: {len(per[task]) // len(ALL)} examples ({len(new_per) // len(ALL)} new)")
-    _save_part(name, {"per": per, "secs": secs, "shard": [k, n_shards],
-                      "extended": old.get("extended", []) + ([old["date"]] if old else [])})
+    mine = {task: [r for i, r in enumerate(rs) if i % n_shards == k - 1][:args.smol_n] for task, rs in rows.items()}
+    faith = {task: {str(r["id"]) for r in rs[:args.smol_faith]} for task, rs in mine.items()}
+    run_part_rows(f"smol-forced-{k}of{n_shards}", smol, mine, faith, args, tc, log, shard=[k, n_shards])
 
 
 def part_smol_timing(args, tc, log) -> None:
@@ -405,7 +407,7 @@ def main() -> None:
     ap.add_argument("--smol-faith", type=int, default=3, help="of which with RISE/MAS (every method)")
     ap.add_argument("--shard", default="1/1", help="K/N of the 200 teacher-forced rows per task (smol-forced)")
     ap.add_argument("--extend", action="store_true",
-                    help="smol-forced: keep the shard's stored rows and run only the rows it has not run")
+                    help="smol-forced, smol-correct: keep the part's stored rows and run only the rows it has not run")
     ap.add_argument("--budget", type=float, default=400.0, help="seconds after which remaining examples are skipped")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, parts and results under --scratch")
     ap.add_argument("--scratch", default=None, help="write the parts here and do not touch bench/results")
