@@ -199,16 +199,13 @@ def hops_sweep(bundle, rows, tc, hops=(0, 1, 2, 3, 4, 6)) -> dict:
     """FlashTrace's VT Recall@10% at several hop counts (the issue asks for hops 1 vs 0 only; more
     hops show whether the mass reaches the statements when the answer is more than one generated
     token away from the chain steps that read them)."""
-    import numpy as np
-
-    from icmlkit.lib.attrib.metrics import topk_recall
-
     exs = api.prepare_rows(list(enumerate(rows, 1)), bundle.tokenizer, "toy-vt", require_gold=True)
     out = {}
     for h in hops:
-        cfg = dataclasses.replace(tc, method="flashtrace" if h else "ifr-span", hops=h)
-        rec = [topk_recall(api.attribute(bundle, ex, cfg).scores, ex.gold, ex.eligible) for ex in exs]
-        out[str(h)] = round(float(np.mean([r for r in rec if r is not None])), 4)
+        method = "flashtrace" if h else "ifr-span"
+        ev = api.evaluate(bundle, exs, EvalConfig(methods=[method], faithfulness=False),
+                          dataclasses.replace(tc, hops=h))
+        out[str(h)] = round(ev.rows[0]["recall_at_10"], 4)
     return out
 
 
