@@ -46,7 +46,7 @@ from icmlkit.lib.neuralop.data import fieldset, read_fields
 from icmlkit.lib.neuralop.demo import darcy_files
 from icmlkit.lib.neuralop.fewshot import few_shot
 from icmlkit.lib.neuralop.solvers import generate_darcy
-from icmlkit.lib.neuralop.train import Normaliser, OperatorModel, evaluate, set_threads, train
+from icmlkit.lib.neuralop.train import Normaliser, OperatorModel, set_threads, superres, train
 
 ARCH = dict(width=64, heads=4, layers=4, bases=32)
 EPOCHS, NTRAIN, BATCH, LR, FNO_MODES = 16, 500, 8, 2e-3, 6
@@ -58,12 +58,19 @@ ABLATIONS = {"funcattn-conv": dict(model="funcattn-conv"), "funcattn-fourier": d
              "funcattn-shared": dict(model="funcattn", shared=True)}
 
 
-def fit_eval(name: str, tr, tests, tc: TrainConfig, seed: int, checkpointer=None, **kw) -> dict:
+def fit_eval(name: str, tr, tests, tc: TrainConfig, seed: int, checkpointer=None, save=None, **kw) -> dict:
+    """Train, then evaluate on ``tests`` (the first at the training resolution) with ``superres``: the
+    zero-shot errors, and on nested grids of the same samples the first grid's prediction interpolated
+    (``interp_errors``, None where the grids are not nested). ``save``: also write the final model there."""
     t0 = time.perf_counter()
     kw.setdefault("model", name)
     res = train(ModelConfig(**{**ARCH, "modes": FNO_MODES, **kw}), tc, tr, None, seed=seed, checkpointer=checkpointer)
-    errs = [evaluate(res.model, te).summary["rel_l2_x100"] for te in tests]
+    if save is not None:
+        res.model.save(save)
+    sr = superres(res.model, tests).rows
+    errs = [r["rel_l2_x100"] for r in sr]
     return {"model": name, "seed": seed, "params": res.summary["params"], "errors": errs,
+            "interp_errors": [r["interp_rel_l2_x100"] for r in sr],
             "seconds_per_epoch": res.summary["seconds_per_epoch"], "seconds": time.perf_counter() - t0,
             "epochs": tc.epochs, "n_train": res.summary["n_train"], "resumed_from": res.summary["resumed_from"],
             "final_train_rel_l2": res.summary["final_train_rel_l2"]}
@@ -81,7 +88,19 @@ def summarise(runs: list[dict], names: list[str]) -> dict:
                       "final_train_rel_l2": float(np.mean([r["final_train_rel_l2"] for r in rs]))
                       if all(r.get("final_train_rel_l2") is not None for r in rs) else None,  # older parts lack it
                       "ratios_per_seed": [[float(row[i] / row[0]) for i in range(1, len(names))] for row in e],
+                      **_interp_means(rs, names),
                       "seconds_per_epoch": float(np.mean([r["seconds_per_epoch"] for r in rs]))}
+    return out
+
+
+def _interp_means(rs: list[dict], names: list[str]) -> dict:
+    """Mean error of the training-resolution prediction interpolated onto each finer test grid, where
+    every run of the model recorded it (older parts did not)."""
+    out = {}
+    for i, n in enumerate(names[1:], start=1):
+        vals = [r.get("interp_errors", [None] * len(names))[i] for r in rs]
+        if all(v is not None for v in vals):
+            out[f"interp_rel_l2_x100_{n}"] = float(np.mean(vals))
     return out
 
 
@@ -184,7 +203,7 @@ PART_NAMES = ("real", "real-full", "ablations", "generated", "generated-conv", "
               "merge")
 
 
-def run_part(part: str, seed: int, models: list[str] | None = None) -> None:
+def run_part(part: str, seed: int, models: list[str] | None = None, refresh: bool = False) -> None:
     set_threads("cpu", 1)
     tc = TrainConfig(epochs=EPOCHS, batch=BATCH, ntrain=NTRAIN, val_fraction=0, lr=LR)
     t0 = time.perf_counter()
@@ -208,14 +227,18 @@ def run_part(part: str, seed: int, models: list[str] | None = None) -> None:
             ftc = TrainConfig(epochs=FULL["epochs"], batch=BATCH, val_fraction=0, lr=LR)
         stored = load_parts().get(part, {})
         for name in [m for m in ("funcattn", "transolver", "fno") if models is None or m in models]:
-            if f"{seed}:{name}" in stored:
+            if f"{seed}:{name}" in stored and not refresh:
                 print(f"{part} {name} seed {seed}: stored, kept", file=sys.stderr)
                 continue
             stem = "full" if part == "real-full" else "generated_full"
             ckpt = RESULTS.parent.parent / "outputs" / "bench-cache" / f"train_operator_{stem}_{seed}_{name}.pt"
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             ck = Checkpointer(ckpt, every=10, resume=ckpt.is_file())
-            run = fit_eval(name, tr, te, ftc, seed, checkpointer=ck)
+            run = fit_eval(name, tr, te, ftc, seed, checkpointer=ck, save=ckpt.with_suffix(".safetensors"))
+            old = stored.get(f"{seed}:{name}")
+            if old is not None and not np.allclose(old["value"][0]["errors"], run["errors"], rtol=1e-5):
+                raise SystemExit(f"{part} {name} seed {seed}: the rerun from the checkpoint gives {run['errors']}, "
+                                 f"the stored run {old['value'][0]['errors']}")
             print(f"[{time.perf_counter() - t0:.0f}s] {part} {name} seed {seed}: {run['errors']}", file=sys.stderr)
             save_part(part, f"{seed}:{name}", [run])
     elif part in ("generated", "generated-conv"):
@@ -305,6 +328,12 @@ def merge() -> dict | None:
             ratios, 1.3, max(ratios) <= 1.3,
             f"generated Darcy solved at {GEN['solve']}, train {GEN['train']} -> test 65 and 129, {how}, mean of "
             f"seeds {g['seeds']}")
+        if all(f"interp_rel_l2_x100_{n}" in g for n in t[1:]):
+            vs = [g[f"rel_l2_x100_{n}"] / g[f"interp_rel_l2_x100_{n}"] for n in t[1:]]
+            targets[f"generated_zero_shot_le_interpolation{suffix}"] = target(
+                vs, 1.0, max(vs) <= 1.0,
+                f"FuncAttn zero-shot error at 65 and 129 / the error of its {t[0]}x{t[0]} prediction bilinearly "
+                f"interpolated there (the simple baseline; not an issue target), {how}, seeds {g['seeds']}")
         if "transolver" in models_:
             targets[f"generated_funcattn_le_transolver_33{suffix}"] = target(
                 g[f"rel_l2_x100_{t[0]}"], models_["transolver"][f"rel_l2_x100_{t[0]}"],
@@ -384,14 +413,16 @@ def markdown(out: dict) -> str:
             continue
         lines += ["", f"## Generated Darcy, {title} (solved at {g['solve_resolution']}x{g['solve_resolution']} nodes; "
                   f"train {g['n_train']} at {g['train_resolution']}, test {g['n_test']} at 33, 65, 129, subsampled)", "",
-                  "| model | seeds | 33x33 | 65x65 | 129x129 | ratio 65/33 | ratio 129/33 | s/epoch |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| model | seeds | 33x33 | 65x65 | 129x129 | ratio 65/33 | ratio 129/33 | 33 interpolated to 65 "
+                  "| to 129 | s/epoch |", "|---|---|---|---|---|---|---|---|---|---|"]
         for m, v in models_.items():
+            interp = " | ".join(f"{v[k]:.2f}" if k in v else "-" for k in ("interp_rel_l2_x100_65",
+                                                                            "interp_rel_l2_x100_129"))
             lines.append(f"| {m} | {v['seeds']} | {v['rel_l2_x100_33']:.2f} ± {v['rel_l2_x100_33_std']:.2f} | "
                          f"{v['rel_l2_x100_65']:.2f} ± {v['rel_l2_x100_65_std']:.2f} | "
                          f"{v['rel_l2_x100_129']:.2f} ± {v['rel_l2_x100_129_std']:.2f} | "
                          f"{v['rel_l2_x100_65'] / v['rel_l2_x100_33']:.3f} | "
-                         f"{v['rel_l2_x100_129'] / v['rel_l2_x100_33']:.3f} | {v['seconds_per_epoch']:.2f} |")
+                         f"{v['rel_l2_x100_129'] / v['rel_l2_x100_33']:.3f} | {interp} | {v['seconds_per_epoch']:.2f} |")
     fs = r["few_shot"]
     if fs.get("per_seed"):
         lines += ["", f"## Few-shot sine (K = {fs['context']}), query MSE, mean over {len(fs['per_seed'])} seeds", "",
@@ -422,10 +453,13 @@ def markdown(out: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", default="merge",
-                    help="real | ablations | generated | generated-conv | fewshot | speed | merge, or several "
+                    help=f"{' | '.join(PART_NAMES)}, or several "
                          "comma-separated (run in order)")
     ap.add_argument("--seed", default="0", help="a seed, or several comma-separated")
     ap.add_argument("--models", default=None, help="real / ablations: a comma-separated subset of the part's models.")
+    ap.add_argument("--refresh", action="store_true",
+                    help="real-full / generated-full: rerun stored model runs (from their checkpoints, which must "
+                         "reproduce the stored errors) to add what newer code records, e.g. interp_errors.")
     ap.add_argument("--import-committed", default=None, metavar="JSON",
                     help="Seed the parts with the real-Darcy runs (and timings) of an earlier results file, then merge.")
     args = ap.parse_args(argv)
@@ -438,7 +472,7 @@ def main(argv=None) -> int:
             if part == "merge":
                 continue
             for seed in [int(x) for x in args.seed.split(",")]:
-                run_part(part, seed, args.models.split(",") if args.models else None)
+                run_part(part, seed, args.models.split(",") if args.models else None, args.refresh)
     out = merge()
     print(markdown(out))
     return 0

@@ -207,10 +207,13 @@ def predict(run, model, inputs, output, x_key, y_key, batch):
 def superres(run, model, data, output, plot, x_key, y_key, batch, max_ratio):
     """One model at several resolutions (zero-shot, no retraining): a table and a figure.
 
-    Columns: data, resolution, n, rel_l2_x100, rel_l2_std, seconds, points, ratio_to_first.
+    Columns: data, resolution, n, rel_l2_x100, rel_l2_std, seconds, points, interp_rel_l2_x100,
+    ratio_to_first. interp_rel_l2_x100 is the simple baseline: the first DATA's prediction bilinearly
+    interpolated onto this grid, when it nests the first grid and holds the same samples (else empty).
 
     \b
-    JSON keys: model, train_resolution, params, resolutions, rel_l2_x100, max_ratio_to_first, output, plot.
+    JSON keys: model, train_resolution, params, resolutions, rel_l2_x100, interp_rel_l2_x100,
+    max_ratio_to_first, output, plot.
     Example:  train-operator superres fa.safetensors test16.pt test32.pt -o sr.csv --plot sr.png --max-ratio 1.3
     """
     from icmlkit.lib.core.io import write_rows

@@ -458,6 +458,25 @@ def test_cli_generate_train_eval_predict_superres(tmp_path):
                      "--json"))
     assert sr["resolutions"] == ["9x9", "17x17"] and (tmp_path / "sr.png").read_bytes()[:4] == b"\x89PNG"
     assert len((tmp_path / "sr.csv").read_text().splitlines()) == 3
+    # g17 holds g9's samples on a nested grid: the interpolated 9x9 prediction rides along
+    assert sr["interp_rel_l2_x100"][0] is None and sr["interp_rel_l2_x100"][1] > 0
+
+
+def test_superres_interpolation_baseline_only_on_nested_grids_of_the_same_samples():
+    from icmlkit.lib.neuralop.train import nested_grid, upsample_grid
+
+    def bilinear_set(s, n=3, shift=0.0):  # y = a + b x + c y + d x y: bilinear interpolation is exact on it
+        c = grid_coords((s, s))
+        coef = np.random.default_rng(0).normal(size=(n, 4)) + shift
+        y = coef[:, :1] + coef[:, 1:2] * c[:, 0] + coef[:, 2:3] * c[:, 1] + coef[:, 3:] * c[:, 0] * c[:, 1]
+        return fieldset(y.reshape(n, s, s).astype(np.float32), y.reshape(n, s, s).astype(np.float32), None)
+
+    c9, f17 = bilinear_set(9), bilinear_set(17)
+    assert nested_grid(c9, f17) and not nested_grid(f17, c9)
+    assert not nested_grid(c9, bilinear_set(16)) and not nested_grid(c9, bilinear_set(17, shift=1.0))
+    np.testing.assert_allclose(upsample_grid(c9.y, c9.grid, f17.grid), f17.y, atol=1e-5)
+    up = upsample_grid(c9.y, c9.grid, (17, 17)).reshape(3, 17, 17)
+    np.testing.assert_allclose(up[:, ::2, ::2], c9.y.reshape(3, 9, 9), atol=1e-6)  # coarse nodes kept
 
 
 def test_few_shot_runs_the_three_attentions():
