@@ -20,8 +20,14 @@ bench/results/train_operator.json and .md from the parts present:
    time ratios come from the ``real`` runs;
 6. ``real-full --seed S [--models M]``: part 1 at the issue's size, 300 epochs on all 1000 training
    samples (about 23 minutes per FuncAttn or Transolver run on one core); ``generated-full``: part 3
-   with 300 epochs (about 30 minutes per FuncAttn or Transolver run). Each model run checkpoints
-   every 10 epochs to outputs/bench-cache and resumes from there; finished runs are kept.
+   with 300 epochs (about 30 minutes per FuncAttn or Transolver run); ``generated-trapezoid``: the same
+   with trapezoid point weights in T (``quadrature="trapezoid"``, our addition) for FuncAttn and
+   Transolver. Each model run checkpoints every 10 epochs to outputs/bench-cache, resumes from there and
+   saves its final model beside the checkpoint; finished runs are kept (``--refresh`` reruns them from
+   their checkpoints, which must reproduce the stored errors).
+
+Every run also records ``interp_errors``: its prediction at the training resolution bilinearly
+interpolated onto each finer test grid of the same samples (``superres``'s simple baseline).
 
 Run (each under the CPU lock):
   flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/train_operator.py --part real --seed 0
@@ -199,8 +205,11 @@ def import_committed(path: Path) -> None:
     write_json(PARTS, parts)
 
 
-PART_NAMES = ("real", "real-full", "ablations", "generated", "generated-conv", "generated-full", "fewshot", "speed",
-              "merge")
+PART_NAMES = ("real", "real-full", "ablations", "generated", "generated-conv", "generated-full", "generated-trapezoid",
+              "fewshot", "speed", "merge")
+# part generated-trapezoid: the generated-full protocol with trapezoid point weights in T (our addition)
+TRAPEZOID = {"funcattn-trapezoid": dict(model="funcattn", quadrature="trapezoid"),
+             "transolver-trapezoid": dict(model="transolver", quadrature="trapezoid")}
 
 
 def run_part(part: str, seed: int, models: list[str] | None = None, refresh: bool = False) -> None:
@@ -216,7 +225,7 @@ def run_part(part: str, seed: int, models: list[str] | None = None, refresh: boo
             runs.append(fit_eval(name, tr, te, tc, seed, **kw))
             print(f"[{time.perf_counter() - t0:.0f}s] {part} {name} seed {seed}: {runs[-1]['errors']}", file=sys.stderr)
         save_part(part, f"{seed}:{','.join(todo)}", runs)
-    elif part in ("real-full", "generated-full"):
+    elif part in ("real-full", "generated-full", "generated-trapezoid"):
         from icmlkit.lib.core.checkpoint import Checkpointer
 
         if part == "real-full":
@@ -226,15 +235,16 @@ def run_part(part: str, seed: int, models: list[str] | None = None, refresh: boo
             tr, te, _ = generated_sets()
             ftc = TrainConfig(epochs=FULL["epochs"], batch=BATCH, val_fraction=0, lr=LR)
         stored = load_parts().get(part, {})
-        for name in [m for m in ("funcattn", "transolver", "fno") if models is None or m in models]:
+        todo = TRAPEZOID if part == "generated-trapezoid" else {m: {} for m in ("funcattn", "transolver", "fno")}
+        for name, kw in [(m, kw) for m, kw in todo.items() if models is None or m in models]:
             if f"{seed}:{name}" in stored and not refresh:
                 print(f"{part} {name} seed {seed}: stored, kept", file=sys.stderr)
                 continue
-            stem = "full" if part == "real-full" else "generated_full"
+            stem = {"real-full": "full", "generated-full": "generated_full"}.get(part, part.replace("-", "_"))
             ckpt = RESULTS.parent.parent / "outputs" / "bench-cache" / f"train_operator_{stem}_{seed}_{name}.pt"
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             ck = Checkpointer(ckpt, every=10, resume=ckpt.is_file())
-            run = fit_eval(name, tr, te, ftc, seed, checkpointer=ck, save=ckpt.with_suffix(".safetensors"))
+            run = fit_eval(name, tr, te, ftc, seed, checkpointer=ck, save=ckpt.with_suffix(".safetensors"), **kw)
             old = stored.get(f"{seed}:{name}")
             if old is not None and not np.allclose(old["value"][0]["errors"], run["errors"], rtol=1e-5):
                 raise SystemExit(f"{part} {name} seed {seed}: the rerun from the checkpoint gives {run['errors']}, "
@@ -284,7 +294,7 @@ def merge() -> dict | None:
     results["generated_darcy"] = {"models": gen, "n_train": GEN["n_train"], "n_test": GEN["n_test"],
                                   "solve_resolution": GEN["solve"], "train_resolution": GEN["train"],
                                   "generate_seconds": gsec[0] if gsec else None}
-    gfull = summarise(runs_of("generated-full"), [str(r) for r in GEN["tests"]])
+    gfull = summarise(runs_of("generated-full") + runs_of("generated-trapezoid"), [str(r) for r in GEN["tests"]])
     results["generated_darcy_full"] = {"epochs": FULL["epochs"], "n_train": GEN["n_train"], "models": gfull}
     fs = [v["value"] for _, v in sorted(parts.get("fewshot", {}).items())]
     results["few_shot"] = {"per_seed": fs}
@@ -317,11 +327,15 @@ def merge() -> dict | None:
                 v["rel_l2_x100_32"] / v["rel_l2_x100_16"], None, True,
                 f"{name}: 32x32 / 16x16 error ratio, 16x16 error {v['rel_l2_x100_16']:.2f}, seeds {v['seeds']} "
                 "(reported, no threshold)")
-    for models_, suffix, how in ((gen, "", f"{EPOCHS} epochs"),
-                                 (gfull, "_full_protocol", f"{FULL['epochs']} epochs (the issue's protocol)")):
-        if "funcattn" not in models_:
+    full_how = f"{FULL['epochs']} epochs (the issue's protocol)"
+    for models_, suffix, how, fa_name, trn_name in (
+            (gen, "", f"{EPOCHS} epochs", "funcattn", "transolver"),
+            (gfull, "_full_protocol", full_how, "funcattn", "transolver"),
+            (gfull, "_full_protocol_trapezoid", full_how + ", trapezoid weights in T (our addition)",
+             "funcattn-trapezoid", "transolver-trapezoid")):
+        if fa_name not in models_:
             continue
-        g = models_["funcattn"]
+        g = models_[fa_name]
         t = [str(r) for r in GEN["tests"]]
         ratios = [g[f"rel_l2_x100_{t[1]}"] / g[f"rel_l2_x100_{t[0]}"], g[f"rel_l2_x100_{t[2]}"] / g[f"rel_l2_x100_{t[0]}"]]
         targets[f"generated_zero_shot_65_129_le_1.3x_33{suffix}"] = target(
@@ -332,14 +346,13 @@ def merge() -> dict | None:
             vs = [g[f"rel_l2_x100_{n}"] / g[f"interp_rel_l2_x100_{n}"] for n in t[1:]]
             targets[f"generated_zero_shot_le_interpolation{suffix}"] = target(
                 vs, 1.0, max(vs) <= 1.0,
-                f"FuncAttn zero-shot error at 65 and 129 / the error of its {t[0]}x{t[0]} prediction bilinearly "
+                f"{fa_name} zero-shot error at 65 and 129 / the error of its {t[0]}x{t[0]} prediction bilinearly "
                 f"interpolated there (the simple baseline; not an issue target), {how}, seeds {g['seeds']}")
-        if "transolver" in models_:
+        if trn_name in models_:
+            v, ref = g[f"rel_l2_x100_{t[0]}"], models_[trn_name][f"rel_l2_x100_{t[0]}"]
             targets[f"generated_funcattn_le_transolver_33{suffix}"] = target(
-                g[f"rel_l2_x100_{t[0]}"], models_["transolver"][f"rel_l2_x100_{t[0]}"],
-                g[f"rel_l2_x100_{t[0]}"] <= models_["transolver"][f"rel_l2_x100_{t[0]}"],
-                f"generated Darcy at the training resolution, {how}, seeds {g['seeds']} (Transolver seeds "
-                f"{models_['transolver']['seeds']})")
+                v, ref, v <= ref, f"generated Darcy at the training resolution, {how}, seeds {g['seeds']} "
+                f"({trn_name} seeds {models_[trn_name]['seeds']})")
     if fs:
         ratio = float(np.mean([f["mse_funcattn"] for f in fs]) / np.mean([f["mse_softmax"] for f in fs]))
         results["few_shot"].update({"mse_funcattn": float(np.mean([f["mse_funcattn"] for f in fs])),
@@ -456,7 +469,7 @@ def main(argv=None) -> int:
                     help=f"{' | '.join(PART_NAMES)}, or several "
                          "comma-separated (run in order)")
     ap.add_argument("--seed", default="0", help="a seed, or several comma-separated")
-    ap.add_argument("--models", default=None, help="real / ablations: a comma-separated subset of the part's models.")
+    ap.add_argument("--models", default=None, help="a comma-separated subset of the part's models (real, ablations, *-full, generated-trapezoid).")
     ap.add_argument("--refresh", action="store_true",
                     help="real-full / generated-full: rerun stored model runs (from their checkpoints, which must "
                          "reproduce the stored errors) to add what newer code records, e.g. interp_errors.")

@@ -104,6 +104,29 @@ def test_basis_coefficients_of_a_piecewise_constant_field_are_resolution_consist
     assert 3.5 < ratio < 4.5  # without diag(1/sum W) the coefficients scale with n
 
 
+def test_trapezoid_quadrature_makes_t_consistent_across_node_grids_where_the_uniform_sum_drifts():
+    from icmlkit.lib.neuralop.nets import quadrature_weights
+
+    def T(s, rule):  # smooth W and f with edge values unlike the interior, on an s x s node grid
+        c = torch.as_tensor(grid_coords((s, s)), dtype=torch.float64)
+        W = torch.softmax(torch.stack([c[:, 0], c[:, 1], c[:, 0] * c[:, 1]], -1) * 3, -1)[None, None]
+        f = (1 + c[:, :1] + torch.cos(3 * c[:, 1:]))[None, None]
+        return basis_transform(W, f, quadrature_weights((s, s), rule))
+
+    fine = T(257, "trapezoid")
+    err = {rule: float((T(17, rule) - fine).norm() / fine.norm()) for rule in ("uniform", "trapezoid")}
+    assert err["trapezoid"] < 0.1 * err["uniform"]
+    assert quadrature_weights((5, 5), "uniform") is None and quadrature_weights(None, "trapezoid") is None
+    q = quadrature_weights((3, 4), "trapezoid").reshape(3, 4)
+    assert torch.allclose(q / q[1, 1], torch.tensor([[.25, .5, .5, .25], [.5, 1, 1, .5], [.25, .5, .5, .25]]))
+    # the option trains, is in the checkpoint fingerprint only when not at its old default, and model
+    # configs written before it existed still build
+    assert "quadrature" not in ModelConfig.fingerprint_dict(ModelConfig().to_dict())
+    assert ModelConfig.fingerprint_dict(ModelConfig(quadrature="trapezoid").to_dict())["quadrature"] == "trapezoid"
+    old = {k: v for k, v in ModelConfig(width=8, heads=2, layers=1, bases=4).to_dict().items() if k != "quadrature"}
+    assert build_net(old, 1, 1, 2).quadrature == "uniform"
+
+
 def test_linear_projections_are_permutation_equivariant_over_points():
     torch.manual_seed(0)
     net = FuncAttnNet(1, 1, 2, width=16, heads=2, layers=2, bases=8).double()

@@ -11,6 +11,7 @@ from icmlkit.lib.core.errors import UsageError
 MODELS = ("funcattn", "funcattn-conv", "transolver", "fno")
 BASES = ("learned", "fourier")
 POSITIONS = ("unified", "coords")
+QUADRATURES = ("uniform", "trapezoid")
 
 
 @dataclass
@@ -35,6 +36,11 @@ class ModelConfig:
                         "[reconstructed].", choices=BASES)
     inverse: bool = option(True, "Ablation: --no-inverse replaces the inverse transform W O by the mean of O "
                            "over the bases, broadcast to every point [reconstructed].")
+    quadrature: str = option("uniform", "Point weights in the basis transform T (and Transolver's slice tokens): "
+                             "uniform, every point alike (the paper's sum); trapezoid, on grids the edge nodes "
+                             "weigh 1/2 per axis, so T is the same integral at every resolution of a node grid "
+                             "that includes its boundary [our addition, not in the paper]; point sets stay "
+                             "uniform.", choices=QUADRATURES)
     alpha_init: float | None = option(None, "Initial a of alpha = sigmoid(a) (default: 0 for funcattn-conv, "
                                       "1e-3 for funcattn).")
     modes: int = option(8, "fno: Fourier modes per axis (at most half the training grid).", min=1)
@@ -50,9 +56,20 @@ class ModelConfig:
             raise UsageError(f"--basis must be one of {', '.join(BASES)}")
         if self.pos not in POSITIONS:
             raise UsageError(f"--pos must be one of {', '.join(POSITIONS)}")
+        if self.quadrature not in QUADRATURES:
+            raise UsageError(f"--quadrature must be one of {', '.join(QUADRATURES)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @staticmethod
+    def fingerprint_dict(cfg: dict) -> dict:
+        """``cfg`` for checkpoint fingerprints: options added after release are left out while at their
+        default, so checkpoints written before they existed still resume."""
+        return {k: v for k, v in cfg.items() if not (k in ADDED_LATER and v == ADDED_LATER[k])}
+
+
+ADDED_LATER = {"quadrature": "uniform"}
 
 
 @dataclass

@@ -6,7 +6,8 @@ FuncAttn layer (method sheet steps 1-6), on x in R^{B x n x C} with H heads of d
 2. x_mid = P_x(u), f_mid = P_f(u) (Linear, or 3x3 Conv2d on a grid for ``funcattn-conv``), split into
    heads; W = softmax(Lin(x_mid) / tau) over the k bases (tau per head, init 0.5, clamped to [0.1, 5];
    Lin: d_h -> k, orthogonal init): a soft partition of unity;
-3. T = diag(1 / (sum_n W + 1e-5)) W^T f_mid (k x d_h);
+3. T = diag(1 / (sum_n W + 1e-5)) W^T f_mid (k x d_h) (``quadrature="trapezoid"``, our addition, weights
+   the points of a node grid by the trapezoid rule: :func:`quadrature_weights`);
 4. Q = T W_q, K = T W_k, V = T W_v (no bias);
 5. the functional map in dual form C = Q ((1 - a) K^T K + a I)^-1 K^T with a = sigmoid(a_raw): a batched
    ``torch.linalg.solve`` of the d_h x d_h system, in float32 even under autocast (:func:`functional_map`);
@@ -132,10 +133,34 @@ class BasisProjection(nn.Module):
         return W, f_mid
 
 
-def basis_transform(W: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """Step 3: T = diag(1 / (sum_n W + 1e-5)) W^T f, batched over (B, H): (B, H, k, d_h)."""
+def basis_transform(W: torch.Tensor, f: torch.Tensor, q: torch.Tensor | None = None) -> torch.Tensor:
+    """Step 3: T = diag(1 / (sum_n W + 1e-5)) W^T f, batched over (B, H): (B, H, k, d_h). ``q`` (n,): point
+    weights of a quadrature (:func:`quadrature_weights`), each point's row of W scaled by its weight; None
+    is the paper's uniform sum."""
+    if q is not None:
+        W = W * q[:, None].to(W)
     T = torch.einsum("bhnk,bhnd->bhkd", W, f)
     return T / (W.sum(dim=2)[..., None] + 1e-5)
+
+
+def quadrature_weights(grid, rule: str) -> torch.Tensor | None:
+    """[our addition] Point weights for T: None (uniform) for ``uniform`` or a point set; for
+    ``trapezoid`` on a node grid (boundary nodes included, as ``linspace(0, 1, s)``), the trapezoid rule's
+    weights 1/2 at the end nodes of each axis and 1 inside, multiplied over the axes, scaled to mean 1 so
+    that the 1e-5 of step 3 keeps its size. With uniform weights the edge nodes' share of T shrinks as the
+    grid is refined (about 4/s of the points on an s x s grid), which a trained model notices."""
+    if rule == "uniform" or grid is None:
+        return None
+    axes = []
+    for s in grid:
+        w = torch.ones(int(s))
+        if s > 1:
+            w[0] = w[-1] = 0.5
+        axes.append(w)
+    q = axes[0]
+    for w in axes[1:]:
+        q = torch.outer(q, w).reshape(-1)
+    return q / q.mean()
 
 
 class FuncAttnBlock(nn.Module):
@@ -165,16 +190,17 @@ class FuncAttnBlock(nn.Module):
             return A @ V
         return functional_map(Q, K, V, self.a)
 
-    def forward(self, x, grid=None, phi=None):
+    def forward(self, x, grid=None, phi=None, q=None):
         B, n, C = x.shape
         u = self.ln1(x)
         if self.basis == "fourier":
             W = phi[None, None].expand(B, self.heads, *phi.shape)
             f = self.proj.features(u, grid)
-            T = torch.einsum("bhnk,bhnd->bhkd", W, f) / n  # quadrature of the fixed bases [reconstructed]
+            Wq = W if q is None else W * q[:, None].to(W)
+            T = torch.einsum("bhnk,bhnd->bhkd", Wq, f) / n  # quadrature of the fixed bases [reconstructed]
         else:
             W, f = self.proj(u, grid)
-            T = basis_transform(W, f)
+            T = basis_transform(W, f, q)
         O = self.mix(self.wq(T), self.wk(T), self.wv(T))  # (B, H, k, d_h)
         if self.inverse:
             y = torch.einsum("bhnk,bhkd->bhnd", W, O)
@@ -190,9 +216,9 @@ class FuncAttnNet(nn.Module):
 
     def __init__(self, cin: int, cout: int, dim: int, width=64, heads=4, layers=4, bases=32, mlp_ratio=1.0,
                  attention="funcattn", conv=False, pos="unified", shared=False, basis="learned", inverse=True,
-                 alpha_init=1e-3):
+                 alpha_init=1e-3, quadrature="uniform"):
         super().__init__()
-        self.pos, self.basis, self.bases = pos, basis, bases
+        self.pos, self.basis, self.bases, self.quadrature = pos, basis, bases, quadrature
         pdim = 8 ** dim if pos == "unified" else dim
         self.pre = nn.Sequential(nn.Linear(pdim + cin, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
         sh = BasisProjection(width, heads, bases, conv) if shared else None
@@ -208,8 +234,10 @@ class FuncAttnNet(nn.Module):
         feats = unified_pos(coords, lo, hi) if self.pos == "unified" else coords
         h = self.pre(torch.cat([feats[None].expand(B, *feats.shape).to(x.dtype), x], dim=-1))
         phi = fourier_basis(coords, lo, hi, self.bases).to(x.dtype) if self.basis == "fourier" else None
+        q = quadrature_weights(grid, self.quadrature)
+        q = None if q is None else q.to(device=x.device, dtype=x.dtype)
         for blk in self.blocks:
-            h = blk(h, grid, phi)
+            h = blk(h, grid, phi, q)
         return self.head(self.ln(h))
 
 
@@ -292,7 +320,7 @@ def build_net(cfg: dict, cin: int, cout: int, dim: int) -> nn.Module:
                        bases=cfg["bases"], mlp_ratio=cfg["mlp_ratio"],
                        attention="softmax" if model == "transolver" else "funcattn",
                        conv=model == "funcattn-conv", pos=cfg["pos"], shared=cfg["shared"], basis=cfg["basis"],
-                       inverse=cfg["inverse"], alpha_init=alpha)
+                       inverse=cfg["inverse"], alpha_init=alpha, quadrature=cfg.get("quadrature", "uniform"))
 
 
 def matched_fno_width(cfg: dict, cin: int, cout: int, dim: int) -> int:

@@ -191,7 +191,8 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
     opt = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=tcfg.lr, epochs=tcfg.epochs, steps_per_epoch=steps)
     g = generator(seed, "batches")
-    fp = fingerprint({"model": cfg, "train": asdict(tcfg), "world": dist.world, "seed": seed},
+    fp = fingerprint({"model": ModelConfig.fingerprint_dict(cfg), "train": asdict(tcfg), "world": dist.world,
+                      "seed": seed},
                      data.x, data.y, data.coords, None if val is None else val.x)
     start, rows, seconds = 0, [], []
     state = checkpointer.load(fp) if checkpointer is not None else None
