@@ -172,6 +172,45 @@ def generated_sets():
     return gtr, gte, seconds
 
 
+def quadrature_probe(seed: int = 0) -> dict:
+    """Why zero-shot error grows (part ``probe``): the saved generated-full FuncAttn model of ``seed``
+    (paper's uniform point weights) at 65 and 129, against its own 33 prediction at the shared nodes
+    (self-consistency) and against the truth, once as trained and once with every fine node weighted by
+    1 / (the number of fine nodes nearest the same 33 node), which gives each 33 node's neighbourhood the
+    share of T it had at 33. If the growth comes from the edge nodes' shrinking share under the uniform
+    sum, the second numbers drop."""
+    from icmlkit.lib.neuralop import nets
+    from icmlkit.lib.neuralop.train import load_model, rel_l2
+
+    path = RESULTS.parent.parent / "outputs" / "bench-cache" / f"train_operator_generated_full_{seed}_funcattn.safetensors"
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: run --part generated-full --seed {seed} (--refresh) first")
+    model = load_model(path)
+    _, tests, _ = generated_sets()
+    coarse = tests[0]
+    n = GEN["train"]
+    p_coarse = torch.from_numpy(model.predict(coarse, torch.device("cpu")).reshape(-1, n, n))
+    original = nets.quadrature_weights
+    out = {}
+    for data in tests[1:]:
+        r = data.grid[0]
+        step = (r - 1) // (n - 1)
+        owner = np.rint(np.arange(r) / step).astype(int)  # the nearest coarse node along an axis
+        w = 1.0 / np.bincount(owner)[owner]
+        row = {}
+        for label, q in (("uniform", None), ("coarse_share", torch.tensor(np.outer(w, w).reshape(-1) * r * r / n / n))):
+            nets.quadrature_weights = (lambda grid, rule, q=q: q) if q is not None else original
+            try:
+                pred = torch.from_numpy(model.predict(data, torch.device("cpu")))
+            finally:
+                nets.quadrature_weights = original
+            shared = pred.reshape(-1, r, r)[:, ::step, ::step]
+            row[label] = {"self_consistency_x100": float(100 * rel_l2(shared, p_coarse).mean()),
+                          "rel_l2_x100": float(100 * rel_l2(pred, torch.from_numpy(data.y)).mean())}
+        out[str(r)] = row
+    return out
+
+
 def load_parts() -> dict:
     return json.loads(PARTS.read_text()) if PARTS.is_file() else {}
 
@@ -206,7 +245,7 @@ def import_committed(path: Path) -> None:
 
 
 PART_NAMES = ("real", "real-full", "ablations", "generated", "generated-conv", "generated-full", "generated-trapezoid",
-              "fewshot", "speed", "merge")
+              "probe", "fewshot", "speed", "merge")
 # part generated-trapezoid: the generated-full protocol with trapezoid point weights in T (our addition)
 TRAPEZOID = {"funcattn-trapezoid": dict(model="funcattn", quadrature="trapezoid"),
              "transolver-trapezoid": dict(model="transolver", quadrature="trapezoid")}
@@ -264,6 +303,10 @@ def run_part(part: str, seed: int, models: list[str] | None = None, refresh: boo
         fs = few_shot(FewShotConfig(steps=1500, test_tasks=500), seed=seed).summary
         print(f"[{time.perf_counter() - t0:.0f}s] few-shot seed {seed}: {fs}", file=sys.stderr)
         save_part(part, str(seed), fs)
+    elif part == "probe":
+        pr = quadrature_probe(seed)
+        print(f"probe seed {seed}: {pr}", file=sys.stderr)
+        save_part(part, str(seed), pr)
     elif part == "speed":
         inf = inference_seconds()
         save_part(part, "0", inf)
@@ -296,6 +339,8 @@ def merge() -> dict | None:
                                   "generate_seconds": gsec[0] if gsec else None}
     gfull = summarise(runs_of("generated-full") + runs_of("generated-trapezoid"), [str(r) for r in GEN["tests"]])
     results["generated_darcy_full"] = {"epochs": FULL["epochs"], "n_train": GEN["n_train"], "models": gfull}
+    if parts.get("probe"):
+        results["quadrature_probe"] = {k: v["value"] for k, v in sorted(parts["probe"].items())}
     fs = [v["value"] for _, v in sorted(parts.get("fewshot", {}).items())]
     results["few_shot"] = {"per_seed": fs}
     if "funcattn" in real and "transolver" in real:
@@ -436,6 +481,17 @@ def markdown(out: dict) -> str:
                          f"{v['rel_l2_x100_129']:.2f} ± {v['rel_l2_x100_129_std']:.2f} | "
                          f"{v['rel_l2_x100_65'] / v['rel_l2_x100_33']:.3f} | "
                          f"{v['rel_l2_x100_129'] / v['rel_l2_x100_33']:.3f} | {interp} | {v['seconds_per_epoch']:.2f} |")
+    for seed, pr in r.get("quadrature_probe", {}).items():
+        lines += ["", f"## Why the zero-shot error grows: generated-full FuncAttn, seed {seed} (part `probe`)", "",
+                  "Self-consistency: the fine prediction at the nodes shared with 33x33 against the 33x33 prediction "
+                  "(relative L2 x 100). Coarse-share weights: every fine node weighted by 1 / (fine nodes nearest the "
+                  "same 33 node) in T, so each 33 node's neighbourhood keeps the share of T it had in training.", "",
+                  "| grid | self-consistency, as trained | with coarse-share weights | error, as trained "
+                  "| with coarse-share weights |", "|---|---|---|---|---|"]
+        for res, v in pr.items():
+            lines.append(f"| {res}x{res} | {v['uniform']['self_consistency_x100']:.2f} | "
+                         f"{v['coarse_share']['self_consistency_x100']:.2f} | {v['uniform']['rel_l2_x100']:.2f} | "
+                         f"{v['coarse_share']['rel_l2_x100']:.2f} |")
     fs = r["few_shot"]
     if fs.get("per_seed"):
         lines += ["", f"## Few-shot sine (K = {fs['context']}), query MSE, mean over {len(fs['per_seed'])} seeds", "",
