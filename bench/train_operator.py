@@ -37,6 +37,7 @@ Run (each under the CPU lock):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -198,8 +199,8 @@ def quadrature_probe(seed: int = 0) -> dict:
         step = (r - 1) // (n - 1)
         owner = np.rint(np.arange(r) / step).astype(int)  # the nearest coarse node along an axis
         w = 1.0 / np.bincount(owner)[owner]
-        blocky = data.head(data.n_samples)  # the 33 input repeated blockwise onto the fine grid
-        blocky.x = coarse.x.reshape(-1, n, n, coarse.x.shape[2])[:, owner][:, :, owner].reshape(data.x.shape)
+        blocky = dataclasses.replace(  # the 33 input repeated blockwise onto the fine grid
+            data, x=coarse.x.reshape(-1, n, n, coarse.x.shape[2])[:, owner][:, :, owner].reshape(data.x.shape))
         row = {}
         for label, q, inputs in (("uniform", None, data), ("uniform_blocky_input", None, blocky),
                                  ("coarse_share", torch.tensor(np.outer(w, w).reshape(-1) * r * r / n / n), data)):

@@ -137,10 +137,14 @@ def basis_transform(W: torch.Tensor, f: torch.Tensor, q: torch.Tensor | None = N
     """Step 3: T = diag(1 / (sum_n W + 1e-5)) W^T f, batched over (B, H): (B, H, k, d_h). ``q`` (n,): point
     weights of a quadrature (:func:`quadrature_weights`), each point's row of W scaled by its weight; None
     is the paper's uniform sum."""
-    if q is not None:
-        W = W * q[:, None].to(W)
+    W = weigh_points(W, q)
     T = torch.einsum("bhnk,bhnd->bhkd", W, f)
     return T / (W.sum(dim=2)[..., None] + 1e-5)
+
+
+def weigh_points(W: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
+    """Each point's row of W (B, H, n, k) scaled by its quadrature weight ``q`` (n,); None leaves W as is."""
+    return W if q is None else W * q[:, None].to(W)
 
 
 def quadrature_weights(grid, rule: str) -> torch.Tensor | None:
@@ -196,8 +200,7 @@ class FuncAttnBlock(nn.Module):
         if self.basis == "fourier":
             W = phi[None, None].expand(B, self.heads, *phi.shape)
             f = self.proj.features(u, grid)
-            Wq = W if q is None else W * q[:, None].to(W)
-            T = torch.einsum("bhnk,bhnd->bhkd", Wq, f) / n  # quadrature of the fixed bases [reconstructed]
+            T = torch.einsum("bhnk,bhnd->bhkd", weigh_points(W, q), f) / n  # quadrature of the fixed bases [reconstructed]
         else:
             W, f = self.proj(u, grid)
             T = basis_transform(W, f, q)
