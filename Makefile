@@ -4,13 +4,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
-EXTRAS ?= test,plot,bench,hf,steer-test,docalc-test,portfolio,fe,gs,trace,detect,decentral,fed,mvi,attrib,lime,metric,control,safeagents
+EXTRAS ?= test,plot,bench,hf,attribute-tokens,backtest-portfolio,derive-docalc,design-safe-agents,detect-synthetic,estimate-fe,fed-stream,finetune-lime,metric-match,mvi-bench,solve-decentralized,steer-concept,trace-injection,train-3dgs,train-control
 # Extras declared in setup.cfg but left out of `make install`, each because it conflicts with the
 # core's pins (flower: flwr 1.42 downgrades rich, typer and packaging; docs/fed-stream.md).
-OPTIONAL_EXTRAS := flower
+OPTIONAL_EXTRAS := fed-stream-flower
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all bench clean
+.PHONY: install demo test test-all bench registry clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench: install
 	@set -e; if [ -n "$(TOOL)" ]; then \
 	  $(BIN)/python bench/$(subst -,_,$(TOOL)).py; \
 	else for f in bench/[!_]*.py; do $(BIN)/python $$f; done; fi
+
+# setup.cfg's scripts and extras, EXTRAS above and the README's table, from lib/*/tool.toml
+registry:
+	$(BIN)/icmlkit registry --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info outputs/demo

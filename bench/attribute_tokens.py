@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.attrib import api
-from icmlkit.lib.attrib.config import EvalConfig, TaskConfig, TimingConfig, ToyConfig, TraceConfig
-from icmlkit.lib.attrib.tasks import make_task
+from icmlkit.lib.attribute_tokens import api
+from icmlkit.lib.attribute_tokens.config import EvalConfig, TaskConfig, TimingConfig, ToyConfig, TraceConfig
+from icmlkit.lib.attribute_tokens.tasks import make_task
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "outputs" / "attribute-tokens" / "toy"
@@ -47,7 +47,7 @@ def toy_model(log, cfg=None, folder=None) -> tuple[api.Bundle, dict, float]:
     t0 = time.perf_counter()
     where = Path(folder) if folder else TOY
     if not (where / "config.json").is_file():
-        from icmlkit.lib.attrib.toy import save_toy, train_toy
+        from icmlkit.lib.attribute_tokens.toy import save_toy, train_toy
         from icmlkit.lib.core.io import atomic_dir
 
         log("training the toy model (not cached)")

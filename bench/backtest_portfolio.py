@@ -27,14 +27,14 @@ import numpy as np
 import torch
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.portfolio import estimators as E
-from icmlkit.lib.portfolio.api import BacktestConfig, TrainConfig, backtest, train
-from icmlkit.lib.portfolio.data import SP500, read_market
-from icmlkit.lib.portfolio.layer import CvxpyTangency, SharpeLayer, best_excess_return, solve_tangency_cvxpy
-from icmlkit.lib.portfolio.metrics import sharpe
-from icmlkit.lib.portfolio.model import Config, Pipeline, build_samples, fit
-from icmlkit.lib.portfolio.synthetic import planted_market
-from icmlkit.lib.portfolio.topk import TOPK_METHODS, hard_topk, soft_topk
+from icmlkit.lib.backtest_portfolio import estimators as E
+from icmlkit.lib.backtest_portfolio.api import BacktestConfig, TrainConfig, backtest, train
+from icmlkit.lib.backtest_portfolio.data import SP500, read_market
+from icmlkit.lib.backtest_portfolio.layer import CvxpyTangency, SharpeLayer, best_excess_return, solve_tangency_cvxpy
+from icmlkit.lib.backtest_portfolio.metrics import sharpe
+from icmlkit.lib.backtest_portfolio.model import Config, Pipeline, build_samples, fit
+from icmlkit.lib.backtest_portfolio.synthetic import planted_market
+from icmlkit.lib.backtest_portfolio.topk import TOPK_METHODS, hard_topk, soft_topk
 
 D = torch.float64
 
@@ -266,7 +266,7 @@ def sp500(market, epochs: int, seeds: int = 3) -> tuple[dict, dict]:
               f"turnover {s['turnover']:.3f}, names {s['cardinality']}, {dt:.1f} s", flush=True)
     speed["seconds_backtest_dfl"] = next(r for r in rows if r["strategy"].startswith("dfl (seed"))["seconds_backtest"]
     # paired stationary-bootstrap tests of net Sharpe differences (the same test as `report`)
-    from icmlkit.lib.portfolio.metrics import paired_sharpe_test
+    from icmlkit.lib.backtest_portfolio.metrics import paired_sharpe_test
 
     pairs = []
     for sd in range(seeds):

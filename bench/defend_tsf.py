@@ -30,9 +30,9 @@ import torch
 
 from _common import commit, machine, target, today, write_results
 from icmlkit.lib.core.io import shared_data_dir
-from icmlkit.lib.tsf.api import attack_series, evaluate, read_model, train, write_model
-from icmlkit.lib.tsf.config import AttackConfig, DataConfig, ModelConfig, TrainConfig
-from icmlkit.lib.tsf.data import read_series
+from icmlkit.lib.defend_tsf.api import attack_series, evaluate, read_model, train, write_model
+from icmlkit.lib.defend_tsf.config import AttackConfig, DataConfig, ModelConfig, TrainConfig
+from icmlkit.lib.defend_tsf.data import read_series
 
 REPO = Path(__file__).resolve().parents[1]
 DEFENSES = ("none", "sample-filter", "timeguard")

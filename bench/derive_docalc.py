@@ -40,13 +40,13 @@ import numpy as np
 from icmlkit.lib.causal.parse import Query, parse_dagitty, parse_query
 from _common import commit, machine
 from icmlkit.lib.core.io import write_json, write_text
-from icmlkit.lib.docalc import expr as E
-from icmlkit.lib.docalc.api import class_estimands
-from icmlkit.lib.docalc.derivation import (RuleOracle, all_expressions, canonical_all_pairs, canonical_test,
+from icmlkit.lib.derive_docalc import expr as E
+from icmlkit.lib.derive_docalc.api import class_estimands
+from icmlkit.lib.derive_docalc.derivation import (RuleOracle, all_expressions, canonical_all_pairs, canonical_test,
                                            components, equivalence_class)
-from icmlkit.lib.docalc.estimate import DiscreteTables, GaussianMoments, evaluate_table, gaussian_effect
-from icmlkit.lib.docalc.identify import NotIdentifiable, identify
-from icmlkit.lib.docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic, random_admg
+from icmlkit.lib.derive_docalc.estimate import DiscreteTables, GaussianMoments, evaluate_table, gaussian_effect
+from icmlkit.lib.derive_docalc.identify import NotIdentifiable, identify
+from icmlkit.lib.derive_docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic, random_admg
 
 HERE = Path(__file__).resolve().parent
 
@@ -141,7 +141,7 @@ def soundness(G, Y, X, W, rng, oracle: bool) -> dict:
     out = {"members": len(cls.members), "member_max_diff": member_diff, "estimands": n_est,
            "estimand_max_error": est_err, "identifiable": ce.identifiable}
     if oracle:
-        from icmlkit.lib.docalc.oracle import causaleffect_identify
+        from icmlkit.lib.derive_docalc.oracle import causaleffect_identify
 
         verdicts = agree = 0
         num = 0.0
@@ -241,8 +241,8 @@ def falsification(rng, quick: bool) -> dict:
     front-door + back-door model (Z -> X -> Y assumed), linear-Gaussian and discrete."""
     import pandas as pd
 
-    from icmlkit.lib.docalc.config import FalsifyConfig
-    from icmlkit.lib.docalc.falsify import falsify
+    from icmlkit.lib.derive_docalc.config import FalsifyConfig
+    from icmlkit.lib.derive_docalc.falsify import falsify
 
     G = parse_dagitty("dag { Z -> X -> Y }")
     Gf = classic(FDBD)

@@ -29,11 +29,11 @@ import time
 
 from _common import commit, machine, target, today, write_results
 from icmlkit.lib.core.io import shared_data_dir
-from icmlkit.lib.safeagents import (Compiled, GameSettings, SearchSettings, baseline_designs,
+from icmlkit.lib.design_safe_agents import (Compiled, GameSettings, SearchSettings, baseline_designs,
                                     design_from_bits, enumerate_attacks, env_menu, load_env, mc_safety, objective,
                                     refuse_everything, run_search)
-from icmlkit.lib.safeagents.presets import COUNTS, measure
-from icmlkit.lib.safeagents.search import best_response, evaluate
+from icmlkit.lib.design_safe_agents.presets import COUNTS, measure
+from icmlkit.lib.design_safe_agents.search import best_response, evaluate
 
 SEEDS = (0, 1, 2)
 ITERATIONS = 40
@@ -187,7 +187,7 @@ def run_agentdojo(iterations, seeds, log):
     if importlib.util.find_spec("agentdojo") is None:
         log("agentdojo is not installed: the agentdojo:SUITE part is skipped")
         return None
-    from icmlkit.lib.safeagents.agentdojo_env import SUITES, agentdojo_security_agrees
+    from icmlkit.lib.design_safe_agents.agentdojo_env import SUITES, agentdojo_security_agrees
 
     out = []
     for suite in SUITES:
@@ -225,11 +225,11 @@ def run_smollm2(episodes: int, agents: tuple, log) -> dict:
     import torch
 
     from icmlkit.lib.core.runtime import stream_seed
-    from icmlkit.lib.safeagents.config import LLMConfig
-    from icmlkit.lib.safeagents.llm import agent_decider, make_backends
-    from icmlkit.lib.safeagents.runtime import mc_quality
-    from icmlkit.lib.safeagents.schema import Design, design_json
-    from icmlkit.lib.safeagents.sim import attack_harm, quality
+    from icmlkit.lib.design_safe_agents.config import LLMConfig
+    from icmlkit.lib.design_safe_agents.llm import agent_decider, make_backends
+    from icmlkit.lib.design_safe_agents.runtime import mc_quality
+    from icmlkit.lib.design_safe_agents.schema import Design, design_json
+    from icmlkit.lib.design_safe_agents.sim import attack_harm, quality
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

@@ -48,11 +48,11 @@ import torch
 
 from _common import RESULTS, commit, machine, target, today, write_results
 from icmlkit.lib.core.io import shared_data_dir
-from icmlkit.lib.detect.config import DetectorConfig
-from icmlkit.lib.detect.datasets import (CNNDETECTION_GENERATORS, LIBRARY_PHOTOS, aligned_pairs, library_photo,
+from icmlkit.lib.detect_synthetic.config import DetectorConfig
+from icmlkit.lib.detect_synthetic.datasets import (CNNDETECTION_GENERATORS, LIBRARY_PHOTOS, aligned_pairs, library_photo,
                                          load_native, native_crops, read_cnndetection, split_by_source)
-from icmlkit.lib.detect.images import jpeg_roundtrip, resize_roundtrip, to_tensor
-from icmlkit.lib.detect.pipeline import ImageSet, evaluate, probe_detector, train
+from icmlkit.lib.detect_synthetic.images import jpeg_roundtrip, resize_roundtrip, to_tensor
+from icmlkit.lib.detect_synthetic.pipeline import ImageSet, evaluate, probe_detector, train
 
 SIZE, STEPS, BATCH, LR = 112, 100, 32, 1e-4
 TRAIN_GENS = ("stylegan", "biggan")
@@ -133,7 +133,7 @@ def t1_data(cache: Path, seed: int = 0) -> dict:
     if f.exists():
         d = np.load(f, allow_pickle=False)
         return {k: d[k] for k in d.files}
-    from icmlkit.lib.detect.taef2 import load_taef2
+    from icmlkit.lib.detect_synthetic.taef2 import load_taef2
 
     pairs = read_cnndetection(shared_data_dir("cnndetection") / "images")
     files = [p for g in pairs.values() for p in g.real]
@@ -268,14 +268,14 @@ def logo_summary(logo: dict) -> dict:
 
 
 def _probe():
-    from icmlkit.lib.detect.config import ProbeConfig
+    from icmlkit.lib.detect_synthetic.config import ProbeConfig
 
     return ProbeConfig(image_size=SIZE, input_size=SIZE, preprocess="crop")
 
 
 def part_speed() -> dict:
     """RA-Det training steps/s: the landed loop (``git show OLD_COMMIT``) vs this one."""
-    from icmlkit.lib.detect.model import Detector
+    from icmlkit.lib.detect_synthetic.model import Detector
 
     root = Path(__file__).resolve().parents[1]
 
@@ -289,9 +289,9 @@ def part_speed() -> dict:
         exec(compile(src, f"{OLD_COMMIT}:{path}", "exec"), mod.__dict__)  # noqa: S102 - our own history
         return mod
 
-    old_module("detect_old_probe", "lib/detect/probe.py")
-    old = old_module("detect_old_model", "lib/detect/model.py",
-                     [("from icmlkit.lib.detect.probe import", "from detect_old_probe import")])
+    old_module("detect_old_probe", "lib/detect_synthetic/probe.py")
+    old = old_module("detect_old_model", "lib/detect_synthetic/model.py",
+                     [("from icmlkit.lib.detect_synthetic.probe import", "from detect_old_probe import")])
     d = t2_data()
     n = 40
     x = to_tensor(np.concatenate([d["train_real"][:n], d["train_fake"][:n]]))

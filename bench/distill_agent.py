@@ -3,7 +3,7 @@
 1. Real data: `to-rl` on the upstream math_mps_trajectories.jsonl must reproduce the 13 repair items
    of math_mps_rl.json field for field (the plain items are a random draw upstream), and the example
    counts (64 tasks, 21 repaired, 49 correct, 8 hard) are recomputed.
-2. The controlled make-env experiment (lib/distill/demo.py:pipeline): A imitation SFT (equal teacher
+2. The controlled make-env experiment (lib/distill_agent/demo.py:pipeline): A imitation SFT (equal teacher
    tokens to C), B BC init, C SCoRe-SFT, D C + SCoRe-RL (G = 8), E outcome-only GRPO (same rollout
    budget), held-out tasks longer than training, several seeds; targets D >= A + 10 points,
    D > C > B, reward-curve variance of D below E; hallucinated-value rate and teacher tokens per
@@ -32,9 +32,9 @@ NAME = "distill_agent"
 
 def upstream_check() -> dict:
     from icmlkit.lib.core.io import shared_data_dir
-    from icmlkit.lib.distill.agent import read_trajectories
-    from icmlkit.lib.distill.config import ToRLConfig
-    from icmlkit.lib.distill.convert import mps_counts, to_rl
+    from icmlkit.lib.distill_agent.agent import read_trajectories
+    from icmlkit.lib.distill_agent.config import ToRLConfig
+    from icmlkit.lib.distill_agent.convert import mps_counts, to_rl
 
     here = Path(__file__).resolve().parents[1] / "data" / "score"
     base = here if (here / "MPS").is_dir() else shared_data_dir("score")
@@ -59,12 +59,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed-list", default=None, help="comma-separated seeds to run now (default: 0..seeds-1); "
                     "seeds already in the parts folder are reused")
     ap.add_argument("--smollm2", action="store_true", help="also run the SmolLM2-135M-Instruct student pipeline "
-                    "(lib/distill/demo.py:student_pipeline at SMOLLM2_SIZES; part smollm2-seed0.json)")
+                    "(lib/distill_agent/demo.py:student_pipeline at SMOLLM2_SIZES; part smollm2-seed0.json)")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(2)
-    from icmlkit.lib.distill.demo import BENCH_SIZES, pipeline
+    from icmlkit.lib.distill_agent.demo import BENCH_SIZES, pipeline
 
     t0 = time.time()
     up = upstream_check()
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
     smol_part = parts / "smollm2-seed0.json"
     if args.smollm2 and not smol_part.is_file():
-        from icmlkit.lib.distill.demo import SMOLLM2_SIZES, student_pipeline
+        from icmlkit.lib.distill_agent.demo import SMOLLM2_SIZES, student_pipeline
 
         with tempfile.TemporaryDirectory(prefix="distill-smollm2-") as tmp:
             r = student_pipeline(tmp, 0, SMOLLM2_SIZES, "smollm2",

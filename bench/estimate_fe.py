@@ -16,7 +16,7 @@
   each) and wall time with and without the end-state MD; the "without MD" ratio is always quoted
   with the accuracy of that route (EXP forward on the model samples).
 - ``--part transfer-train --env vacuum|obc2`` and ``--part transfer-eval``: one model per
-  environment over FreeSolv molecules chosen by a rule (:mod:`icmlkit.lib.fe.transfer`), evaluated
+  environment over FreeSolv molecules chosen by a rule (:mod:`icmlkit.lib.estimate_fe.transfer`), evaluated
   on held-out molecules with no MD of them, against end-state BAR and lambda MBAR (MAE target
   <= 0.5 kcal/mol, energy-evaluation ratios reported): 44 training and 8 held-out molecules.
 - ``--part alanine [--constraints hbonds]``: alanine dipeptide in vacuum (built in, amber14), the
@@ -41,9 +41,9 @@ import time
 from _common import commit, machine, target, today, write_results
 from pathlib import Path
 
-from icmlkit.lib.fe.api import open_system
-from icmlkit.lib.fe.mm import freesolv_dir, freesolv_entry, kcal_per_kT, lambda_window_mbar
-from icmlkit.lib.fe.pipeline import run_system, solvation
+from icmlkit.lib.estimate_fe.api import open_system
+from icmlkit.lib.estimate_fe.mm import freesolv_dir, freesolv_entry, kcal_per_kT, lambda_window_mbar
+from icmlkit.lib.estimate_fe.pipeline import run_system, solvation
 
 ANALYTIC = ["trap4", "dw4", "triatomic"]
 MOLECULES = {"mobley_4434915": "chloromethane", "mobley_1636752": "methanol", "mobley_525934": "methanethiol"}
@@ -189,7 +189,7 @@ OUT = Path(__file__).resolve().parents[1] / "outputs" / "bench-estimate-fe"
 
 
 def transfer_split(cfg) -> tuple[list[dict], list[dict]]:
-    from icmlkit.lib.fe.transfer import RULE, select_freesolv, split
+    from icmlkit.lib.estimate_fe.transfer import RULE, select_freesolv, split
 
     entries = select_freesolv(freesolv_dir() / "database.txt", {**RULE, "heavy_atoms": tuple(cfg["transfer"]["heavy_atoms"])})
     train, held = split([e["compound"] for e in entries], cfg["transfer"]["n_held_out"])
@@ -200,8 +200,8 @@ def transfer_split(cfg) -> tuple[list[dict], list[dict]]:
 def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") -> dict:
     """MD of the training molecules in ``env`` and one multi-molecule model on them (saved under outputs/)."""
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.fe import card as C
-    from icmlkit.lib.fe.transfer import fit
+    from icmlkit.lib.estimate_fe import card as C
+    from icmlkit.lib.estimate_fe.transfer import fit
 
     c = cfg["transfer"]
     train, held = transfer_split(cfg)
@@ -227,8 +227,8 @@ def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") 
 def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none") -> list[dict]:
     """Held-out molecules: CARD from samples alone (no MD of them) vs end-state BAR and lambda MBAR."""
     from icmlkit.lib.core.io import read_torch
-    from icmlkit.lib.fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
-    from icmlkit.lib.fe.transfer import hydration
+    from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
+    from icmlkit.lib.estimate_fe.transfer import hydration
 
     c = cfg["transfer"]
     _, held = transfer_split(cfg)
@@ -282,8 +282,8 @@ def bench_transfer_seeds(R: dict, cfg, seeds: list[int], constraints: str, quick
     """The stored held-out rows of a transfer variant re-estimated with other sample seeds (the same
     models and references): how far the estimates move with the samples. Yields after each molecule."""
     from icmlkit.lib.core.io import read_torch
-    from icmlkit.lib.fe.mm import ENVIRONMENTS
-    from icmlkit.lib.fe.transfer import hydration
+    from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS
+    from icmlkit.lib.estimate_fe.transfer import hydration
 
     sfx = variant(constraints)
     bundles = {env: read_torch(OUT / f"transfer.{env}{sfx}.pt", "model") for env in ENVIRONMENTS}
@@ -403,7 +403,7 @@ def _f(v, fmt=".3f") -> str:
 
 
 def _files(cid):
-    from icmlkit.lib.fe.mm import freesolv_files
+    from icmlkit.lib.estimate_fe.mm import freesolv_files
 
     return freesolv_files(cid)
 

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.fedstream.client import ClientState, client_round
-from icmlkit.lib.fedstream.compare import paired_ci
-from icmlkit.lib.fedstream.config import STRATEGIES, RunConfig, StreamConfig
-from icmlkit.lib.fedstream.sim import run_stream
-from icmlkit.lib.fedstream.streams import make_stream
+from icmlkit.lib.fed_stream.client import ClientState, client_round
+from icmlkit.lib.fed_stream.compare import paired_ci
+from icmlkit.lib.fed_stream.config import STRATEGIES, RunConfig, StreamConfig
+from icmlkit.lib.fed_stream.sim import run_stream
+from icmlkit.lib.fed_stream.streams import make_stream
 
 LAMBDAS = (0.5, 2.0, 10.0)
 EPS = (0.0, 0.3, 0.6)
@@ -107,7 +107,7 @@ def flower_check(cfg, periods: int) -> dict | None:
     FED_STREAM_FLOWER_PYTHON) vs the in-process engine on the same digits stream, one seed."""
     if not os.path.exists(FLOWER_PYTHON):
         return None
-    from icmlkit.lib.fedstream.streams import write_stream
+    from icmlkit.lib.fed_stream.streams import write_stream
 
     s = make_stream(StreamConfig(dataset="digits", clients=10, periods=periods, arrivals=30), seed=7)
     ref = run_stream(dataclasses.replace(cfg, strategy="dds-saw"), s, seed=7).summary

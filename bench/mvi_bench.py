@@ -26,12 +26,12 @@ from pathlib import Path
 
 from _common import commit, machine, target, today, write_results
 from icmlkit.lib.core.io import shared_data_dir, write_rows
-from icmlkit.lib.mvi import RunConfig, ScoreConfig, SynthConfig, api, make_synth, markdown_table, read_dataset
-from icmlkit.lib.mvi.data import Dataset
-from icmlkit.lib.mvi.metric import COLUMNS, score_pairs
-from icmlkit.lib.mvi.models import EffnetScorer, EndpointModel, Model, Request
-from icmlkit.lib.mvi.protocol import build_prompt
-from icmlkit.lib.mvi.server import serve
+from icmlkit.lib.mvi_bench import RunConfig, ScoreConfig, SynthConfig, api, make_synth, markdown_table, read_dataset
+from icmlkit.lib.mvi_bench.data import Dataset
+from icmlkit.lib.mvi_bench.metric import COLUMNS, score_pairs
+from icmlkit.lib.mvi_bench.models import EffnetScorer, EndpointModel, Model, Request
+from icmlkit.lib.mvi_bench.protocol import build_prompt
+from icmlkit.lib.mvi_bench.server import serve
 
 SEED = 0
 BOOT = 2000

@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, commit, machine, target, today, write_results  # noqa: E402
 
 from icmlkit.lib.core.runtime import numpy_rng  # noqa: E402
-from icmlkit.lib.decentral.config import SolveConfig  # noqa: E402
-from icmlkit.lib.decentral.generate import generate, hfl_logistic, vfl_ridge  # noqa: E402
-from icmlkit.lib.decentral.reference import reference  # noqa: E402
-from icmlkit.lib.decentral.solve import solve  # noqa: E402
-from icmlkit.lib.decentral.sweep import fit_slopes  # noqa: E402
+from icmlkit.lib.solve_decentralized.config import SolveConfig  # noqa: E402
+from icmlkit.lib.solve_decentralized.generate import generate, hfl_logistic, vfl_ridge  # noqa: E402
+from icmlkit.lib.solve_decentralized.reference import reference  # noqa: E402
+from icmlkit.lib.solve_decentralized.solve import solve  # noqa: E402
+from icmlkit.lib.solve_decentralized.sweep import fit_slopes  # noqa: E402
 
 NAME = "solve_decentralized"
 SEED = 0
@@ -241,7 +241,7 @@ def part_a9a():
 
 def _a9a():
     from icmlkit.lib.core.io import shared_data_dir
-    from icmlkit.lib.decentral.problem import read_libsvm
+    from icmlkit.lib.solve_decentralized.problem import read_libsvm
 
     folder = shared_data_dir("a9a")
     path = Path(folder) / "a9a.t" if folder else Path(__file__).resolve().parents[2] / "shared/data/a9a/a9a.t"
@@ -268,7 +268,7 @@ def part_a9a_vfl(stored: dict, save) -> dict:
     cell so a stopped run continues where it was."""
     from sklearn.linear_model import LogisticRegression
 
-    from icmlkit.lib.decentral.generate import vfl_logistic
+    from icmlkit.lib.solve_decentralized.generate import vfl_logistic
 
     data, path = _a9a()
     if data is None:

@@ -26,7 +26,7 @@ parts make the roundings differ (issue 29):
   tolerances, one solve at a time, each HiGHS solve in its own process (its peak memory is
   reported and an out-of-memory kill is a result, not a crash) limited to 3x the PDHG time of
   that run (about 1.5-2 hours on one thread each);
-- ``factor``: the exact expected value / LP of ``scaled`` and ``threshold-order`` (lib/maxecc/exact.py)
+- ``factor``: the exact expected value / LP of ``scaled`` and ``threshold-order`` (lib/solve_maxecc/exact.py)
   minimised by an adversarial search over small instances, against 1/r, (1-e^-r)/r and 1/(r+1).
 
 Writes bench/results/solve_maxecc.json and bench/results/solve_maxecc.md.
@@ -46,13 +46,13 @@ import numpy as np
 from _common import commit, machine, target, today, write_results
 from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.core.runtime import generator
-from icmlkit.lib.maxecc import (incident_pairs, lp_argmax, majority, paired, paired_derandomized, read_instance,
+from icmlkit.lib.solve_maxecc import (incident_pairs, lp_argmax, majority, paired, paired_derandomized, read_instance,
                                 scaled, solve_ilp, solve_lp, threshold_order)
-from icmlkit.lib.maxecc.exact import adversarial_search
-from icmlkit.lib.maxecc.generate import disjoint_copies, odd_cycle, perturbed, planted, rainbow_cycle, star
-from icmlkit.lib.maxecc.lp import build_model, highs_options, new_highs
-from icmlkit.lib.maxecc.minecc import combinatorial, min_factors, veldt_threshold
-from icmlkit.lib.maxecc.rounding import evaluate, factors, local_search
+from icmlkit.lib.solve_maxecc.exact import adversarial_search
+from icmlkit.lib.solve_maxecc.generate import disjoint_copies, odd_cycle, perturbed, planted, rainbow_cycle, star
+from icmlkit.lib.solve_maxecc.lp import build_model, highs_options, new_highs
+from icmlkit.lib.solve_maxecc.minecc import combinatorial, min_factors, veldt_threshold
+from icmlkit.lib.solve_maxecc.rounding import evaluate, factors, local_search
 
 TRIALS = 1000
 DATASETS = {  # name -> (path under maxecc/, known LP optimum or None)
@@ -280,7 +280,7 @@ def lp_rows(sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, isolate: boo
     import torch
 
     from icmlkit.lib.core.io import write_text
-    from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg
+    from icmlkit.lib.solve_maxecc.pdhg import solve_lp_pdhg
 
     torch.set_num_threads(LP_THREADS)
     rows = []

@@ -37,13 +37,13 @@ import torch
 
 from _common import commit, machine, target
 from icmlkit.lib.core.io import shared_data_dir, write_json, write_text
-from icmlkit.lib.steer import Steering, concept_mean, fit_step, neutral_stats
-from icmlkit.lib.steer.data import load_shared
-from icmlkit.lib.steer.evaluate import evaluate_grid, matched_disturbance, pareto_plot
-from icmlkit.lib.steer.hooks import Encoder
-from icmlkit.lib.steer.model import load_model
-from icmlkit.lib.steer.pipeline import fit_steerings
-from icmlkit.lib.steer.synthetic import unequal_norm_gaussians
+from icmlkit.lib.steer_concept import Steering, concept_mean, fit_step, neutral_stats
+from icmlkit.lib.steer_concept.data import load_shared
+from icmlkit.lib.steer_concept.evaluate import evaluate_grid, matched_disturbance, pareto_plot
+from icmlkit.lib.steer_concept.hooks import Encoder
+from icmlkit.lib.steer_concept.model import load_model
+from icmlkit.lib.steer_concept.pipeline import fit_steerings
+from icmlkit.lib.steer_concept.synthetic import unequal_norm_gaussians
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -220,7 +220,7 @@ def minilm(configs: list[str]) -> tuple[dict, dict | None]:
             # data, where the class means are exactly equal), tested on the erased held-out texts. LEACE alone
             # at the probe layer leaves that layer's input unsteered and is affine (no clipping), so the
             # steered mean-pooled rows are exactly the array steer of the unsteered ones.
-            from icmlkit.lib.steer.evaluate import _balanced_acc, _probe
+            from icmlkit.lib.steer_concept.evaluate import _balanced_acc, _probe
 
             L = cfg["probe_layer"]
             key = f"layer_{L}"

@@ -42,15 +42,15 @@ import time
 import numpy as np
 
 from _common import RESULTS, commit, machine, target, today, write_results
-from icmlkit.lib.trace import em
-from icmlkit.lib.trace.config import DEFAULTS, GenerateConfig, ReadConfig
-from icmlkit.lib.trace.detect import analyse, online_scores, verdict_sinks
-from icmlkit.lib.trace.graph import build_graph
-from icmlkit.lib.trace.instruct import InstructionScorer, attacked_of, weak_labels
-from icmlkit.lib.trace.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold, keyword_scores,
+from icmlkit.lib.trace_injection import em
+from icmlkit.lib.trace_injection.config import DEFAULTS, GenerateConfig, ReadConfig
+from icmlkit.lib.trace_injection.detect import analyse, online_scores, verdict_sinks
+from icmlkit.lib.trace_injection.graph import build_graph
+from icmlkit.lib.trace_injection.instruct import InstructionScorer, attacked_of, weak_labels
+from icmlkit.lib.trace_injection.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold, keyword_scores,
                                      metrics)
-from icmlkit.lib.trace.pipeline import fit_scm, generate, load_traces, write_dataset
-from icmlkit.lib.trace.readers import ReadStats
+from icmlkit.lib.trace_injection.pipeline import fit_scm, generate, load_traces, write_dataset
+from icmlkit.lib.trace_injection.readers import ReadStats
 
 RUNS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "agentdojo_runs")
 # Scoring-side ground truth only (never given to the detector): the attacker's value in the goal of

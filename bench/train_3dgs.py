@@ -3,7 +3,7 @@
 The paper's radius schedule 1e-6 -> 1e-8 was set for 30k iterations. With nearly every element on
 its trust-region bound, a step moves by ~sqrt(radius), so a run's travel budget is the sum of
 sqrt(radius): 0.39 over 1000 iterations against 11.7 over 30k. ``--schedule scaled`` multiplies
-both ends by c^2, c = S(30000) / S(iters) (lib/gs/optim.py::scaled_radii; derived, not tuned).
+both ends by c^2, c = S(30000) / S(iters) (lib/train_3dgs/optim.py::scaled_radii; derived, not tuned).
 
 Parts (``--part``; each is one locked job of under 8 minutes on this shared 2-core CPU, two fits
 at a time in worker processes, one torch thread each; every part merges its block into
@@ -62,9 +62,9 @@ def _job(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from icmlkit.lib.gs.ply import read_ply
-    from icmlkit.lib.gs.scene import read_scene
-    from icmlkit.lib.gs.train import FitConfig, InitConfig, fit_scene
+    from icmlkit.lib.train_3dgs.ply import read_ply
+    from icmlkit.lib.train_3dgs.scene import read_scene
+    from icmlkit.lib.train_3dgs.train import FitConfig, InitConfig, fit_scene
 
     sc = read_scene(spec["scene"], downscale=spec.get("downscale", 1))
     gt = read_ply(Path(spec["scene"]) / "gt.ply") if spec["init"] == "gt-noise" else None
@@ -124,7 +124,7 @@ def travel_budget(radius: float, radius_final: float, total: int, horizons, alph
     - means: the largest per-axis travel in units of the Gaussian's standard deviation along that
       axis, sum_t sqrt(8 (-ln(1 - eps_t / (3 o_bar)))), o_bar held at ``obar``.
     """
-    from icmlkit.lib.gs.optim import exp_schedule
+    from icmlkit.lib.train_3dgs.optim import exp_schedule
 
     eps = [exp_schedule(radius, radius_final, t, total) for t in range(total)]
     out = {}
@@ -141,7 +141,7 @@ def travel_budget(radius: float, radius_final: float, total: int, horizons, alph
 
 
 def travel_block(iters: int) -> dict:
-    from icmlkit.lib.gs.optim import scaled_radii
+    from icmlkit.lib.train_3dgs.optim import scaled_radii
 
     h = [iters // 2, iters]
     r0, r1 = scaled_radii(1e-6, 1e-8, iters, 30000)
@@ -151,7 +151,7 @@ def travel_block(iters: int) -> dict:
 
 
 def synthetic_scene(tmp: Path, scales: str = "fixed") -> Path:
-    from icmlkit.lib.gs.scene import make_synthetic_scene
+    from icmlkit.lib.train_3dgs.scene import make_synthetic_scene
 
     folder = tmp / f"synth-{scales}"
     if not folder.exists():
@@ -227,7 +227,7 @@ def compute_targets(parts: dict, literal: dict | None) -> dict:
         mem = mean([r["peak_tensor_memory_mb"] for r in by["tr-scaled"]]) / mean([r["peak_tensor_memory_mb"]
                                                                                   for r in by["adam"]])
         out["peak_memory_ratio_tr_over_adam"] = target(round(mem, 3), 1.17, mem <= 1.17,
-                                                       "deterministic peak tensor memory TR / Adam (lib/gs/memory.py); "
+                                                       "deterministic peak tensor memory TR / Adam (lib/train_3dgs/memory.py); "
                                                        "the paper's +17 %")
     for p, key, what in (("lego", "lego_scaled_tr_half_ge_adam_full", "lego 50x50, 2000 random-init Gaussians, 1 seed "
                                                                       "(smaller than the sheet's 5000 at 100x100)"),

@@ -42,12 +42,12 @@ import numpy as np
 import torch
 
 from _common import commit, machine, target, today, write_results
-from icmlkit.lib.control.agent import Agent
-from icmlkit.lib.control.config import AgentConfig, CollectConfig, CriticStudyConfig, TrainConfig
-from icmlkit.lib.control.envs import make_env
-from icmlkit.lib.control.replay import ReplayBuffer, collect
-from icmlkit.lib.control.study import _split, critic_study, train_critic
-from icmlkit.lib.control.train import train
+from icmlkit.lib.train_control.agent import Agent
+from icmlkit.lib.train_control.config import AgentConfig, CollectConfig, CriticStudyConfig, TrainConfig
+from icmlkit.lib.train_control.envs import make_env
+from icmlkit.lib.train_control.replay import ReplayBuffer, collect
+from icmlkit.lib.train_control.study import _split, critic_study, train_critic
+from icmlkit.lib.train_control.train import train
 from icmlkit.lib.core.runtime import generator
 
 QUICK = "--quick" in sys.argv

@@ -48,12 +48,12 @@ import torch
 
 from _common import RESULTS, commit, locked, machine, target, today, write_results
 from icmlkit.lib.core.io import write_json
-from icmlkit.lib.neuralop.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
-from icmlkit.lib.neuralop.data import fieldset, read_fields
-from icmlkit.lib.neuralop.demo import darcy_files
-from icmlkit.lib.neuralop.fewshot import few_shot
-from icmlkit.lib.neuralop.solvers import generate_darcy
-from icmlkit.lib.neuralop.train import Normaliser, OperatorModel, set_threads, superres, train
+from icmlkit.lib.train_operator.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
+from icmlkit.lib.train_operator.data import fieldset, read_fields
+from icmlkit.lib.train_operator.demo import darcy_files
+from icmlkit.lib.train_operator.fewshot import few_shot
+from icmlkit.lib.train_operator.solvers import generate_darcy
+from icmlkit.lib.train_operator.train import Normaliser, OperatorModel, set_threads, superres, train
 
 ARCH = dict(width=64, heads=4, layers=4, bases=32)
 EPOCHS, NTRAIN, BATCH, LR, FNO_MODES = 16, 500, 8, 2e-3, 6
@@ -121,7 +121,7 @@ def inference_seconds(sizes=(16, 32, 64, 128), reps=3) -> dict:
     for name in ("funcattn", "transolver", "fno"):
         cfg = ModelConfig(model=name, modes=FNO_MODES, **ARCH).to_dict()
         if name == "fno":
-            from icmlkit.lib.neuralop.nets import matched_fno_width
+            from icmlkit.lib.train_operator.nets import matched_fno_width
             cfg["fno_width"] = matched_fno_width(cfg, 1, 1, 2)
         torch.manual_seed(0)
         model = OperatorModel(cfg, 1, 1, 2, Normaliser.fit(tr), [0, 0], [1, 1], "16x16")
@@ -181,8 +181,8 @@ def quadrature_probe(seed: int = 0) -> dict:
     share of T it had at 33; and once with the 33 input repeated blockwise onto the fine grid (uniform
     weights), which rules the finer input in or out. If the growth comes from the edge nodes' shrinking
     share under the uniform sum, the coarse-share numbers drop."""
-    from icmlkit.lib.neuralop import nets
-    from icmlkit.lib.neuralop.train import load_model, rel_l2
+    from icmlkit.lib.train_operator import nets
+    from icmlkit.lib.train_operator.train import load_model, rel_l2
 
     path = RESULTS.parent.parent / "outputs" / "bench-cache" / f"train_operator_generated_full_{seed}_funcattn.safetensors"
     if not path.is_file():

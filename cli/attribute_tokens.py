@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option,
                                  shard_option, shard_slice)
-from icmlkit.lib.attrib.config import EvalConfig, TaskConfig, TimingConfig, ToyConfig, TraceConfig
+from icmlkit.lib.attribute_tokens.config import EvalConfig, TaskConfig, TimingConfig, ToyConfig, TraceConfig
 
 TOOL = "attribute-tokens"
 RECONSTRUCTED = (
@@ -51,7 +51,7 @@ MODEL_ARG = click.argument("model")
 
 
 def _load(run, model):
-    from icmlkit.lib.attrib.api import load
+    from icmlkit.lib.attribute_tokens.api import load
 
     return load(model, device=run.device)
 
@@ -105,7 +105,7 @@ def trace(run, model, prompt, target, n_generate, output_span, reasoning_span, g
       attribute-tokens trace smollm2 --prompt "The capital of France is" --generate 4 --json
       attribute-tokens trace toy/ --input vt.jsonl --shard 2/4 -o part2.jsonl --html part2.html
     """
-    from icmlkit.lib.attrib.api import generate_target, prepare, prepare_rows, read_rows, trace_rows, write_html, \
+    from icmlkit.lib.attribute_tokens.api import generate_target, prepare, prepare_rows, read_rows, trace_rows, write_html, \
         write_trace
     from icmlkit.lib.core.io import suffix
 
@@ -170,7 +170,7 @@ def eval_cmd(run, model, data, span_unit, shard, output, examples_out, cfg, tcfg
     n_curves, seconds_per_example).
     Example:  attribute-tokens eval toy/ vt.jsonl --methods flashtrace,ifr-span,ig,random -o eval.csv --json
     """
-    from icmlkit.lib.attrib.api import evaluate, prepare_rows, read_rows
+    from icmlkit.lib.attribute_tokens.api import evaluate, prepare_rows, read_rows
     from icmlkit.lib.core.io import rows_format, write_rows
 
     run.output(output)
@@ -206,7 +206,7 @@ def timing(run, model, output, cfg, tcfg):
     speedup_vs_tokenwise, speedup_vs_ig (ratios measured in this run), flashtrace_last_over_first.
     Example:  attribute-tokens timing toy/ --lengths 8,32,128,512 --methods flashtrace,ifr-tokenwise --json
     """
-    from icmlkit.lib.attrib.api import timing as run_timing
+    from icmlkit.lib.attribute_tokens.api import timing as run_timing
     from icmlkit.lib.core.io import write_rows
 
     run.output(output)
@@ -235,7 +235,7 @@ def make_task_cmd(run, kind, output, cfg):
       attribute-tokens make-task niah-kv --n 200 -o niah.jsonl
       attribute-tokens make-task vt --style text --n 50 -o vt.jsonl
     """
-    from icmlkit.lib.attrib.tasks import make_task
+    from icmlkit.lib.attribute_tokens.tasks import make_task
     from icmlkit.lib.core.io import write_rows
 
     run.output(output)
@@ -266,7 +266,7 @@ def train_toy_cmd(run, output, checkpoint_every, resume, cfg):
     parameters.
     Example:  attribute-tokens train-toy -o toy/ --json
     """
-    from icmlkit.lib.attrib.toy import save_toy, train_toy
+    from icmlkit.lib.attribute_tokens.toy import save_toy, train_toy
 
     output = output.rstrip("/") or output
     run.output(output)
@@ -280,7 +280,7 @@ def train_toy_cmd(run, output, checkpoint_every, resume, cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.attrib.demo:run_demo", device=True,
+    cli, "icmlkit.lib.attribute_tokens.demo:run_demo", device=True,
     options=[click.option("--model", default="smollm2", show_default=True, help="The decoder (a local folder, "
                           ".gguf or smollm2)."),
              click.option("--n", type=click.IntRange(min=1), default=4, show_default=True,

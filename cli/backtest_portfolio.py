@@ -4,15 +4,15 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, option_group, output_option
-from icmlkit.lib.portfolio.api import BacktestConfig, TrainConfig  # light modules: no torch at import
-from icmlkit.lib.portfolio.synthetic import GenerateConfig
+from icmlkit.lib.backtest_portfolio.api import BacktestConfig, TrainConfig  # light modules: no torch at import
+from icmlkit.lib.backtest_portfolio.synthetic import GenerateConfig
 
 TOOL = "backtest-portfolio"
 RECONSTRUCTED = (
     "The pipeline (features -> MLP -> mu/sigma scores -> smooth top-k -> Sharpe layer, trained on the "
     "realised Sharpe of the next holding period) is RECONSTRUCTED from the paper's abstract; the paper's "
     "code was not read. The homogenised max-Sharpe program itself is standard."
-)  # the same text as icmlkit.lib.portfolio.api.RECONSTRUCTED (not imported: --help stays fast)
+)  # the same text as icmlkit.lib.backtest_portfolio.api.RECONSTRUCTED (not imported: --help stays fast)
 NAN_RULE = ("NaN rule: interior gaps of at most --max-gap missing prices are forward-filled (counted in the "
             "summary and logged); longer gaps, a missing first price, or any missing return are errors.")
 
@@ -31,7 +31,7 @@ monthly rebalancing, transaction costs, and baselines (equal-weight, historical-
 \b
 PRICES: a wide CSV(.gz)/Parquet table ('-' = CSV on stdin), first column the date, one column per ticker (prices, or
 simple returns with --returns), or `skfolio:sp500` for the 20 S&P 500 stocks of skfolio's wheel
-(1990-2022; `pip install 'icmlkit[portfolio]'`; today's constituents: survivorship bias).
+(1990-2022; `pip install 'icmlkit[backtest-portfolio]'`; today's constituents: survivorship bias).
 {NAN_RULE}
 
 \b
@@ -78,7 +78,7 @@ prices_options = option_group([
 
 def _market(run, prices, is_returns, max_gap):
     from icmlkit.lib.core.console import log
-    from icmlkit.lib.portfolio.data import SP500, read_market
+    from icmlkit.lib.backtest_portfolio.data import SP500, read_market
 
     if prices == SP500:
         run.builtin_input(SP500, "skfolio")
@@ -91,7 +91,7 @@ def _market(run, prices, is_returns, max_gap):
 
 
 def _model(run, model_path, market):
-    from icmlkit.lib.portfolio.model import load_model
+    from icmlkit.lib.backtest_portfolio.model import load_model
 
     trained = load_model(run.input(model_path))
     trained.check_market(market, model_path)
@@ -122,7 +122,7 @@ def train(run, prices, output, is_returns, max_gap, cfg):
     soft_names, hard_at_floor_share, on), seconds, seconds_per_epoch, output.
     Example:  backtest-portfolio train skfolio:sp500 --train-end 2012-12-31 --val-end 2015-12-31 -o dfl.pt
     """
-    from icmlkit.lib.portfolio.api import train as train_model
+    from icmlkit.lib.backtest_portfolio.api import train as train_model
 
     run.output(output)
     market = _market(run, prices, is_returns, max_gap)
@@ -147,7 +147,7 @@ def weights(run, model_path, prices, date, output, is_returns, max_gap):
     Example:  backtest-portfolio weights dfl.pt skfolio:sp500 --date 2020-03-31 -o - | sort -t, -k2 -gr
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.portfolio.api import weights_at
+    from icmlkit.lib.backtest_portfolio.api import weights_at
 
     run.output(output)
     market = _market(run, prices, is_returns, max_gap)
@@ -177,7 +177,7 @@ def backtest(run, prices, model_path, output, is_returns, max_gap, cfg):
     after the first rebalance: not out of sample). The first group is net of costs.
     Example:  backtest-portfolio backtest skfolio:sp500 -s exact --k 5 --start 2016-01-01 -o runs/exact
     """
-    from icmlkit.lib.portfolio.api import backtest as run_backtest
+    from icmlkit.lib.backtest_portfolio.api import backtest as run_backtest
 
     with run.run_dir(output) as folder:
         market = _market(run, prices, is_returns, max_gap)
@@ -204,7 +204,7 @@ def report(run, results, output):
     ci_level, start, end), outdir.
     Example:  backtest-portfolio report runs/* -o runs/compare --json | jq .best
     """
-    from icmlkit.lib.portfolio.report import read_run, write_run_report
+    from icmlkit.lib.backtest_portfolio.report import read_run, write_run_report
 
     rows = [read_run(run.input(p)) for p in results]
     with run.run_dir(output) as folder:
@@ -237,7 +237,7 @@ def generate(run, output, truth, cfg):
     Example:  backtest-portfolio generate --n 20 --k 5 --seed 1 -o planted.csv --truth truth.csv --json
     """
     from icmlkit.lib.core.io import rows_format, write_rows
-    from icmlkit.lib.portfolio.synthetic import generate as planted
+    from icmlkit.lib.backtest_portfolio.synthetic import generate as planted
 
     run.output(output)
     if truth is not None:
@@ -252,7 +252,7 @@ def generate(run, output, truth, cfg):
     return {**result.summary, "output": output, "truth": truth}
 
 
-add_demo(cli, "icmlkit.lib.portfolio.demo:run_demo",
+add_demo(cli, "icmlkit.lib.backtest_portfolio.demo:run_demo",
          doc="""Train DFL and PFL briefly on the S&P-20 data (synthetic prices without skfolio) and back-test
     them against equal-weight and historical-topk (k = 5, 10 bps), about a minute.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option
-from icmlkit.lib.tsf.config import AttackConfig, DataConfig, ModelConfig, SynthConfig, TrainConfig
+from icmlkit.lib.defend_tsf.config import AttackConfig, DataConfig, ModelConfig, SynthConfig, TrainConfig
 
 TOOL = "defend-tsf"
 RECONSTRUCTED = (
@@ -52,7 +52,7 @@ _data_options = config_options(DataConfig, arg="data_cfg")
 
 
 def _read(run, path, fill="none"):
-    from icmlkit.lib.tsf.data import read_series
+    from icmlkit.lib.defend_tsf.data import read_series
 
     return read_series(run.input(path), fill=fill)
 
@@ -88,7 +88,7 @@ def attack(run, series, output, record, triggered, data_cfg, cfg):
     Example:  defend-tsf attack data/ett/ETTh1.csv -o run/poisoned.csv --pattern cone --json
     """
     from icmlkit.lib.core.io import sha256_file, write_json
-    from icmlkit.lib.tsf.api import attack_series, write_series, write_triggered
+    from icmlkit.lib.defend_tsf.api import attack_series, write_series, write_triggered
 
     record = record or _stem(output) + ".attack.json"
     triggered = triggered or _stem(output) + ".triggered.npz"
@@ -134,7 +134,7 @@ def train(run, series, output, pools, log, attack_record, checkpoint_every, resu
     Example:  defend-tsf train run/poisoned.csv -o run/tg.pt --defense timeguard --t-b 5 --t-1 5 --t-2 30 --json
     """
     from icmlkit.lib.core.io import write_json, write_rows
-    from icmlkit.lib.tsf.api import config_dict, read_record, train as train_model, write_model, write_pools
+    from icmlkit.lib.defend_tsf.api import config_dict, read_record, train as train_model, write_model, write_pools
 
     stem = _stem(output)
     pools = pools or stem + ".pools.npz"
@@ -177,7 +177,7 @@ def eval_(run, model, series, attack_record, reference, fail_under_poison):
     n_triggered.
     Example:  defend-tsf eval run/tg.pt run/poisoned.csv --attack-record run/poisoned.attack.json --reference run/none.pt --json
     """
-    from icmlkit.lib.tsf.api import evaluate, read_model, read_record
+    from icmlkit.lib.defend_tsf.api import evaluate, read_model, read_record
 
     m = read_model(run.input(model))
     ref = read_model(run.input(reference)) if reference else None
@@ -204,7 +204,7 @@ def forecast(run, model, series, output, end):
     Example:  defend-tsf forecast run/tg.pt data/ett/ETTh1.csv -o next.csv
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.tsf.api import forecast as run_forecast, read_model
+    from icmlkit.lib.defend_tsf.api import forecast as run_forecast, read_model
 
     run.output(output)
     m = read_model(run.input(model))
@@ -224,8 +224,8 @@ def generate(run, output, cfg):
     JSON keys: rows, channels, output.
     Example:  defend-tsf generate -o synth.csv --rows 2400 --channels 7
     """
-    from icmlkit.lib.tsf.api import write_series
-    from icmlkit.lib.tsf.synth import synthetic_series
+    from icmlkit.lib.defend_tsf.api import write_series
+    from icmlkit.lib.defend_tsf.synth import synthetic_series
 
     run.output(output)
     s = synthetic_series(cfg, run.seed)
@@ -234,7 +234,7 @@ def generate(run, output, cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.tsf.demo:run_demo", device=True,
+    cli, "icmlkit.lib.defend_tsf.demo:run_demo", device=True,
     options=[click.option("--epochs", type=click.IntRange(min=2), default=9, show_default=True,
                           help="Stage II epochs (T_b = T_1 = epochs/3).")],
     doc="""Poison a synthetic series (Random attack, cone), train iTransformer-lite with no defence, the

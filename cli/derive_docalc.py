@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, output_option
-from icmlkit.lib.docalc.config import CAP_HELP, EstimateConfig, FalsifyConfig, GenerateConfig
+from icmlkit.lib.derive_docalc.config import CAP_HELP, EstimateConfig, FalsifyConfig, GenerateConfig
 
 TOOL = "derive-docalc"
 RECONSTRUCTED = (
@@ -60,7 +60,7 @@ def _graph(run, graph):
 
 def _load(run, graph, query):
     from icmlkit.lib.causal.parse import parse_query
-    from icmlkit.lib.docalc.api import validate_query
+    from icmlkit.lib.derive_docalc.api import validate_query
 
     G = _graph(run, graph)
     q = parse_query(query, G)
@@ -113,7 +113,7 @@ def equivalents(run, graph, query, cap, no_r1, prune, method, fmt, output):
       derive-docalc equivalents g.dag 'P(y|do(x))' --format dot -o - | dot -Tpng > d.png
     """
     from icmlkit.lib.core.io import dumps_json, suffix, write_text
-    from icmlkit.lib.docalc.derivation import equivalence_class, equivalence_class_canonical
+    from icmlkit.lib.derive_docalc.derivation import equivalence_class, equivalence_class_canonical
 
     if output not in (None, "-") and (suffix(output) == ".json") != (fmt == "json"):
         raise click.BadParameter(f"{output}: --format {fmt} writes {'JSON (.json)' if fmt == 'json' else 'DOT (.dot, .gv)'}",
@@ -162,7 +162,7 @@ def check(run, graph, query1, query2, exhaustive, require_equivalent):
       derive-docalc check g.dag 'P(y|do(x))' 'P(y|x)' --require-equivalent || echo 'not the same quantity'
     """
     from icmlkit.lib.causal.parse import parse_query
-    from icmlkit.lib.docalc.api import check_equivalence
+    from icmlkit.lib.derive_docalc.api import check_equivalence
 
     G, q1 = _load(run, graph, query1)
     summary = check_equivalence(G, q1, parse_query(query2, G), exhaustive=exhaustive)
@@ -206,8 +206,8 @@ def identify_cmd(run, graph, query, cap, prune, fmt, projections, output):
       derive-docalc identify fdbd.dag 'P(y|do(x))' --projections --format latex
     """
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.docalc import expr as E
-    from icmlkit.lib.docalc.api import class_estimands
+    from icmlkit.lib.derive_docalc import expr as E
+    from icmlkit.lib.derive_docalc.api import class_estimands
 
     run.output(output)
     G, q = _load(run, graph, query)
@@ -265,7 +265,7 @@ def estimate(run, graph, query, data, cfg, output):
       derive-docalc estimate mgraph.dag 'P(y | do(x))' obs.csv --contrast 1,0 --json | jq '.estimates[0]'
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.docalc.api import TABLE_COLUMNS, estimate as estimate_class, read_data
+    from icmlkit.lib.derive_docalc.api import TABLE_COLUMNS, estimate as estimate_class, read_data
 
     run.output(output)
     G, q = _load(run, graph, query)
@@ -304,8 +304,8 @@ def experiments(run, graph, query, cap, prune, available, max_size):
       derive-docalc experiments iv.dag 'P(y | do(x))' --json | jq '.experiments'
       derive-docalc experiments napkin.dag 'P(y | do(x))' --available 'W1;W2' --json
     """
-    from icmlkit.lib.docalc.api import class_estimands
-    from icmlkit.lib.docalc.experiments import experiments as run_experiments
+    from icmlkit.lib.derive_docalc.api import class_estimands
+    from icmlkit.lib.derive_docalc.experiments import experiments as run_experiments
 
     G, q = _load(run, graph, query)
     sets = None
@@ -352,8 +352,8 @@ def falsify(run, graph, data, query, cfg):
       derive-docalc falsify 'dag { Z -> X -> Y }' obs.csv 'P(y | do(x))' --json | jq .p_value
       derive-docalc falsify g.dag obs.csv 'P(y | do(x))' --fail-under 0.01 || echo 'graph refuted'
     """
-    from icmlkit.lib.docalc.api import read_data
-    from icmlkit.lib.docalc.falsify import falsify as run_falsify
+    from icmlkit.lib.derive_docalc.api import read_data
+    from icmlkit.lib.derive_docalc.falsify import falsify as run_falsify
 
     G, q = _load(run, graph, query)
     df = read_data(run.input(data), G)
@@ -385,7 +385,7 @@ def generate(run, graph, query, cfg, output):
       derive-docalc generate fdbd.dag 'P(y | do(x))' --kind gaussian --n 500 --seed 2 -o fdbd.csv
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.docalc.models import generate_data
+    from icmlkit.lib.derive_docalc.models import generate_data
 
     run.output(output)
     if query is None:
@@ -397,7 +397,7 @@ def generate(run, graph, query, cfg, output):
     return {**result.summary, "output": output}
 
 
-add_demo(cli, "icmlkit.lib.docalc.demo:run_demo",
+add_demo(cli, "icmlkit.lib.derive_docalc.demo:run_demo",
          doc="""The classic graphs' classes and estimands, the napkin estimand checked on an exact SCM, and
     estimand ranking on linear-Gaussian front-door + back-door data.
 

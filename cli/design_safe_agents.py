@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main,
                                  output_option)
-from icmlkit.lib.safeagents.config import EvalConfig, GameConfig, LLMConfig, OptimumConfig, SearchConfig
+from icmlkit.lib.design_safe_agents.config import EvalConfig, GameConfig, LLMConfig, OptimumConfig, SearchConfig
 
 TOOL = "design-safe-agents"
 RECONSTRUCTED = (
@@ -49,7 +49,7 @@ llm_options = config_options(LLMConfig, arg="llm")
 
 
 def _env(run, spec):
-    from icmlkit.lib.safeagents import read_env
+    from icmlkit.lib.design_safe_agents import read_env
 
     if spec not in ("travel", "assistant", "finance", "code") and not spec.startswith("agentdojo:"):
         run.input(spec)
@@ -57,7 +57,7 @@ def _env(run, spec):
 
 
 def _design(run, path, env):
-    from icmlkit.lib.safeagents import read_design
+    from icmlkit.lib.design_safe_agents import read_design
 
     return read_design(run.input(path), env)
 
@@ -103,8 +103,8 @@ def search(run, env, output, checkpoint_every, resume, game, cfg, llm):
       design-safe-agents search travel -o runs/llm --meta-agent-model 'openai://127.0.0.1:8000/v1?model=qwen' \\
           --cassette runs/llm.cassette.jsonl
     """
-    from icmlkit.lib.safeagents import search_designs as do_search
-    from icmlkit.lib.safeagents import write_run_files
+    from icmlkit.lib.design_safe_agents import search_designs as do_search
+    from icmlkit.lib.design_safe_agents import write_run_files
 
     output = output.rstrip("/") or output
     run.output(output)
@@ -143,7 +143,7 @@ def attack(run, design, env, output, keep, attack_budget, game, llm):
       design-safe-agents attack best_design.json travel --categories privacy -o - | head -3
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.safeagents import attack_design as do_attack
+    from icmlkit.lib.design_safe_agents import attack_design as do_attack
 
     run.output(output)
     _cassette_out(run, llm)
@@ -179,7 +179,7 @@ def evaluate(run, design, env, game, ecfg, llm, fail_under):
       design-safe-agents evaluate best_design.json travel --json
       design-safe-agents evaluate best_design.json travel --eps 2 --method mc --episodes 2000 --json
     """
-    from icmlkit.lib.safeagents import evaluate_design as do_eval
+    from icmlkit.lib.design_safe_agents import evaluate_design as do_eval
 
     _cassette_out(run, llm)
     e = _env(run, env)
@@ -214,8 +214,8 @@ def optimum(run, env, output, design_out, game, ocfg):
     import json
 
     from icmlkit.lib.core.io import write_rows, write_text
-    from icmlkit.lib.safeagents import find_optimum as do_opt
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents import find_optimum as do_opt
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     run.output(output)
     if design_out is not None and not str(design_out).endswith(".json"):
@@ -254,7 +254,7 @@ def run(run, design, env, output, attack_spec, task, game, llm):
       design-safe-agents attack best_design.json travel -o a.jsonl && \\
         design-safe-agents run best_design.json travel --attack a.jsonl -o t.jsonl --json
     """
-    from icmlkit.lib.safeagents import read_attack, run_episode
+    from icmlkit.lib.design_safe_agents import read_attack, run_episode
 
     runner = run
     runner.output(output)
@@ -294,11 +294,11 @@ def envs(run, show, output):
     import json
 
     from icmlkit.lib.core.io import write_rows, write_text
-    from icmlkit.lib.safeagents import list_envs
+    from icmlkit.lib.design_safe_agents import list_envs
 
     run.output(output)
     if show is not None:
-        from icmlkit.lib.safeagents import read_env
+        from icmlkit.lib.design_safe_agents import read_env
 
         if output is None or not (output == "-" or str(output).endswith(".json")):
             raise click.BadParameter("--show writes JSON: give -o FILE.json or -o -", param_hint="-o")
@@ -332,7 +332,7 @@ def presets(run, output):
     Example:  design-safe-agents presets --json | jq '.rows[] | [.preset, .p_comply]'
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.safeagents import presets_table
+    from icmlkit.lib.design_safe_agents import presets_table
 
     run.output(output)
     res = presets_table()
@@ -342,7 +342,7 @@ def presets(run, output):
 
 
 add_demo(
-    cli, "icmlkit.lib.safeagents.demo:run_demo",
+    cli, "icmlkit.lib.design_safe_agents.demo:run_demo",
     options=[click.option("--env", "env_name", default="travel", show_default=True,
                           type=click.Choice(["travel", "assistant", "finance", "code"]), help="Built-in environment."),
              click.option("--iterations", type=click.IntRange(min=1), default=30, show_default=True,

@@ -6,7 +6,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option,
                                  shard_option, shard_slice)
-from icmlkit.lib.detect.config import GENERATORS, DetectorConfig, ProbeConfig
+from icmlkit.lib.detect_synthetic.config import GENERATORS, DetectorConfig, ProbeConfig
 
 TOOL = "detect-synthetic"
 TABLES = (".csv", ".jsonl", ".parquet")
@@ -79,7 +79,7 @@ skip_bad_option = click.option("--skip-bad", is_flag=True,
 def _files(run, paths, what="images") -> list:
     """The image files of PATHS (folders, files, list files), recorded as inputs; an error if none."""
     from icmlkit.lib.core.errors import InputError
-    from icmlkit.lib.detect.images import list_images
+    from icmlkit.lib.detect_synthetic.images import list_images
 
     files = list_images(paths)
     if not files:
@@ -91,14 +91,14 @@ def _files(run, paths, what="images") -> list:
 
 
 def _images(run, paths, size, skip_bad, what="images", crop=False):
-    from icmlkit.lib.detect.pipeline import ImageSet
+    from icmlkit.lib.detect_synthetic.pipeline import ImageSet
 
     return ImageSet.load(_files(run, paths, what), size, skip_bad=skip_bad, crop=crop)
 
 
 def _write_table(run, output, res, fmt=None) -> None:
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.detect.pipeline import FLOAT_FORMAT
+    from icmlkit.lib.detect_synthetic.pipeline import FLOAT_FORMAT
 
     run.save(output, write_rows, res.rows, columns=res.columns, fmt=fmt, float_format=FLOAT_FORMAT)
 
@@ -135,12 +135,12 @@ def train(run, paths, output, cfg, checkpoint_every, resume, generators, skip_ba
       detect-synthetic train real/ fake/ --method linear-probe -o lp.pt
       torchrun --nproc_per_node 4 --standalone $(which detect-synthetic) train data/ -o radet.pt --batch-size 256
     """
-    from icmlkit.lib.detect.images import split_layout
-    from icmlkit.lib.detect.model import save_model
-    from icmlkit.lib.detect.pipeline import train as train_detector
+    from icmlkit.lib.detect_synthetic.images import split_layout
+    from icmlkit.lib.detect_synthetic.model import save_model
+    from icmlkit.lib.detect_synthetic.pipeline import train as train_detector
 
     if generators is not None:
-        from icmlkit.lib.detect.datasets import read_cnndetection
+        from icmlkit.lib.detect_synthetic.datasets import read_cnndetection
 
         if len(paths) != 1:
             raise click.BadParameter("--generators reads one flat CNNDetection ROOT", param_hint="PATHS")
@@ -189,8 +189,8 @@ def score(run, model, images, output, fmt, batch_size, shard, skip_bad):
       detect-synthetic score radet.pt photos/ --shard 3/8 -o part3.csv
       detect-synthetic score radet.pt photos/ -o - | awk -F, 'NR > 1 && $2 > 0.5' | wc -l
     """
-    from icmlkit.lib.detect.model import load_model
-    from icmlkit.lib.detect.pipeline import score as score_files
+    from icmlkit.lib.detect_synthetic.model import load_model
+    from icmlkit.lib.detect_synthetic.pipeline import score as score_files
 
     run.output(output)
     det = load_model(run.input(model), device=run.device)
@@ -230,9 +230,9 @@ def evaluate(run, model, real, fake, cnndetection, generators, output, fail_unde
     Example:
       detect-synthetic eval radet.pt --real test/0_real --fake test/1_fake --json | jq .per_generator
     """
-    from icmlkit.lib.detect.images import generator_groups
-    from icmlkit.lib.detect.model import load_model
-    from icmlkit.lib.detect.pipeline import ImageSet, evaluate as evaluate_detector
+    from icmlkit.lib.detect_synthetic.images import generator_groups
+    from icmlkit.lib.detect_synthetic.model import load_model
+    from icmlkit.lib.detect_synthetic.pipeline import ImageSet, evaluate as evaluate_detector
 
     if cnndetection is None and (not real or not fake):
         raise click.UsageError("give --real and --fake, or --cnndetection ROOT")
@@ -244,7 +244,7 @@ def evaluate(run, model, real, fake, cnndetection, generators, output, fail_unde
     det = load_model(run.input(model), device=run.device)
     size, crop = det.config.image_size, det.config.preprocess == "crop"
     if cnndetection is not None:
-        from icmlkit.lib.detect.datasets import read_cnndetection
+        from icmlkit.lib.detect_synthetic.datasets import read_cnndetection
 
         pairs = read_cnndetection(cnndetection, _generator_list(generators))
         reals = {g: _images(run, v.real, size, skip_bad, "real", crop) for g, v in pairs.items()}
@@ -287,8 +287,8 @@ def probe(run, images, real, model, cfg, output, skip_bad):
     Example:
       detect-synthetic probe test/1_fake/ddpm --real test/0_real --json | jq .mann_whitney.p_value
     """
-    from icmlkit.lib.detect.model import load_model
-    from icmlkit.lib.detect.pipeline import probe as probe_drift
+    from icmlkit.lib.detect_synthetic.model import load_model
+    from icmlkit.lib.detect_synthetic.pipeline import probe as probe_drift
 
     run.output(output)
     det = load_model(run.input(model), device=run.device) if model else None
@@ -324,7 +324,7 @@ def generate(run, out_dir, train_generator, n_train, n_test, quick):
     generators (per generator: steps, samples, seconds_train, seconds_sample), seed, seconds, outdir.
     Example:  detect-synthetic generate bench_data --train-generator dcgan --json
     """
-    from icmlkit.lib.detect.benchmark import FULL, QUICK, make_benchmark
+    from icmlkit.lib.detect_synthetic.benchmark import FULL, QUICK, make_benchmark
 
     cfg = QUICK if quick else FULL
     with run.run_dir(out_dir) as folder:
@@ -333,7 +333,7 @@ def generate(run, out_dir, train_generator, n_train, n_test, quick):
     return {**info, "outdir": out_dir}
 
 
-add_demo(cli, "icmlkit.lib.detect.demo:run_demo", device=True, doc="""A one-minute benchmark: quick generators,
+add_demo(cli, "icmlkit.lib.detect_synthetic.demo:run_demo", device=True, doc="""A one-minute benchmark: quick generators,
     then RA-Det, RIGID, the linear probe and the fine-tuned classifier trained on real vs DCGAN and
     tested on DCGAN, DDPM and VAE (unseen). The real benchmark (CNNDetection, TAEF2) is
     bench/detect_synthetic.py.

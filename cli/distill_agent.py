@@ -6,7 +6,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option,
                                  shard_option, shard_slice)
-from icmlkit.lib.distill.config import (AgentConfig, EnvConfig, EvalConfig, MPSConfig, RLConfig, SFTConfig,
+from icmlkit.lib.distill_agent.config import (AgentConfig, EnvConfig, EvalConfig, MPSConfig, RLConfig, SFTConfig,
                                         ToRLConfig, ToSFTConfig)
 
 TOOL = "distill-agent"
@@ -46,14 +46,14 @@ Example (the whole pipeline on the make-env toy):
 
 
 def _tasks(run, path, shard=(1, 1)):
-    from icmlkit.lib.distill.agent import read_tasks
+    from icmlkit.lib.distill_agent.agent import read_tasks
 
     rows = read_tasks(run.input(path))
     return [rows[i] for i in shard_slice(len(rows), shard)]
 
 
 def _search(run, path):
-    from icmlkit.lib.distill.api import load_search
+    from icmlkit.lib.distill_agent.api import load_search
 
     return load_search(run.input(path)) if path else None
 
@@ -84,7 +84,7 @@ def make_env(run, output, cfg):
     JSON keys: n_tasks, min_keys, max_keys, private_key_share, mean_steps.
     Example:  distill-agent make-env --n-tasks 500 --min-keys 4 --max-keys 5 --seed 7 -o heldout.jsonl
     """
-    from icmlkit.lib.distill.api import make_env as go
+    from icmlkit.lib.distill_agent.api import make_env as go
 
     run.output(output)
     res = go(cfg, seed=run.seed)
@@ -109,7 +109,7 @@ def bc_init(run, seeds, teacher, output, search_file, cfg, mps_cfg):
     JSON keys: n_tasks, n_kept, teacher_tokens, teacher_tokens_kept, llm_calls.
     Example:  distill-agent bc-init seeds.jsonl --teacher oracle -o bc.jsonl --json
     """
-    from icmlkit.lib.distill.api import bc_init as go
+    from icmlkit.lib.distill_agent.api import bc_init as go
 
     run.output(output)
     res = go(_tasks(run, seeds), teacher, cfg, mps_cfg, seed=run.seed, search=_search(run, search_file))
@@ -138,7 +138,7 @@ def mps(run, tasks, student, teacher, judge, output, shard, search_file, cfg, ag
     JSON keys: n_tasks, n_repaired, n_repairs, n_correct, n_hard, teacher_tokens, llm_calls, judge_failures.
     Example:  distill-agent mps tasks.jsonl --student student_bc --teacher oracle --judge oracle -o mps.jsonl --json
     """
-    from icmlkit.lib.distill.api import mps as go
+    from icmlkit.lib.distill_agent.api import mps as go
 
     run.output(output)
     res = go(_tasks(run, tasks, shard), student, teacher, judge, cfg, agent_cfg, seed=run.seed, device=run.device,
@@ -148,7 +148,7 @@ def mps(run, tasks, student, teacher, judge, output, shard, search_file, cfg, ag
 
 
 def _trajectories(run, path):
-    from icmlkit.lib.distill.agent import read_trajectories
+    from icmlkit.lib.distill_agent.agent import read_trajectories
 
     return read_trajectories(run.input(path))
 
@@ -168,8 +168,8 @@ def to_sft(run, trajectories, output, cfg):
     Example:  distill-agent to-sft mps.jsonl -o sft.json --json
     """
     from icmlkit.lib.core.io import suffix, write_json
-    from icmlkit.lib.distill.api import to_sft as go
-    from icmlkit.lib.distill.convert import sharegpt
+    from icmlkit.lib.distill_agent.api import to_sft as go
+    from icmlkit.lib.distill_agent.convert import sharegpt
 
     run.output(output)
     res = go(_trajectories(run, trajectories), cfg, seed=run.seed)
@@ -197,7 +197,7 @@ def to_rl(run, trajectories, output, cfg):
     Example:  distill-agent to-rl math_mps_trajectories.jsonl -o rl.json --json
     """
     from icmlkit.lib.core.io import suffix, write_json
-    from icmlkit.lib.distill.api import to_rl as go
+    from icmlkit.lib.distill_agent.api import to_rl as go
 
     run.output(output)
     res = go(_trajectories(run, trajectories), cfg, seed=run.seed)
@@ -210,7 +210,7 @@ def to_rl(run, trajectories, output, cfg):
 
 
 def _save_model(run, output, res, info):
-    from icmlkit.lib.distill.model import save_student
+    from icmlkit.lib.distill_agent.model import save_student
 
     if run.is_main:
         with run.run_dir(output) as folder:
@@ -233,8 +233,8 @@ def sft(run, data, output, checkpoint_every, resume, cfg):
     JSON keys: steps, sequences, trained_tokens, final_loss, vocab, parameters, world_size.
     Example:  distill-agent sft score_sft.jsonl --init student_bc --epochs 3 -o student_score --json
     """
-    from icmlkit.lib.distill.api import sft as go
-    from icmlkit.lib.distill.convert import read_sft
+    from icmlkit.lib.distill_agent.api import sft as go
+    from icmlkit.lib.distill_agent.convert import read_sft
 
     run.output(output)
     convs = read_sft(run.input(data))
@@ -265,8 +265,8 @@ def rl(run, items, init, output, checkpoint_every, resume, search_file, cfg, age
     world_size.
     Example:  distill-agent rl rl.json --init student_score --group 8 --steps 30 -o student_rl --json
     """
-    from icmlkit.lib.distill.api import rl as go
-    from icmlkit.lib.distill.convert import read_rl_items
+    from icmlkit.lib.distill_agent.api import rl as go
+    from icmlkit.lib.distill_agent.convert import read_rl_items
 
     run.output(output)
     its = read_rl_items(run.input(items))
@@ -297,7 +297,7 @@ def eval_cmd(run, model, bench, output, shard, search_file, cfg, agent_cfg):
     JSON keys: n, accuracy, accuracy_ci (Wilson 95%), hallucination_rate (make-env tasks only), mean_steps, llm_calls.
     Example:  distill-agent eval student_rl heldout.jsonl --shard 1/4 -o rows.jsonl --json
     """
-    from icmlkit.lib.distill.api import evaluate as go
+    from icmlkit.lib.distill_agent.api import evaluate as go
 
     run.output(output)
     res = go(run.input(model), _tasks(run, bench, shard), cfg, agent_cfg, seed=run.seed, device=run.device,
@@ -307,7 +307,7 @@ def eval_cmd(run, model, bench, output, shard, search_file, cfg, agent_cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.distill.demo:run_demo", device=True,
+    cli, "icmlkit.lib.distill_agent.demo:run_demo", device=True,
     doc="""The whole pipeline on the make-env toy in about a minute: BC init, MPS, SCoRe-SFT, RL, eval.
 
     Writes the data files, the models' eval rows, summary.json and manifest.json into OUTDIR.

@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, option_group,
                                  output_option)
-from icmlkit.lib.fe.config import (BaselineConfig, EstimateConfig, MultiTrainConfig, SampleConfig, SolvationConfig,
+from icmlkit.lib.estimate_fe.config import (BaselineConfig, EstimateConfig, MultiTrainConfig, SampleConfig, SolvationConfig,
                                    TrainConfig, TransferConfig)
 
 TOOL = "estimate-fe"
@@ -56,7 +56,7 @@ Examples:
 def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
             on_device: bool = True, constraints: str = "none"):
     """The SYSTEM argument on the run's device (else the CPU), its files recorded as inputs."""
-    from icmlkit.lib.fe.api import open_system
+    from icmlkit.lib.estimate_fe.api import open_system
 
     strict = on_device and (run.device_spec or "").startswith("cuda")
     sysm = open_system(spec, env=env, temperature=temperature, inpcrd=inpcrd,
@@ -67,13 +67,13 @@ def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, in
 
 
 def _frames(run, path, system):
-    from icmlkit.lib.fe.api import load_frames
+    from icmlkit.lib.estimate_fe.api import load_frames
 
     return load_frames(run.input(path), system)
 
 
 def _bundle(run, path):
-    from icmlkit.lib.fe import card
+    from icmlkit.lib.estimate_fe import card
 
     return card.load(run.input(path))
 
@@ -107,7 +107,7 @@ def sample(run, system, output, env, temperature, inpcrd, constraints, cfg):
     Example:  estimate-fe sample freesolv:mobley_1636752 --env obc2 --frames 2000 -o meoh.obc2.npz
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.fe.api import sample as sample_frames
+    from icmlkit.lib.estimate_fe.api import sample as sample_frames
 
     run.output(output)
     result = sample_frames(cfg, _system(run, system, env, temperature, inpcrd, constraints=constraints), seed=run.seed)
@@ -136,8 +136,8 @@ def train(run, system, frames, output, env, temperature, inpcrd, constraints, cf
     box, steps_done, seconds_train, energy_evals_train (Stage III energy calls), device, world_size, output.
     Example:  estimate-fe train freesolv:mobley_1636752 meoh.vac.npz -o meoh.vac.pt --steps 1500
     """
-    from icmlkit.lib.fe import card
-    from icmlkit.lib.fe.api import train as train_model
+    from icmlkit.lib.estimate_fe import card
+    from icmlkit.lib.estimate_fe.api import train as train_model
 
     ck = run.checkpointer(output, checkpoint_every, resume)
     run.output(output)
@@ -170,7 +170,7 @@ def estimate(run, system, model, frames, env, temperature, inpcrd, constraints, 
     estimator, measure, frames_skipped_as_training, units, openmm_platform.
     Example:  estimate-fe estimate trap4 trap.pt trap.npz --json | jq '.f_kT, .overlap'
     """
-    from icmlkit.lib.fe.api import estimate as estimate_f
+    from icmlkit.lib.estimate_fe.api import estimate as estimate_f
 
     sysm = _system(run, system, env, temperature, inpcrd, constraints=constraints)
     bundle = _bundle(run, model)
@@ -206,7 +206,7 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
     Example:  estimate-fe solvation freesolv:mobley_1636752 --outdir runs/meoh --json
     """
     from icmlkit.lib.core.errors import UsageError
-    from icmlkit.lib.fe.api import solvation_from_files, solvation_pipeline
+    from icmlkit.lib.estimate_fe.api import solvation_from_files, solvation_pipeline
 
     files = {"--vacuum-model": vacuum_model, "--vacuum-frames": vacuum_frames, "--solvent-model": solvent_model,
              "--solvent-frames": solvent_frames}
@@ -270,7 +270,7 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, co
     Example:  estimate-fe baseline freesolv:mobley_1636752 --method endstate-bar --frames-per-window 2000 --json
     """
     from icmlkit.lib.core.errors import UsageError
-    from icmlkit.lib.fe.api import baseline as run_baseline
+    from icmlkit.lib.estimate_fe.api import baseline as run_baseline
 
     if bool(vacuum_frames) != bool(solvent_frames):
         raise UsageError("give both --vacuum-frames and --solvent-frames, or neither")
@@ -309,8 +309,8 @@ def train_multi(run, molecules, output, env, temperature, constraints, cfg, chec
     Example:  estimate-fe train-multi freesolv:mobley_1636752 freesolv:mobley_525934 --env obc2 -o multi.obc2.pt
     """
     from icmlkit.lib.core.errors import UsageError
-    from icmlkit.lib.fe import card
-    from icmlkit.lib.fe.transfer import fit
+    from icmlkit.lib.estimate_fe import card
+    from icmlkit.lib.estimate_fe.transfer import fit
 
     if run.dist.active:
         raise UsageError("train-multi runs in one process (not under torchrun)")
@@ -350,7 +350,7 @@ def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, const
     Example:  estimate-fe transfer freesolv:mobley_4434915 --vacuum-model multi.vac.pt --obc2-model multi.obc2.pt --json
     """
     from icmlkit.lib.core.io import read_torch
-    from icmlkit.lib.fe.transfer import FORMAT, hydration
+    from icmlkit.lib.estimate_fe.transfer import FORMAT, hydration
 
     bundles = {env: read_torch(run.input(path), "multi-molecule CARD model", FORMAT)
                for env, path in (("vacuum", vacuum_model), ("obc2", obc2_model))}
@@ -377,8 +377,8 @@ def systems(run, name, output):
     """
     from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.fe.api import systems_table
-    from icmlkit.lib.fe.systems import BUILTIN
+    from icmlkit.lib.estimate_fe.api import systems_table
+    from icmlkit.lib.estimate_fe.systems import BUILTIN
 
     if name is None:
         if output is not None:
@@ -394,7 +394,7 @@ def systems(run, name, output):
     return {"output": output, "name": name}
 
 
-add_demo(cli, "icmlkit.lib.fe.demo:run_demo", device=True,
+add_demo(cli, "icmlkit.lib.estimate_fe.demo:run_demo", device=True,
          doc="""CARD on the harmonic triatomic (exact F by quadrature) in about a minute.
 
     Writes frames, the model, summary.json and manifest.json into OUTDIR.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option
-from icmlkit.lib.fedstream.config import CompareConfig, RunConfig, StreamConfig
+from icmlkit.lib.fed_stream.config import CompareConfig, RunConfig, StreamConfig
 
 TOOL = "fed-stream"
 RECONSTRUCTED = (
@@ -44,7 +44,7 @@ Examples:
 
 
 def _stream(run, path):
-    from icmlkit.lib.fedstream.streams import read_stream
+    from icmlkit.lib.fed_stream.streams import read_stream
 
     return read_stream(run.input(path))
 
@@ -53,7 +53,7 @@ def _flower_check(cfg) -> None:
     if cfg.engine == "flower-sim":
         from icmlkit.lib.core.errors import require_module
 
-        require_module("flwr", "flower", "flwr[simulation]==1.42.*")
+        require_module("flwr", "fed-stream-flower", "flwr[simulation]==1.42.*")
 
 
 @cli.command("make-stream")
@@ -74,7 +74,7 @@ def make_stream_cmd(run, cfg, output):
     Example:  fed-stream make-stream --dataset rotated-mnist --periods 40 -o rmnist.npz --json
     """
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.fedstream.streams import make_stream, stream_summary, write_stream
+    from icmlkit.lib.fed_stream.streams import make_stream, stream_summary, write_stream
 
     spec_path = str(output)[: -len(".npz")] + ".json"
     run.output(output)
@@ -93,7 +93,7 @@ def make_stream_cmd(run, cfg, output):
 
 def _write_run(folder, res, cfg) -> None:
     from icmlkit.lib.core.io import write_json, write_rows, write_safetensors
-    from icmlkit.lib.fedstream.sim import ROW_COLUMNS
+    from icmlkit.lib.fed_stream.sim import ROW_COLUMNS
 
     write_rows(folder / "periods.csv", res.rows, columns=ROW_COLUMNS)
     write_safetensors(folder / "model.safetensors", res.params, res.meta)
@@ -131,7 +131,7 @@ def run(run, stream, output, cfg, checkpoint_every, resume):
     from pathlib import Path
 
     from icmlkit.lib.core.console import progress
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     _flower_check(cfg)
     data = _stream(run, stream)
@@ -168,7 +168,7 @@ def compare(run, stream, output, cfg, ccfg):
     from pathlib import Path
 
     from icmlkit.lib.core.io import write_json, write_rows
-    from icmlkit.lib.fedstream.compare import compare as run_compare, plot_compare
+    from icmlkit.lib.fed_stream.compare import compare as run_compare, plot_compare
 
     _flower_check(cfg)
     data = _stream(run, stream)
@@ -203,7 +203,7 @@ def export_flower(run, stream, output, cfg, state_dir):
     """
     from pathlib import Path
 
-    from icmlkit.lib.fedstream.flower import export_app
+    from icmlkit.lib.fed_stream.flower import export_app
 
     data = _stream(run, stream)
     with run.run_dir(output) as folder:
@@ -213,7 +213,7 @@ def export_flower(run, stream, output, cfg, state_dir):
 
 
 add_demo(
-    cli, "icmlkit.lib.fedstream.demo:run_demo", device=True,
+    cli, "icmlkit.lib.fed_stream.demo:run_demo", device=True,
     options=[click.option("--periods", type=click.IntRange(min=2), default=24, show_default=True,
                           help="Periods of the demo stream.")],
     doc="""Digits, 10 clients, M = 90: DDS+SAW vs FedAvg+FIFO and FedAvg+reservoir, 2 seeds.

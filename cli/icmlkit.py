@@ -1,7 +1,7 @@
 """The umbrella command: ``icmlkit list``, ``icmlkit demo``, ``icmlkit completion``, ``--version``.
 
-The installed tools are read from the ``console_scripts`` entry points of the icmlkit
-distribution (the one registry there is: setup.cfg).
+The tools are read from their manifests (``lib/<module>/tool.toml``, the one registry; setup.cfg's
+console scripts are generated from them).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from importlib import import_module, metadata
+from importlib import import_module
 from pathlib import Path
 
 import click
@@ -23,11 +23,9 @@ UMBRELLA = "icmlkit"
 
 def tools() -> list[tuple[str, str]]:
     """(name, 'module:attr') of every icmlkit executable except this one, sorted by name."""
-    try:
-        eps = metadata.distribution("icmlkit").entry_points
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return []
-    return sorted((ep.name, ep.value) for ep in eps if ep.group == "console_scripts" and ep.name != UMBRELLA)
+    from icmlkit.lib.core.tools import tools as manifests
+
+    return [(t.name, t.entry_point) for t in manifests()]
 
 
 def tool_cli(value: str) -> click.Command:
@@ -55,16 +53,35 @@ def cli():
 
 
 @cli.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, description}.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list of {name, method, description, paper, link, milestone, extra}.")
 def list_tools(as_json: bool):
-    """List the installed tools with a one-line description."""
-    rows = [(name, tool_cli(value).get_short_help_str(limit=90)) for name, value in tools()]
+    """List the tools with their method and purpose (from their manifests)."""
+    from icmlkit.lib.core.tools import tools as manifests
+
+    rows = [{"name": t.name, "method": t.method, "description": t.purpose, "paper": t.paper, "link": t.link,
+             "milestone": t.claimed, "extra": t.extra} for t in manifests()]
     if as_json:
-        click.echo(json.dumps([{"name": n, "description": d} for n, d in rows], indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return
-    width = max((len(n) for n, _ in rows), default=0)
-    for name, desc in rows:
-        click.echo(f"{name:<{width}}  {desc}")
+    width = max((len(r["name"]) for r in rows), default=0)
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['method']}: {r['description']}")
+
+
+@cli.command(hidden=True)
+@click.option("--write", is_flag=True, help="Rewrite the stale files instead of only listing them.")
+def registry(write: bool):
+    """Regenerate setup.cfg's scripts and extras, the Makefile's EXTRAS and the README's tools table
+    from the manifests (a checkout only). Exit 3 when a file was stale and --write was not given."""
+    from icmlkit.lib.core.errors import CheckFailed
+    from icmlkit.lib.core.registry import regenerate
+
+    stale = regenerate(write=write)
+    for name in stale:
+        click.echo(f"{'rewrote' if write else 'stale'}: {name}", err=True)
+    if stale and not write:
+        raise CheckFailed(f"generated parts out of date in {', '.join(stale)}; run `make registry`")
 
 
 @cli.command()

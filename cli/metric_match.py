@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option,
                                  shard_option)
-from icmlkit.lib.metric.config import (EvalConfig, GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig,
+from icmlkit.lib.metric_match.config import (EvalConfig, GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig,
                                        TrainConfig)
 
 TOOL = "metric-match"
@@ -75,9 +75,9 @@ def train(run, data, output, loss_csv, checkpoint_every, resume, cfg):
       torchrun --nproc-per-node 2 --standalone $(which metric-match) train train.npz -o m.safetensors
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.metric.data import read_points
-    from icmlkit.lib.metric.model import save_model
-    from icmlkit.lib.metric.train import LOSS_COLUMNS, train as fit
+    from icmlkit.lib.metric_match.data import read_points
+    from icmlkit.lib.metric_match.model import save_model
+    from icmlkit.lib.metric_match.train import LOSS_COLUMNS, train as fit
 
     run.output(output)
     loss_csv = loss_csv or (output[: -len(".safetensors")] + ".loss.csv")
@@ -119,9 +119,9 @@ def query(run, model, points, output, shard, cfg):
       metric-match query m.safetensors test.npz --h 0.1 --what dim --shard 2/8 -o part2.npz --json
       metric-match query m.safetensors test.csv --h 0.1 --what gradient --direction 1,0,0 -o g.npz
     """
-    from icmlkit.lib.metric.api import query as run_query
-    from icmlkit.lib.metric.data import read_points
-    from icmlkit.lib.metric.model import load_model
+    from icmlkit.lib.metric_match.api import query as run_query
+    from icmlkit.lib.metric_match.data import read_points
+    from icmlkit.lib.metric_match.model import load_model
 
     run.output(output)
     m = load_model(run.input(model), run.device)
@@ -152,8 +152,8 @@ def knn(run, data, points, output, shard, cfg, qcfg):
       metric-match knn train.npz test.npz --k 64 --h 0.3 --what tangent -o knn.npz --json
       metric-match knn train.npz test.npz --k 32 --h 0.2 --what dim --halve --json
     """
-    from icmlkit.lib.metric.api import knn_query
-    from icmlkit.lib.metric.data import read_points
+    from icmlkit.lib.metric_match.api import knn_query
+    from icmlkit.lib.metric_match.data import read_points
 
     run.output(output)
     data_pts = read_points(run.input(data))
@@ -184,9 +184,9 @@ def interpolate(run, model, a, b, output, cfg):
     """
     from icmlkit.lib.core.io import suffix, write_bytes
     from icmlkit.lib.core.errors import UsageError
-    from icmlkit.lib.metric.api import interpolate as interp, path_png
-    from icmlkit.lib.metric.data import read_points
-    from icmlkit.lib.metric.model import load_model
+    from icmlkit.lib.metric_match.api import interpolate as interp, path_png
+    from icmlkit.lib.metric_match.data import read_points
+    from icmlkit.lib.metric_match.model import load_model
 
     run.output(output)
     m = load_model(run.input(model), run.device)
@@ -224,9 +224,9 @@ def eval_(run, model, testset, data, output, cfg):
       metric-match eval m.safetensors test.npz --data train.npz --knn-k 16,32,64 -o grid.csv --json
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.metric.api import evaluate
-    from icmlkit.lib.metric.data import read_points
-    from icmlkit.lib.metric.model import load_model
+    from icmlkit.lib.metric_match.api import evaluate
+    from icmlkit.lib.metric_match.data import read_points
+    from icmlkit.lib.metric_match.model import load_model
 
     run.output(output)
     m = load_model(run.input(model), run.device)
@@ -257,7 +257,7 @@ def generate(run, manifold, output, cfg):
       metric-match generate skdim:M13b --n 2500 -o spiral.npz
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.metric.generate import generate as gen
+    from icmlkit.lib.metric_match.generate import generate as gen
 
     run.output(output)
     out = gen(manifold, cfg, seed=run.seed)
@@ -266,7 +266,7 @@ def generate(run, manifold, output, cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.metric.demo:run_demo",
+    cli, "icmlkit.lib.metric_match.demo:run_demo",
     options=[click.option("--steps", type=click.IntRange(min=1), default=600, show_default=True,
                           help="Training steps of the demo model.")],
     doc="""Train on S^2 in R^3, compare tangents with the kNN baseline, read local dimensions.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, output_option, shard_option
-from icmlkit.lib.mvi.config import PARSERS, FORMATS, RunConfig, ScoreConfig, SynthConfig
+from icmlkit.lib.mvi_bench.config import PARSERS, FORMATS, RunConfig, ScoreConfig, SynthConfig
 
 TOOL = "mvi-bench"
 RECONSTRUCTED = (
@@ -68,8 +68,8 @@ def run_command(run, data, output, shard, resume, cfg):
           --concurrency 8 --circular --shard 1/4 -o part1.jsonl
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.mvi import api, read_dataset
-    from icmlkit.lib.mvi.runner import RECORD_COLUMNS, default_cache_path
+    from icmlkit.lib.mvi_bench import api, read_dataset
+    from icmlkit.lib.mvi_bench.runner import RECORD_COLUMNS, default_cache_path
 
     run.output(output)
     ds = read_dataset(run.input(data), cfg.format, pairing=cfg.pairing)
@@ -104,8 +104,8 @@ def score(run, predictions, output, cfg):
       mvi-bench score part1.jsonl part2.jsonl part3.jsonl part4.jsonl -o table.csv
     """
     from icmlkit.lib.core.io import write_rows, write_text
-    from icmlkit.lib.mvi import api
-    from icmlkit.lib.mvi.metric import COLUMNS, markdown_table, read_records
+    from icmlkit.lib.mvi_bench import api
+    from icmlkit.lib.mvi_bench.metric import COLUMNS, markdown_table, read_records
 
     run.output(output)
     records = read_records([run.input(p) for p in predictions])
@@ -136,8 +136,8 @@ def export_vlmeval(run, data, output, fmt, max_pixels):
     Example:  mvi-bench export-vlmeval synth/ -o MVI_SYNTH.tsv --seed 0
     """
     from icmlkit.lib.core.io import write_text
-    from icmlkit.lib.mvi import api, read_dataset
-    from icmlkit.lib.mvi.vlmeval import tsv_text
+    from icmlkit.lib.mvi_bench import api, read_dataset
+    from icmlkit.lib.mvi_bench.vlmeval import tsv_text
 
     run.output(output)
     ds = read_dataset(run.input(data), fmt)
@@ -164,8 +164,8 @@ def import_vlmeval(run, predictions, output, model_name, parser):
     Example:  mvi-bench import-vlmeval Qwen2-VL_MVI_SYNTH.xlsx -o qwen.jsonl && mvi-bench score qwen.jsonl
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.mvi import api
-    from icmlkit.lib.mvi.runner import RECORD_COLUMNS
+    from icmlkit.lib.mvi_bench import api
+    from icmlkit.lib.mvi_bench.runner import RECORD_COLUMNS
 
     run.output(output)
     res = api.import_vlmeval(run.input(predictions), model=model_name, parser=parser)
@@ -188,7 +188,7 @@ def make_synth(run, out_dir, cfg):
     JSON keys: n_pairs, n_items, per_category, annotations, outdir.
     Example:  mvi-bench make-synth synth/ --pairs 120 --seed 0
     """
-    from icmlkit.lib.mvi import make_synth as make
+    from icmlkit.lib.mvi_bench import make_synth as make
 
     if out_dir == "-":
         raise click.BadParameter("'-' (stdout) is not possible here: name a folder", param_hint="OUT_DIR")
@@ -198,7 +198,7 @@ def make_synth(run, out_dir, cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.mvi.demo:run_demo", device=True,
+    cli, "icmlkit.lib.mvi_bench.demo:run_demo", device=True,
     options=[click.option("--pairs", type=click.IntRange(min=6), default=60, show_default=True,
                           help="Synthetic pairs (a multiple of 6).")],
     doc="""Make synthetic pairs; run oracle, random, the EfficientNet scorer and the same scorer behind a

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, output_option
-from icmlkit.lib.decentral.config import KINDS, GenerateConfig, SolveConfig, SweepConfig
+from icmlkit.lib.solve_decentralized.config import KINDS, GenerateConfig, SolveConfig, SweepConfig
 
 TOOL = "solve-decentralized"
 RECONSTRUCTED = (
@@ -44,7 +44,7 @@ Example:
 
 
 def _problem(run, path):
-    from icmlkit.lib.decentral.problem import problem_files, read_problem
+    from icmlkit.lib.solve_decentralized.problem import problem_files, read_problem
 
     prob = read_problem(run.input(path))
     for f in problem_files(path):
@@ -72,9 +72,9 @@ def generate(run, kind, cfg, output):
     import dataclasses
 
     from icmlkit.lib.core.runtime import numpy_rng
-    from icmlkit.lib.decentral.generate import generate as gen
-    from icmlkit.lib.decentral.problem import write_problem
-    from icmlkit.lib.decentral.reference import kkt_residual
+    from icmlkit.lib.solve_decentralized.generate import generate as gen
+    from icmlkit.lib.solve_decentralized.problem import write_problem
+    from icmlkit.lib.solve_decentralized.reference import kkt_residual
 
     cfg = dataclasses.replace(cfg, kind=kind)
     prob = gen(cfg.kind, cfg.n_nodes, cfg.graph, seed_rng=numpy_rng(run.seed, f"generate-{cfg.kind}"), d=cfg.dim,
@@ -117,8 +117,8 @@ def from_libsvm(run, data, split, nodes, graph, lam, n_features, z_scale, output
     """
     from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.core.runtime import numpy_rng
-    from icmlkit.lib.decentral.generate import hfl_logistic, vfl_logistic
-    from icmlkit.lib.decentral.problem import read_libsvm, write_problem
+    from icmlkit.lib.solve_decentralized.generate import hfl_logistic, vfl_logistic
+    from icmlkit.lib.solve_decentralized.problem import read_libsvm, write_problem
 
     if z_scale is not None and split != "features":
         raise UsageError("--z-scale applies to --split features only")
@@ -161,8 +161,8 @@ def from_sklearn(run, dataset, split, nodes, graph, loss, lam, output):
     """
     from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.core.runtime import numpy_rng
-    from icmlkit.lib.decentral.generate import from_sklearn as build
-    from icmlkit.lib.decentral.problem import write_problem
+    from icmlkit.lib.solve_decentralized.generate import from_sklearn as build
+    from icmlkit.lib.solve_decentralized.problem import write_problem
 
     if loss == "logistic" and split != "samples":
         raise UsageError("--loss logistic needs --split samples (the vertical FL problem is ridge)")
@@ -187,7 +187,7 @@ def reference(run, problem, output, method):
     Example:  solve-decentralized reference prob/problem.json -o ref.npz --json
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.decentral.reference import reference as central
+    from icmlkit.lib.solve_decentralized.reference import reference as central
 
     run.output(output)
     prob = _problem(run, problem)
@@ -201,7 +201,7 @@ def reference(run, problem, output, method):
 
 def _solve_common(run, problem, output, trace, setup_out, require_converged, cfg):
     from icmlkit.lib.core.io import write_json, write_npz, write_rows
-    from icmlkit.lib.decentral.solve import TRACE_COLUMNS, solution_arrays, solve
+    from icmlkit.lib.solve_decentralized.solve import TRACE_COLUMNS, solution_arrays, solve
 
     for path in (output, trace, setup_out):
         run.output(path)
@@ -284,7 +284,7 @@ def launch(run, problem, nproc, output, trace, setup_out, require_converged, cfg
     if cfg.method not in ("apapc-cheb", "apapc"):
         raise UsageError("launch runs --method apapc-cheb or apapc")
     cfg = dataclasses.replace(cfg, backend="dist")
-    from icmlkit.lib.decentral.problem import read_problem
+    from icmlkit.lib.solve_decentralized.problem import read_problem
 
     # the node count is checked before any process starts
     prob_n = read_problem(problem).n
@@ -309,7 +309,7 @@ def sweep(run, cfg, output, plot):
     Example:  solve-decentralized sweep --nodes 5,10,20 --graphs path,ring --kappas 10,100,1000 -o sweep.csv --plot s.png
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.decentral.sweep import plot_sweep, sweep as run_sweep
+    from icmlkit.lib.solve_decentralized.sweep import plot_sweep, sweep as run_sweep
 
     run.output(output)
     run.output(plot)
@@ -320,7 +320,7 @@ def sweep(run, cfg, output, plot):
 
 
 add_demo(
-    cli, "icmlkit.lib.decentral.demo:run_demo",
+    cli, "icmlkit.lib.solve_decentralized.demo:run_demo",
     options=[click.option("--nodes", type=click.IntRange(min=2), default=10, show_default=True, help="Nodes (ring)."),
              click.option("--kappa", type=click.FloatRange(min=1), default=100.0, show_default=True,
                           help="Condition number of f_i.")],

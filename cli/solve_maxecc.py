@@ -47,7 +47,7 @@ Examples:
 
 
 def _instance(run, path):
-    from icmlkit.lib.maxecc import read_instance
+    from icmlkit.lib.solve_maxecc import read_instance
 
     return read_instance(run.input(path))
 
@@ -82,7 +82,7 @@ def lp(run, instance, output, lp_method, lp_time_limit):
     status, lp_method.
     Example:  solve-maxecc lp colored-DAWN.txt -o dawn.lp.npz --json
     """
-    from icmlkit.lib.maxecc import save_lp, solve_lp
+    from icmlkit.lib.solve_maxecc import save_lp, solve_lp
 
     run.output(output)
     H = _instance(run, instance)
@@ -138,7 +138,7 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
       solve-maxecc solve inst.txt --ilp --time-limit 30 --json | jq '.value, .ilp_value'
       solve-maxecc solve inst.txt -o - | head
     """
-    from icmlkit.lib.maxecc import load_lp, solve as solve_instance, write_colouring
+    from icmlkit.lib.solve_maxecc import load_lp, solve as solve_instance, write_colouring
 
     if derandomize and algorithm not in ("paired", "best"):
         raise click.BadParameter("--derandomize applies to --algorithm paired (or best)", param_hint="--derandomize")
@@ -176,7 +176,7 @@ def evaluate(run, instance, colouring, labels_file):
       solve-maxecc evaluate inst.txt col.csv --json
       solve-maxecc evaluate inst.txt col.csv --labels truth.csv --json | jq '.ari, .nmi'
     """
-    from icmlkit.lib.maxecc import read_colouring, read_labels, score_colouring
+    from icmlkit.lib.solve_maxecc import read_colouring, read_labels, score_colouring
 
     H = _instance(run, instance)
     sigma = read_colouring(run.input(colouring), H)
@@ -210,8 +210,8 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, labels_out, output)
       solve-maxecc generate --kind rainbow-cycle --length 7 --k 7 --r 3 -o gadget.txt
       solve-maxecc generate --n 1000 --noise 0.8 -o inst.txt --labels truth.csv
     """
-    from icmlkit.lib.maxecc import generate as gen
-    from icmlkit.lib.maxecc import write_instance, write_labels
+    from icmlkit.lib.solve_maxecc import generate as gen
+    from icmlkit.lib.solve_maxecc import write_instance, write_labels
 
     run.output(output)
     if labels_out is not None and kind != "planted":
@@ -236,7 +236,7 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, labels_out, output)
 
 
 add_demo(
-    cli, "icmlkit.lib.maxecc.demo:run_demo", device=True,
+    cli, "icmlkit.lib.solve_maxecc.demo:run_demo", device=True,
     options=[click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True,
                           help="Randomized roundings per algorithm.")],
     doc="""Run the method on a planted instance, a fractional gadget and (when present) Brain.

@@ -5,9 +5,9 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, config_options, make_main, output_option, shard_option,
                                 shard_slice)
-from icmlkit.lib.steer.evaluate import EvaluateConfig
-from icmlkit.lib.steer.pipeline import FitConfig, RunConfig
-from icmlkit.lib.steer.synthetic import GenerateConfig
+from icmlkit.lib.steer_concept.evaluate import EvaluateConfig
+from icmlkit.lib.steer_concept.pipeline import FitConfig, RunConfig
+from icmlkit.lib.steer_concept.synthetic import GenerateConfig
 
 TOOL = "steer-concept"
 METHODS = ["leace", "leace-switch", "midsteer", "casteer"]
@@ -86,13 +86,13 @@ npz_output = output_option("Write the activations.", suffixes=(".npz",), stdout=
 
 
 def _texts(run, path, column):
-    from icmlkit.lib.steer.model import read_texts
+    from icmlkit.lib.steer_concept.model import read_texts
 
     return read_texts(run.input(path), column=column)
 
 
 def _steering(run, path):
-    from icmlkit.lib.steer.steer import Steering
+    from icmlkit.lib.steer_concept.steer import Steering
 
     return Steering.load(run.input(path))
 
@@ -124,9 +124,9 @@ def embed(run, args, output, layers, site, pool, batch_size, max_length, dtype, 
     """
     import time
 
-    from icmlkit.lib.steer.hooks import Encoder
-    from icmlkit.lib.steer.io import save_activations
-    from icmlkit.lib.steer.model import load_model, resolve_model_path
+    from icmlkit.lib.steer_concept.hooks import Encoder
+    from icmlkit.lib.steer_concept.io import save_activations
+    from icmlkit.lib.steer_concept.model import load_model, resolve_model_path
 
     model, (texts_path,) = _model_and_rest(args, 1, "[MODEL] TEXTS")
     run.output(output)
@@ -166,7 +166,7 @@ def merge(run, shards, output):
       for k in 1 2 3 4; do steer-concept embed caps.txt --pool all --shard $k/4 -o n$k.npz; done
       steer-concept merge n1.npz n2.npz n3.npz n4.npz -o neutral.npz --json
     """
-    from icmlkit.lib.steer.io import ActivationFile, merge_shards, save_activations
+    from icmlkit.lib.steer_concept.io import ActivationFile, merge_shards, save_activations
 
     run.output(output)
     res = merge_shards([ActivationFile.load(run.input(p)) for p in shards])
@@ -217,8 +217,8 @@ def fit(run, neutral_path, sources, targets, method, clip, concepts, cfg, output
     """
     import dataclasses
 
-    from icmlkit.lib.steer.io import ActivationFile
-    from icmlkit.lib.steer.pipeline import fit as fit_steering
+    from icmlkit.lib.steer_concept.io import ActivationFile
+    from icmlkit.lib.steer_concept.pipeline import fit as fit_steering
 
     cfg = dataclasses.replace(cfg, method=method, clip=clip, concepts=list(concepts))
     run.output(output)
@@ -251,8 +251,8 @@ def apply(run, steer, arrays, output, strength, key):
     Example:  steer-concept apply h2m.safetensors horses.npz --strength 1.5 -o steered.npz --json
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.steer.io import ActivationFile
-    from icmlkit.lib.steer.steer import apply_to_arrays
+    from icmlkit.lib.steer_concept.io import ActivationFile
+    from icmlkit.lib.steer_concept.steer import apply_to_arrays
 
     run.output(output)
     steering = _steering(run, steer)
@@ -285,9 +285,9 @@ def run_cmd(run, args, output, cfg, dtype, column):
     seconds, output.
     Example:  steer-concept run h2m.safetensors prompts.txt --strength 1.5 -o steered.npz --compare --json
     """
-    from icmlkit.lib.steer.io import save_activations
-    from icmlkit.lib.steer.model import load_model
-    from icmlkit.lib.steer.pipeline import run_steered
+    from icmlkit.lib.steer_concept.io import save_activations
+    from icmlkit.lib.steer_concept.model import load_model
+    from icmlkit.lib.steer_concept.pipeline import run_steered
 
     model, (steer_path, texts_path) = _model_and_rest(args, 2, "[MODEL] STEER TEXTS")
     run.output(output)
@@ -334,8 +334,8 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
     """
     from pathlib import Path
 
-    from icmlkit.lib.steer.evaluate import evaluate as evaluate_steerings, pareto_plot, write_table
-    from icmlkit.lib.steer.model import load_model
+    from icmlkit.lib.steer_concept.evaluate import evaluate as evaluate_steerings, pareto_plot, write_table
+    from icmlkit.lib.steer_concept.model import load_model
 
     run.output(output)
     run.output(plot)
@@ -378,7 +378,7 @@ def generate(run, output, cfg):
           --source gauss/source.npz --target gauss/target.npz -o ms.safetensors
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.steer.synthetic import generate as generate_gaussians
+    from icmlkit.lib.steer_concept.synthetic import generate as generate_gaussians
 
     res = generate_gaussians(cfg, seed=run.seed)
     with run.run_dir(output) as folder:
@@ -387,7 +387,7 @@ def generate(run, output, cfg):
     return {**res.summary, "files": sorted(f"{stem}.npz" for stem in res.files), "output": output}
 
 
-add_demo(cli, "icmlkit.lib.steer.demo:run_demo", device=True, doc="""Switch horses -> motorcycles in the real MiniLM-L6 encoder with the four methods.
+add_demo(cli, "icmlkit.lib.steer_concept.demo:run_demo", device=True, doc="""Switch horses -> motorcycles in the real MiniLM-L6 encoder with the four methods.
 
     Uses the bundled texts (data/concepts): neutral statistics from 200 COCO captions, concept
     means from 80 + 80 questions, attention output of all six layers; writes the four

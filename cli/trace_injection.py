@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (CommaList, ToolGroup, add_demo, config_options, make_main, output_option,
                                 shard_option, shard_slice)
-from icmlkit.lib.trace.config import (DetectConfig, ExplainConfig, FitConfig, GenerateConfig, InstructionConfig,
+from icmlkit.lib.trace_injection.config import (DetectConfig, ExplainConfig, FitConfig, GenerateConfig, InstructionConfig,
                                      ReadConfig)
 
 TOOL = "trace-injection"
@@ -58,8 +58,8 @@ sinks_option = click.option("--sinks", "sinks_file", default=None,
 
 def _load(run, paths, read):
     """The traces of ``paths`` and what the readers repaired or skipped (the summary's ``read``)."""
-    from icmlkit.lib.trace.pipeline import load_traces
-    from icmlkit.lib.trace.readers import ReadStats
+    from icmlkit.lib.trace_injection.pipeline import load_traces
+    from icmlkit.lib.trace_injection.readers import ReadStats
 
     stats = ReadStats()
     items = load_traces([run.input(p) for p in paths], read, stats)
@@ -74,7 +74,7 @@ def _load(run, paths, read):
 def _sinks(run, sinks_file):
     if sinks_file is None:
         return None
-    from icmlkit.lib.trace.config import load_sink_table
+    from icmlkit.lib.trace_injection.config import load_sink_table
 
     return load_sink_table(run.input(sinks_file))
 
@@ -88,7 +88,7 @@ def _instruction(run, cfg):
 def _head(run, model_file):
     if model_file is None:
         return None
-    from icmlkit.lib.trace.learn import Head
+    from icmlkit.lib.trace_injection.learn import Head
 
     return Head.load(run.input(model_file))
 
@@ -121,7 +121,7 @@ def detect(run, traces, output, cfg, read, model_file, sinks_file, shard):
     """
     from icmlkit.lib.core.console import progress
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.trace.pipeline import detect as detect_traces
+    from icmlkit.lib.trace_injection.pipeline import detect as detect_traces
 
     run.output(output)
     sinks = _sinks(run, sinks_file)
@@ -161,7 +161,7 @@ def explain(run, trace, trace_id, cfg, read, output, png, sinks_file):
 
     from icmlkit.lib.core.errors import EnvironmentProblem, InputError
     from icmlkit.lib.core.io import write_bytes, write_text
-    from icmlkit.lib.trace.pipeline import explain as explain_trace
+    from icmlkit.lib.trace_injection.pipeline import explain as explain_trace
 
     output = "-" if output is None else output
     run.output(output)
@@ -212,7 +212,7 @@ def fit(run, traces, cfg, read, output, sinks_file):
       trace-injection fit ../shared/data/agentdojo_runs/*.jsonl --head em -o scm.json
     """
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.trace.pipeline import fit as fit_head
+    from icmlkit.lib.trace_injection.pipeline import fit as fit_head
 
     run.output(output)
     sinks = _sinks(run, sinks_file)
@@ -244,7 +244,7 @@ def fit_instruction(run, traces, cfg, read, output):
       trace-injection fit-instruction ../shared/data/agentdojo_runs/*.jsonl -o instr.json
     """
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.trace.pipeline import fit_instruction as fit_scorer
+    from icmlkit.lib.trace_injection.pipeline import fit_instruction as fit_scorer
 
     run.output(output)
     items, stats = _load(run, traces, read)
@@ -276,7 +276,7 @@ def evaluate(run, traces, model_file, cfg, read, sinks_file, fail_under, output)
       trace-injection eval test.jsonl --fail-under 0.9 -o per-trace.csv
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.trace.pipeline import evaluate as evaluate_traces
+    from icmlkit.lib.trace_injection.pipeline import evaluate as evaluate_traces
 
     run.output(output)
     head = _head(run, model_file)
@@ -311,7 +311,7 @@ def generate(run, output, cfg):
     Example:  trace-injection generate -o traces.jsonl --seed 3 --suites banking,slack
     """
     from icmlkit.lib.core.console import log
-    from icmlkit.lib.trace.pipeline import generate as generate_traces, write_dataset
+    from icmlkit.lib.trace_injection.pipeline import generate as generate_traces, write_dataset
 
     run.output(output)
     res = generate_traces(cfg, seed=run.seed)
@@ -321,7 +321,7 @@ def generate(run, output, cfg):
     return {**res.summary, "output": output}
 
 
-add_demo(cli, "icmlkit.lib.trace.demo:run_demo", doc="""Build a small AgentDojo data set (4 suites), detect, evaluate, and explain one attack.
+add_demo(cli, "icmlkit.lib.trace_injection.demo:run_demo", doc="""Build a small AgentDojo data set (4 suites), detect, evaluate, and explain one attack.
 
     Without the agentdojo extra it runs on the built-in example traces. Writes dataset.jsonl,
     verdicts.jsonl, attack_chain.txt, attack_graph.dot, summary.json and manifest.json into

@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, option_group,
                                  output_option)
-from icmlkit.lib.gs.config import FitConfig, InitConfig, SyntheticSceneConfig
+from icmlkit.lib.train_3dgs.config import FitConfig, InitConfig, SyntheticSceneConfig
 
 TOOL = "train-3dgs"
 RECONSTRUCTED = (
@@ -75,7 +75,7 @@ def _scene(run, path, background, downscale):
     """Read a scene folder, recording its camera files as inputs."""
     from pathlib import Path
 
-    from icmlkit.lib.gs.scene import read_scene
+    from icmlkit.lib.train_3dgs.scene import read_scene
 
     for name in ("transforms_train.json", "transforms_test.json"):
         if (Path(path) / name).is_file():
@@ -87,7 +87,7 @@ def _start_inputs(run, scene, init_cfg, init_ply):
     """The files the start needs: the --init-ply Gaussians, or the scene's gt.ply for gt-noise."""
     from pathlib import Path
 
-    from icmlkit.lib.gs.ply import read_ply
+    from icmlkit.lib.train_3dgs.ply import read_ply
 
     if init_ply:
         return read_ply(run.input(init_ply)), None
@@ -130,9 +130,9 @@ def fit(run, scene, output, metrics, checkpoint_every, resume, cfg, init_cfg, in
       train-3dgs fit synth -o synth.ply --optimizer tr --init gt-noise --sh-degree 1 --json
       train-3dgs fit colmap_scene -o s.ply --optimizer adam --iters 7000 --downscale 4 --device cuda
     """
-    from icmlkit.lib.gs.compare import write_metrics
-    from icmlkit.lib.gs.ply import write_ply
-    from icmlkit.lib.gs.train import fit_scene
+    from icmlkit.lib.train_3dgs.compare import write_metrics
+    from icmlkit.lib.train_3dgs.ply import write_ply
+    from icmlkit.lib.train_3dgs.train import fit_scene
 
     metrics = metrics or str(output)[:-4] + ".metrics.csv"
     run.output(output)
@@ -165,8 +165,8 @@ def render(run, splats, cameras, outdir, background, size, tile_size):
     JSON keys: n_views, width, height, outdir.
     Example:  train-3dgs render lego.ply ../shared/data/nerf_lego_100/transforms_test.json --outdir renders
     """
-    from icmlkit.lib.gs.ply import read_ply
-    from icmlkit.lib.gs.scene import parse_size, read_cameras, render_to_folder
+    from icmlkit.lib.train_3dgs.ply import read_ply
+    from icmlkit.lib.train_3dgs.scene import parse_size, read_cameras, render_to_folder
 
     wh = parse_size(size)
     g = read_ply(run.input(splats))
@@ -190,8 +190,8 @@ def eval_(run, splats, scene, split, background, downscale, fail_under):
     JSON keys: psnr_test, ssim_test, n_views, split, n_gaussians.
     Example:  train-3dgs eval lego.ply ../shared/data/nerf_lego_100 --json
     """
-    from icmlkit.lib.gs.ply import read_ply
-    from icmlkit.lib.gs.train import evaluate_split
+    from icmlkit.lib.train_3dgs.ply import read_ply
+    from icmlkit.lib.train_3dgs.train import evaluate_split
 
     g = read_ply(run.input(splats))
     sc = _scene(run, scene, background, downscale)
@@ -215,7 +215,7 @@ def generate(run, output, cfg):
     JSON keys: n_gaussians, size, n_train, n_test, sh_degree, camera_radius, fov_deg, scales, output.
     Example:  train-3dgs generate -o synth --n-gaussians 800 --size 64
     """
-    from icmlkit.lib.gs.scene import generate_scene
+    from icmlkit.lib.train_3dgs.scene import generate_scene
 
     with run.run_dir(output) as folder:
         res = generate_scene(folder, cfg, seed=run.seed)
@@ -240,7 +240,7 @@ def compare(run, scene, outdir, cfg, init_cfg, init_ply, background, downscale):
     seconds_per_iter_tr, time_ratio_tr_over_adam, plot, outdir.
     Example:  train-3dgs compare synth --outdir cmp --init gt-noise --sh-degree 1 --sh-every 250 --json
     """
-    from icmlkit.lib.gs.compare import compare as run_compare
+    from icmlkit.lib.train_3dgs.compare import compare as run_compare
 
     sc = _scene(run, scene, background, downscale)
     ply, gt = _start_inputs(run, sc, init_cfg, init_ply)
@@ -250,7 +250,7 @@ def compare(run, scene, outdir, cfg, init_cfg, init_ply, background, downscale):
 
 
 add_demo(
-    cli, "icmlkit.lib.gs.compare:run_demo", device=True,
+    cli, "icmlkit.lib.train_3dgs.compare:run_demo", device=True,
     options=[click.option("--iters", type=click.IntRange(min=2), default=120, show_default=True,
                           help="Iterations of each fit.")],
     doc="""Make a small synthetic scene of known Gaussians and compare Adam and TR on it.

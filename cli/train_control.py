@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option
-from icmlkit.lib.control.config import (CollectConfig, CriticStudyConfig, DiagnoseConfig, EvalConfig,
+from icmlkit.lib.train_control.config import (CollectConfig, CriticStudyConfig, DiagnoseConfig, EvalConfig,
                                         TrainConfig)
 
 TOOL = "train-control"
@@ -36,7 +36,7 @@ Actions are always rescaled to [-1, 1].
 \b
 ENV: any registered Gymnasium id with a Box action space (Pendulum-v1, Humanoid-v5, Ant-v5,
 your own), or dmc:<domain>-<task> (dmc:dog-run) and dmc:lqr-<n> (an n-actuator LQR with its
-exact optimum) with the optional extra: pip install 'icmlkit[control]'.
+exact optimum) with the optional extra: pip install 'icmlkit[train-control]'.
 
 \b
 Examples:
@@ -86,9 +86,9 @@ def train(run, env, output, checkpoint_every, resume, cfg):
       train-control train Humanoid-v5 --algo ams-td3 --ams-k 8 --ams-rho 0.15 --total-steps 100000 -o runs/h
       torchrun --nproc_per_node 2 --standalone $(which train-control) train Pendulum-v1 --algo ams-td3 -o runs/p2
     """
-    from icmlkit.lib.control.envs import make_env
-    from icmlkit.lib.control.train import train as train_agent
-    from icmlkit.lib.control.train import write_run
+    from icmlkit.lib.train_control.envs import make_env
+    from icmlkit.lib.train_control.train import train as train_agent
+    from icmlkit.lib.train_control.train import write_run
 
     run.output(output)
     dist = run.dist
@@ -123,7 +123,7 @@ def eval_(run, run_dir, env, output, cfg):
     lqr_normalised ((R - R_zero) / (R_opt - R_zero), 0 = zero control, 1 = optimal), algo.
     Example:  train-control eval runs/pend Pendulum-v1 --episodes 10 --json
     """
-    from icmlkit.lib.control.train import evaluate_run, load_run
+    from icmlkit.lib.train_control.train import evaluate_run, load_run
     from icmlkit.lib.core.io import write_rows
 
     run.output(output)
@@ -151,7 +151,7 @@ def diagnose(run, run_dir, env, output, cfg):
     drift (null: a run stores no target networks), pathway_gain, transitions.
     Example:  train-control diagnose runs/pend --json
     """
-    from icmlkit.lib.control.train import diagnose_run, load_run
+    from icmlkit.lib.train_control.train import diagnose_run, load_run
     from icmlkit.lib.core.io import write_json
 
     run.output(output)
@@ -176,11 +176,11 @@ def collect(run, env, output, actor_run, cfg):
     JSON keys: env, steps, episodes, return_mean, obs_dim, act_dim, policy, output.
     Example:  train-control collect Humanoid-v5 --steps 50000 -o humanoid.npz --json
     """
-    from icmlkit.lib.control.envs import make_env
-    from icmlkit.lib.control.priors import with_prior
-    from icmlkit.lib.control.replay import collect as collect_buffer
-    from icmlkit.lib.control.replay import write_replay
-    from icmlkit.lib.control.train import load_run, run_prior
+    from icmlkit.lib.train_control.envs import make_env
+    from icmlkit.lib.train_control.priors import with_prior
+    from icmlkit.lib.train_control.replay import collect as collect_buffer
+    from icmlkit.lib.train_control.replay import write_replay
+    from icmlkit.lib.train_control.train import load_run, run_prior
     from icmlkit.lib.core.errors import UsageError
 
     run.output(output)
@@ -215,8 +215,8 @@ def critic_study(run, buffer, output, cfg):
     reduction_l3_trace_abs, reduction_l4_std (1 - |AMS|/|point|), td_loss_not_worse, update_time_ratio (AMS/point).
     Example:  train-control critic-study humanoid.npz --updates 20000 --ams-k 8 --ams-rho 0.15 -o study.csv --json
     """
-    from icmlkit.lib.control.replay import read_replay
-    from icmlkit.lib.control.study import critic_study as study
+    from icmlkit.lib.train_control.replay import read_replay
+    from icmlkit.lib.train_control.study import critic_study as study
     from icmlkit.lib.core.io import write_rows
 
     run.output(output)
@@ -228,7 +228,7 @@ def critic_study(run, buffer, output, cfg):
 
 
 add_demo(
-    cli, "icmlkit.lib.control.demo:run_demo", device=True,
+    cli, "icmlkit.lib.train_control.demo:run_demo", device=True,
     options=[click.option("--steps", type=click.IntRange(min=10), default=1500, show_default=True,
                           help="Environment steps of the short AMS-TD3 Pendulum run.")],
     doc="""A small mechanism study (6-actuator LQR buffer, point vs AMS critics) and a short AMS-TD3 run.

@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, option_group,
                                  output_option)
-from icmlkit.lib.neuralop.config import PDES, FewShotConfig, GenerateConfig, ModelConfig, TrainConfig
+from icmlkit.lib.train_operator.config import PDES, FewShotConfig, GenerateConfig, ModelConfig, TrainConfig
 
 TOOL = "train-operator"
 RECONSTRUCTED = (
@@ -52,7 +52,7 @@ _data_keys = option_group([
 
 
 def _read(run, path, x_key, y_key, need_y=True):
-    from icmlkit.lib.neuralop.data import read_fields
+    from icmlkit.lib.train_operator.data import read_fields
 
     return read_fields(run.input(path), x_key, y_key, need_y=need_y)
 
@@ -84,7 +84,7 @@ def generate(run, pde, output, cfg):
       train-operator generate ns -o ns64.npz --n 100 --nu 1e-3
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.neuralop.solvers import generate_burgers, generate_darcy, generate_ns
+    from icmlkit.lib.train_operator.solvers import generate_burgers, generate_darcy, generate_ns
 
     run.output(output)
     sub = cfg.for_pde(pde)
@@ -125,7 +125,7 @@ def train(run, data, output, epochs_csv, val_path, x_key, y_key, checkpoint_ever
       train-operator train data/darcy/darcy_train_16.pt -o fa.safetensors --epochs 100 --resume
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.neuralop.train import train as train_model
+    from icmlkit.lib.train_operator.train import train as train_model
 
     from dataclasses import asdict
 
@@ -161,7 +161,7 @@ def eval_(run, model, data, x_key, y_key, batch, fail_above):
     JSON keys: model, resolution, n, rel_l2_x100, rel_l2_std, params, seconds, train_resolution.
     Example:  train-operator eval fa.safetensors data/darcy/darcy_test_32.pt --json
     """
-    from icmlkit.lib.neuralop.train import evaluate, load_model
+    from icmlkit.lib.train_operator.train import evaluate, load_model
 
     m = load_model(run.input(model))
     res = evaluate(m, _read(run, data, x_key, y_key), device=run.device, batch=batch)
@@ -185,7 +185,7 @@ def predict(run, model, inputs, output, x_key, y_key, batch):
     Example:  train-operator predict fa.safetensors data/darcy/darcy_test_32.pt -o pred32.npz
     """
     from icmlkit.lib.core.io import write_npz
-    from icmlkit.lib.neuralop.train import load_model, predict as predict_fields
+    from icmlkit.lib.train_operator.train import load_model, predict as predict_fields
 
     run.output(output)
     m = load_model(run.input(model))
@@ -217,7 +217,7 @@ def superres(run, model, data, output, plot, x_key, y_key, batch, max_ratio):
     Example:  train-operator superres fa.safetensors test16.pt test32.pt -o sr.csv --plot sr.png --max-ratio 1.3
     """
     from icmlkit.lib.core.io import write_rows
-    from icmlkit.lib.neuralop.train import load_model, plot_superres, superres as run_superres
+    from icmlkit.lib.train_operator.train import load_model, plot_superres, superres as run_superres
 
     run.output(output)
     run.output(plot)
@@ -252,14 +252,14 @@ def few_shot(run, cfg, threads):
     """
     import torch
 
-    from icmlkit.lib.neuralop.fewshot import few_shot as run_few_shot
+    from icmlkit.lib.train_operator.fewshot import few_shot as run_few_shot
 
     torch.set_num_threads(threads)
     return run_few_shot(cfg, seed=run.seed, device=run.device).summary
 
 
 add_demo(
-    cli, "icmlkit.lib.neuralop.demo:run_demo", device=True,
+    cli, "icmlkit.lib.train_operator.demo:run_demo", device=True,
     options=[click.option("--epochs", type=click.IntRange(min=1), default=15, show_default=True,
                           help="Training epochs of each model.")],
     doc="""Train FuncAttn and Transolver on the shipped Darcy set (16x16), test both at 16x16 and 32x32,

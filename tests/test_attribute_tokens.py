@@ -13,8 +13,8 @@ import torch
 
 from icmlkit.cli._common import run_cli
 from icmlkit.cli.attribute_tokens import cli
-from icmlkit.lib.attrib import api, ifr, metrics
-from icmlkit.lib.attrib.config import TaskConfig, ToyConfig, TraceConfig
+from icmlkit.lib.attribute_tokens import api, ifr, metrics
+from icmlkit.lib.attribute_tokens.config import TaskConfig, ToyConfig, TraceConfig
 
 TOOL = "attribute-tokens"
 
@@ -169,8 +169,8 @@ def test_recall_rise_mas_on_hand_scores():
 
 
 def test_ig_completeness_on_the_toy_model():
-    from icmlkit.lib.attrib.baselines import _forward_fn, captum_scores
-    from icmlkit.lib.attrib.toy import make_model
+    from icmlkit.lib.attribute_tokens.baselines import _forward_fn, captum_scores
+    from icmlkit.lib.attribute_tokens.toy import make_model
 
     model = make_model(ToyConfig(layers=2, hidden=32, heads=4), 210, seed=0).eval()
     ids = IDS.tolist()
@@ -190,7 +190,7 @@ _CACHE: dict = {}
 def _toy_folder() -> Path:
     """A tiny random toy model folder (word tokenizer), built once per session."""
     if "toy" not in _CACHE:
-        from icmlkit.lib.attrib.toy import ToyResult, make_model, make_tokenizer, save_toy
+        from icmlkit.lib.attribute_tokens.toy import ToyResult, make_model, make_tokenizer, save_toy
 
         d = Path(tempfile.mkdtemp(prefix="attrib-toy-")) / "toy"
         tok = make_tokenizer()
@@ -247,8 +247,8 @@ def test_trace_single_and_batch_outputs(tmp_path, capsys):
 
 
 def test_char_spans_map_to_the_right_tokens():
-    from icmlkit.lib.attrib.tasks import make_task
-    from icmlkit.lib.attrib.toy import make_tokenizer
+    from icmlkit.lib.attribute_tokens.tasks import make_task
+    from icmlkit.lib.attribute_tokens.toy import make_tokenizer
 
     tok = make_tokenizer()
     row = make_task("vt", TaskConfig(n=1, chains=2, fillers=2), seed=0)[0]
@@ -273,8 +273,8 @@ def test_eval_timing_and_qwen2(tmp_path, capsys):
     assert [r["method"] for r in s["methods"]] == ["flashtrace", "ifr-span", "gradxinput", "random"]
     assert all(set(r) >= {"recall_at_10", "rise", "mas", "seconds_per_example"} for r in s["methods"])
     # a Qwen2 decoder (q/k/v biases, GQA) through the library with the word tokenizer
-    from icmlkit.lib.attrib.config import EvalConfig
-    from icmlkit.lib.attrib.toy import make_tokenizer
+    from icmlkit.lib.attribute_tokens.config import EvalConfig
+    from icmlkit.lib.attribute_tokens.toy import make_tokenizer
 
     b = api.Bundle(_qwen("qwen2", torch.float32), make_tokenizer())
     exs = api.prepare_rows(api.read_rows(str(vt)), b.tokenizer, "vt", require_gold=True)
@@ -338,7 +338,7 @@ def test_bad_models_exit_1(tmp_path, capsys):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=210)).save_pretrained(str(tmp_path / "gpt2"))
-    from icmlkit.lib.attrib.toy import make_tokenizer, save_tokenizer
+    from icmlkit.lib.attribute_tokens.toy import make_tokenizer, save_tokenizer
 
     save_tokenizer(tmp_path / "gpt2", make_tokenizer())
     code, _, err = invoke(["trace", str(tmp_path / "gpt2"), "--prompt", "X1", "--target", " X1"], capsys)
@@ -357,7 +357,7 @@ def test_usage_errors_exit_2(capsys):
 
 
 def test_train_toy_resume_gives_the_same_model(tmp_path, interrupting_checkpointer):
-    from icmlkit.lib.attrib.toy import train_toy
+    from icmlkit.lib.attribute_tokens.toy import train_toy
     from icmlkit.lib.core.checkpoint import Checkpointer
 
     cfg = ToyConfig(layers=1, hidden=32, heads=2, steps=4, batch=4, eval_n=2, min_lines=2, lines_max=4,
@@ -374,7 +374,7 @@ def test_train_toy_resume_gives_the_same_model(tmp_path, interrupting_checkpoint
 
 
 def test_toy_curriculum_grows_both_tasks_or_starts_with_vt_alone():
-    from icmlkit.lib.attrib.toy import step_rows
+    from icmlkit.lib.attribute_tokens.toy import step_rows
 
     def sizes(rows):
         vt = [r for r in rows if r["task"] == "vt"]
@@ -506,8 +506,8 @@ def test_torchrun_two_processes_match_one(tmp_path):
 
 
 def test_chat_template_shifts_char_spans_and_masks_template_tokens():
-    from icmlkit.lib.attrib.tasks import make_task
-    from icmlkit.lib.attrib.toy import make_tokenizer
+    from icmlkit.lib.attribute_tokens.tasks import make_task
+    from icmlkit.lib.attribute_tokens.toy import make_tokenizer
 
     tok = make_tokenizer()
     tok.chat_template = ("{% for m in messages %}FILL {{ m['content'] }} FILL{% endfor %}"

@@ -13,14 +13,14 @@ import torch
 
 from conftest import run_tool
 from fuzzing import FuzzCase, check_malformed
-from icmlkit.lib.portfolio import estimators as E
-from icmlkit.lib.portfolio.backtest import rebalance_indices, run_backtest, simulate
-from icmlkit.lib.portfolio.data import Market, read_market
-from icmlkit.lib.portfolio.layer import SharpeLayer, best_excess_return, solve_tangency_cvxpy
-from icmlkit.lib.portfolio.metrics import max_drawdown, sharpe, sharpe_ci, stationary_bootstrap_indices
-from icmlkit.lib.portfolio.model import Config, build_samples, fit
-from icmlkit.lib.portfolio.synthetic import planted_market
-from icmlkit.lib.portfolio.topk import hard_topk, soft_topk
+from icmlkit.lib.backtest_portfolio import estimators as E
+from icmlkit.lib.backtest_portfolio.backtest import rebalance_indices, run_backtest, simulate
+from icmlkit.lib.backtest_portfolio.data import Market, read_market
+from icmlkit.lib.backtest_portfolio.layer import SharpeLayer, best_excess_return, solve_tangency_cvxpy
+from icmlkit.lib.backtest_portfolio.metrics import max_drawdown, sharpe, sharpe_ci, stationary_bootstrap_indices
+from icmlkit.lib.backtest_portfolio.model import Config, build_samples, fit
+from icmlkit.lib.backtest_portfolio.synthetic import planted_market
+from icmlkit.lib.backtest_portfolio.topk import hard_topk, soft_topk
 
 TOOL = "backtest-portfolio"
 D = torch.float64
@@ -185,7 +185,7 @@ def test_training_moves_the_predictor_with_every_operator(topk, score):
     mk = _market(n=6, blocks=20)
     cfg = Config(loss="dfl", k=2, window=40, epochs=1, batch=8, topk=topk, score=score, eps_start=0.3, eps_end=0.3)
     tr = build_samples(mk.returns, np.arange(260, 340, 10), 40, "ledoit-wolf", 21)
-    from icmlkit.lib.portfolio.model import new_model
+    from icmlkit.lib.backtest_portfolio.model import new_model
 
     init = new_model(cfg, tr.X.shape[-1], 0).state_dict()
     model, hist = fit(cfg, tr, None, seed=0)
@@ -200,7 +200,7 @@ def test_no_lookahead(tiny_model):
     rng = np.random.default_rng(1)
     shuffled[t + 1:] = shuffled[t + 1:][rng.permutation(len(shuffled) - t - 1)] * 1.7
     mk2 = Market(mk.dates, mk.tickers, shuffled, "shuffled")
-    from icmlkit.lib.portfolio.backtest import target_weights
+    from icmlkit.lib.backtest_portfolio.backtest import target_weights
 
     for strategy, kw in (("historical-topk", {}), ("dfl", {"model": model, "cfg": cfg}), ("exact", {})):
         w1, _ = target_weights(strategy, mk, [t, t - 21], 3, 60, **kw)
@@ -447,7 +447,7 @@ def test_report_rejects_a_truncated_summary(tmp_path, capsys):
 
 def _valid_inputs(base):
     """Prices (6 tickers S0..S5, 300 days), an untrained model file on those tickers, a returns.csv."""
-    from icmlkit.lib.portfolio.model import new_model, save_model
+    from icmlkit.lib.backtest_portfolio.model import new_model, save_model
 
     p = _write_prices(base / "p.csv", n=6, days=300)
     cfg = Config(loss="dfl", k=3, window=60)
@@ -490,7 +490,7 @@ def test_out_of_sample_check_is_strict():
     from the next day on) is out of sample: the help's own example must not be flagged."""
     from types import SimpleNamespace
 
-    from icmlkit.lib.portfolio.api import BacktestRun
+    from icmlkit.lib.backtest_portfolio.api import BacktestRun
 
     res = SimpleNamespace(rebalance_dates=np.array(["2015-12-31", "2016-01-29"], dtype="datetime64[D]"))
     assert BacktestRun(res, 0.0, 0, "2015-12-31").model_data_overlap is False
@@ -515,7 +515,7 @@ def test_weekly_rebalancing_is_the_last_trading_day_of_each_week():
 
 
 def test_train_start_on_a_trading_day_is_included():
-    from icmlkit.lib.portfolio.api import TrainConfig, training_dates
+    from icmlkit.lib.backtest_portfolio.api import TrainConfig, training_dates
 
     mk = _market(n=6, blocks=30)
     d = str(mk.dates[300])
@@ -566,7 +566,7 @@ def test_report_refuses_a_non_results_file_at_once(tmp_path, capsys):
 
 
 def test_paired_sharpe_test():
-    from icmlkit.lib.portfolio.metrics import paired_sharpe_test, paired_table
+    from icmlkit.lib.backtest_portfolio.metrics import paired_sharpe_test, paired_table
 
     rng = np.random.default_rng(0)
     c = rng.normal(0.0004, 0.01, 1500)
@@ -599,7 +599,7 @@ def test_report_has_the_paired_test(tmp_path, capsys):
 
 
 def test_parametrised_cvxpy_problem_matches_the_layer():
-    from icmlkit.lib.portfolio.layer import CvxpyTangency
+    from icmlkit.lib.backtest_portfolio.layer import CvxpyTangency
 
     mu, S, _ = _interior_problem(6, seed=7)
     F = E.factor(S[None])
@@ -613,7 +613,7 @@ def test_parametrised_cvxpy_problem_matches_the_layer():
 
 
 def test_net_of_costs_is_the_backtest_cost_model():
-    from icmlkit.lib.portfolio.model import drifted, net_of_costs
+    from icmlkit.lib.backtest_portfolio.model import drifted, net_of_costs
 
     R = np.array([[0.0, 0.0], [0.10, -0.10], [0.0, 0.0], [0.05, 0.0]])
     W = np.array([[0.5, 0.5], [1.0, 0.0]])
@@ -627,7 +627,7 @@ def test_net_of_costs_is_the_backtest_cost_model():
 
 
 def test_train_floor_and_near_hard_mask_close_the_train_test_gap(tiny_model):
-    from icmlkit.lib.portfolio.model import Pipeline, train_test_gap
+    from icmlkit.lib.backtest_portfolio.model import Pipeline, train_test_gap
 
     mk, model, cfg = tiny_model
     s = build_samples(mk.returns, np.arange(300, 500, 10), 60, "ledoit-wolf", 21)

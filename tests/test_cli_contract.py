@@ -168,6 +168,6 @@ def test_missing_or_broken_optional_module_is_an_environment_problem(tmp_path, m
     (tmp_path / "icmlkit_broken_mod.py").write_text("raise RuntimeError('operator x::nms does not exist')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(EnvironmentProblem, match="fails to import .*RuntimeError: operator x::nms"):
-        require_module("icmlkit_broken_mod", "detect")
+        require_module("icmlkit_broken_mod", "detect-synthetic")
     with pytest.raises(EnvironmentProblem, match=r"pip install 'icmlkit\[detect\]'"):
-        require_module("icmlkit_no_such_module_here", "detect")
+        require_module("icmlkit_no_such_module_here", "detect-synthetic")

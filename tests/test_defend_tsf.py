@@ -18,13 +18,13 @@ import torch
 
 from conftest import BIN, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
-from icmlkit.lib.tsf import attack as atk
-from icmlkit.lib.tsf import timeguard as tg
-from icmlkit.lib.tsf.config import DataConfig, ModelConfig, SynthConfig, TrainConfig
-from icmlkit.lib.tsf.data import Scaler, read_series
-from icmlkit.lib.tsf.models import build_model
-from icmlkit.lib.tsf.synth import synthetic_series
-from icmlkit.lib.tsf.train import backcaster_windows
+from icmlkit.lib.defend_tsf import attack as atk
+from icmlkit.lib.defend_tsf import timeguard as tg
+from icmlkit.lib.defend_tsf.config import DataConfig, ModelConfig, SynthConfig, TrainConfig
+from icmlkit.lib.defend_tsf.data import Scaler, read_series
+from icmlkit.lib.defend_tsf.models import build_model
+from icmlkit.lib.defend_tsf.synth import synthetic_series
+from icmlkit.lib.defend_tsf.train import backcaster_windows
 
 TOOL = "defend-tsf"
 SPLIT = "0.6,0.2,0.2"
@@ -209,7 +209,7 @@ def test_mae_poison_by_hand():
 
 @pytest.fixture
 def series_csv(tmp_path) -> Path:
-    from icmlkit.lib.tsf.api import write_series
+    from icmlkit.lib.defend_tsf.api import write_series
 
     p = tmp_path / "series.csv"
     write_series(p, synthetic_series(SynthConfig(rows=600, channels=4), 0))
@@ -358,8 +358,8 @@ def test_fill_repairs_gaps_and_short_splits_are_rejected(tmp_path, capsys):
 def _setup_all(base: Path) -> dict:
     """A series, its attack record and a model, made once per fuzz kind (small and fast)."""
     from icmlkit.lib.core.io import write_json
-    from icmlkit.lib.tsf.api import attack_series, train, write_model, write_series
-    from icmlkit.lib.tsf.config import AttackConfig
+    from icmlkit.lib.defend_tsf.api import attack_series, train, write_model, write_series
+    from icmlkit.lib.defend_tsf.config import AttackConfig
 
     s = synthetic_series(SynthConfig(rows=300, channels=3), 0)
     write_series(base / "s.csv", s)
@@ -455,7 +455,7 @@ def test_demo_runs(tmp_path, capsys):
                     and not (Path(__file__).resolve().parents[2] / "shared" / "data" / "ett" / "ETTh1.csv").exists(),
                     reason="ETTh1.csv is not present")
 def test_reads_etth1_with_the_standard_split():
-    from icmlkit.lib.tsf.data import make_splits
+    from icmlkit.lib.defend_tsf.data import make_splits
 
     repo = Path(__file__).resolve().parents[1]
     p = repo / "data" / "ett" / "ETTh1.csv"

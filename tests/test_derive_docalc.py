@@ -12,13 +12,13 @@ from fuzzing import FuzzCase, check_malformed
 from icmlkit.lib.causal import ADMG, parse_dagitty, parse_json_graph, parse_query, rule1, rule2, rule3, z_of_w
 from icmlkit.lib.causal.parse import Query
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.docalc import expr as E
-from icmlkit.lib.docalc.api import class_estimands
-from icmlkit.lib.docalc.derivation import (RuleOracle, all_expressions, canonical_all_pairs, canonical_test,
+from icmlkit.lib.derive_docalc import expr as E
+from icmlkit.lib.derive_docalc.api import class_estimands
+from icmlkit.lib.derive_docalc.derivation import (RuleOracle, all_expressions, canonical_all_pairs, canonical_test,
                                            components, equivalence_class)
-from icmlkit.lib.docalc.estimate import DiscreteTables, GaussianMoments, evaluate_table, gaussian_effect
-from icmlkit.lib.docalc.identify import NotIdentifiable, identify
-from icmlkit.lib.docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic, random_admg
+from icmlkit.lib.derive_docalc.estimate import DiscreteTables, GaussianMoments, evaluate_table, gaussian_effect
+from icmlkit.lib.derive_docalc.identify import NotIdentifiable, identify
+from icmlkit.lib.derive_docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic, random_admg
 
 NAPKIN = "dag { W1 -> W2; W2 -> X; X -> Y; W1 <-> X; W1 <-> Y }"
 
@@ -106,7 +106,7 @@ def test_napkin_class_and_paths():
 
 
 def test_canonical_route_gives_the_same_class():
-    from icmlkit.lib.docalc.derivation import equivalence_class_canonical
+    from icmlkit.lib.derive_docalc.derivation import equivalence_class_canonical
 
     rng = np.random.default_rng(8)
     for G in [G_(NAPKIN), classic("M-graph")] + [random_admg(5, rng) for _ in range(5)]:
@@ -211,8 +211,8 @@ def test_front_door_and_idc_exact():
 
 
 def test_agrees_with_causaleffect():
-    pytest.importorskip("causaleffect", reason="install the docalc-test extra")
-    from icmlkit.lib.docalc.oracle import causaleffect_identify
+    pytest.importorskip("causaleffect", reason="install the derive-docalc extra")
+    from icmlkit.lib.derive_docalc.oracle import causaleffect_identify
 
     rng = np.random.default_rng(2)
     graphs = [classic(n) for n in CLASSIC] + [random_admg(5, rng) for _ in range(8)]
@@ -391,7 +391,7 @@ def test_cli_estimate_discrete_and_gaussian(tmp_path):
     assert all(abs(e["estimate"] - truth) < 5 * e["se"] + 0.02 for e in out["estimates"])
     assert (tmp_path / "ranked.csv").read_text().startswith("rank,estimate")
     Gf = classic("front-door+back-door")
-    from icmlkit.lib.docalc.demo import FDBD_FRONT_DOOR_WINS
+    from icmlkit.lib.derive_docalc.demo import FDBD_FRONT_DOOR_WINS
 
     c, s = FDBD_FRONT_DOOR_WINS
     pd.DataFrame(LinearGaussianSCM(Gf, c, {}, s).sample(500, rng), columns=Gf.nodes).to_csv(tmp_path / "f.csv", index=False)
@@ -468,7 +468,7 @@ def test_generate_discrete_truth_is_the_scm_value_and_estimate_finds_it(tmp_path
 
 
 def test_generate_gaussian_truth_is_the_total_effect(tmp_path, capsys):
-    from icmlkit.lib.docalc.models import GenerateConfig, generate_data
+    from icmlkit.lib.derive_docalc.models import GenerateConfig, generate_data
 
     G = classic("front-door+back-door")
     q = parse_query("P(y | do(x))", G)
@@ -563,9 +563,9 @@ SIMPLIFIED = {"back-door": "sum_{Z} (P(Y | X, Z) P(Z))", "front-door+back-door":
 
 
 def test_simplified_id_matches_causaleffect_on_the_classic_graphs():
-    pytest.importorskip("causaleffect", reason="install the docalc-test extra")
-    from icmlkit.lib.docalc.identify import simplify
-    from icmlkit.lib.docalc.oracle import causaleffect_identify
+    pytest.importorskip("causaleffect", reason="install the derive-docalc extra")
+    from icmlkit.lib.derive_docalc.identify import simplify
+    from icmlkit.lib.derive_docalc.oracle import causaleffect_identify
 
     graphs = {**CLASSIC, "chain": CHAIN, "fdbd+iv": FDBD_IV}
     rng = np.random.default_rng(30)
@@ -597,7 +597,7 @@ def test_simplified_id_matches_causaleffect_on_the_classic_graphs():
 
 def test_optimal_adjustment_sets_and_their_estimands_are_exact():
     from icmlkit.lib.causal.adjust import is_adjustment_set, optimal_adjustment_set
-    from icmlkit.lib.docalc.api import adjustment_estimand
+    from icmlkit.lib.derive_docalc.api import adjustment_estimand
 
     want = {"back-door": {"Z"}, "front-door+back-door": {"Z"}, "M-graph": {"B"}, "front-door": None,
             "napkin": None}
@@ -625,7 +625,7 @@ def test_optimal_adjustment_sets_and_their_estimands_are_exact():
 def test_pruning_leaves_the_class_of_the_relevant_variables_unchanged():
     import time
 
-    from icmlkit.lib.docalc.derivation import prune
+    from icmlkit.lib.derive_docalc.derivation import prune
 
     cases = [("dag { X -> Y; A; B; C }", "P(y | do(x))"),
              (NAPKIN[:-1] + "; P -> Q; Q <-> R }", "P(y | do(x))"),
@@ -676,7 +676,7 @@ def test_estimate_contrasts_with_cis(tmp_path, capsys):
     assert "contrast_ci_low" in (tmp_path / "r.csv").read_text().splitlines()[0]
     # gaussian: the contrast is the slope times A - B
     Gf = classic("front-door+back-door")
-    from icmlkit.lib.docalc.demo import FDBD_FRONT_DOOR_WINS
+    from icmlkit.lib.derive_docalc.demo import FDBD_FRONT_DOOR_WINS
 
     c, sd = FDBD_FRONT_DOOR_WINS
     pd.DataFrame(LinearGaussianSCM(Gf, c, {}, sd).sample(400, rng), columns=Gf.nodes).to_csv(tmp_path / "f.csv",
@@ -703,8 +703,8 @@ def _gauss_df(G, coef, n, seed):
 
 
 def test_falsify_level_on_the_true_graph_and_power_on_a_wrong_one(tmp_path, capsys):
-    from icmlkit.lib.docalc.config import FalsifyConfig
-    from icmlkit.lib.docalc.falsify import falsify
+    from icmlkit.lib.derive_docalc.config import FalsifyConfig
+    from icmlkit.lib.derive_docalc.falsify import falsify
 
     G = G_(CHAIN)
     q = parse_query("P(y | do(x))", G)
@@ -738,7 +738,7 @@ def test_falsify_level_on_the_true_graph_and_power_on_a_wrong_one(tmp_path, caps
 
 
 def test_experiments_surrogates_are_exact():
-    from icmlkit.lib.docalc.experiments import experiments, identify_from_experiment
+    from icmlkit.lib.derive_docalc.experiments import experiments, identify_from_experiment
 
     G = G_(NAPKIN)
     ce = class_estimands(G, parse_query("P(y | do(x))", G))

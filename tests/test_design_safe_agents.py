@@ -24,13 +24,13 @@ def js(r):
 
 @pytest.fixture(scope="module")
 def travel():
-    from icmlkit.lib.safeagents import load_env
+    from icmlkit.lib.design_safe_agents import load_env
 
     return load_env("travel")
 
 
 def _g(**kw):
-    from icmlkit.lib.safeagents import GameSettings
+    from icmlkit.lib.design_safe_agents import GameSettings
 
     return GameSettings(**kw)
 
@@ -40,14 +40,14 @@ def _g(**kw):
 
 @pytest.mark.parametrize("bits", ["000000000000", "111011100111", "011010000111", "000000000101"])
 def test_dp_safety_equals_monte_carlo_within_ci(travel, bits):
-    from icmlkit.lib.safeagents import Compiled, attack_harm, design_from_bits, enumerate_attacks, mc_safety
+    from icmlkit.lib.design_safe_agents import Compiled, attack_harm, design_from_bits, enumerate_attacks, mc_safety
 
     cd = Compiled(design_from_bits(travel, tuple(map(int, bits))), travel)
     atks = enumerate_attacks(cd, 2)
     rng = random.Random(7)
     picks = sorted(atks, key=lambda a: (attack_harm(cd, a), a.key))[-2:] + rng.sample(atks, 2)
     from icmlkit.lib.core.runtime import stream_seed
-    from icmlkit.lib.safeagents.runtime import wilson
+    from icmlkit.lib.design_safe_agents.runtime import wilson
 
     for a in picks:
         exact = 1 - attack_harm(cd, a)
@@ -60,7 +60,7 @@ def test_dp_safety_equals_monte_carlo_within_ci(travel, bits):
 
 @pytest.mark.parametrize("bits", ["000000000000", "111111111111", "000000000111"])
 def test_dp_quality_equals_monte_carlo_within_ci(travel, bits):
-    from icmlkit.lib.safeagents import Compiled, design_from_bits, mc_quality, quality
+    from icmlkit.lib.design_safe_agents import Compiled, design_from_bits, mc_quality, quality
 
     cd = Compiled(design_from_bits(travel, tuple(map(int, bits))), travel)
     q = quality(cd)
@@ -72,9 +72,9 @@ def test_dp_quality_equals_monte_carlo_within_ci(travel, bits):
 
 
 def test_harmful_action_list_checks_fire_on_their_own_action(travel):
-    from icmlkit.lib.safeagents.envs import BUILTIN, read_targets
-    from icmlkit.lib.safeagents.runtime import check_holds
-    from icmlkit.lib.safeagents.schema import Target
+    from icmlkit.lib.design_safe_agents.envs import BUILTIN, read_targets
+    from icmlkit.lib.design_safe_agents.runtime import check_holds
+    from icmlkit.lib.design_safe_agents.schema import Target
 
     rows = read_targets()
     assert len(rows) == 40 and {r["environment"] for r in rows} == set(BUILTIN)
@@ -88,7 +88,7 @@ def test_harmful_action_list_checks_fire_on_their_own_action(travel):
 
 
 def test_best_response_is_the_argmin_over_the_enumerated_set(travel):
-    from icmlkit.lib.safeagents import Compiled, attack_harm, best_response, design_from_bits, enumerate_attacks
+    from icmlkit.lib.design_safe_agents import Compiled, attack_harm, best_response, design_from_bits, enumerate_attacks
 
     for bits in [(0,) * 12, (1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0)]:
         cd = Compiled(design_from_bits(travel, bits), travel)
@@ -120,7 +120,7 @@ def test_cli_attack_and_evaluate_agree(tmp_path):
 
 
 def _approval_env(k: int):
-    from icmlkit.lib.safeagents.schema import env_from_obj
+    from icmlkit.lib.design_safe_agents.schema import env_from_obj
 
     names = ["planner", "worker", "rev1", "rev2", "helper"]
     edges = [[a, b] for a in names for b in names if a != b]
@@ -143,7 +143,7 @@ def _approval_env(k: int):
 
 
 def test_k_of_n_with_k_above_eps_blocks_every_single_agent_attack():
-    from icmlkit.lib.safeagents import Compiled, attack_harm, enumerate_attacks, mc_safety
+    from icmlkit.lib.design_safe_agents import Compiled, attack_harm, enumerate_attacks, mc_safety
 
     env2 = _approval_env(2)
     cd = Compiled(env2.base_design, env2)
@@ -163,9 +163,9 @@ def test_k_of_n_with_k_above_eps_blocks_every_single_agent_attack():
 
 
 def test_refuse_everything_is_safe_but_not_chosen(travel):
-    from icmlkit.lib.safeagents import SearchSettings, refuse_everything, run_search
-    from icmlkit.lib.safeagents.schema import signature
-    from icmlkit.lib.safeagents.search import evaluate, objective
+    from icmlkit.lib.design_safe_agents import SearchSettings, refuse_everything, run_search
+    from icmlkit.lib.design_safe_agents.schema import signature
+    from icmlkit.lib.design_safe_agents.search import evaluate, objective
 
     g = _g()
     ref = evaluate(refuse_everything(travel), travel, g)
@@ -181,7 +181,7 @@ def test_refuse_everything_is_safe_but_not_chosen(travel):
 
 
 def test_mama_beats_quality_only_on_worst_case_safety(travel):
-    from icmlkit.lib.safeagents import SearchSettings, run_search
+    from icmlkit.lib.design_safe_agents import SearchSettings, run_search
 
     g = _g()
     _, fm = run_search(travel, g, SearchSettings(iterations=25, method="mama"), seed=1)
@@ -192,12 +192,12 @@ def test_mama_beats_quality_only_on_worst_case_safety(travel):
 
 def test_presets_match_the_recorded_agentdojo_runs():
     from icmlkit.lib.core.io import shared_data_dir
-    from icmlkit.lib.safeagents.presets import COUNTS, measure
+    from icmlkit.lib.design_safe_agents.presets import COUNTS, measure
 
     d = shared_data_dir("agentdojo_runs")
     if d is None:
         pytest.skip("../shared/data/agentdojo_runs is not present")
-    from icmlkit.lib.safeagents.presets import CLEAN
+    from icmlkit.lib.design_safe_agents.presets import CLEAN
 
     m = measure(d)
     assert set(m) == set(COUNTS) == set(CLEAN)
@@ -210,8 +210,8 @@ def test_model_edits_trade_quality_and_safety_by_the_data(travel):
     """The quality-only comparison is not decided by construction: switching every agent to
     claude-3.5-sonnet-20241022 raises both Q and S_min (a quality-only search may find it), while gpt-4o with
     repeat_user_prompt raises Q more and keeps S_min low."""
-    from icmlkit.lib.safeagents import design_from_bits, env_menu
-    from icmlkit.lib.safeagents.search import evaluate
+    from icmlkit.lib.design_safe_agents import design_from_bits, env_menu
+    from icmlkit.lib.design_safe_agents.search import evaluate
 
     menu = [m["id"] for m in env_menu(travel)]
     g = _g()
@@ -230,8 +230,8 @@ def test_model_edits_trade_quality_and_safety_by_the_data(travel):
 
 def test_agentdojo_calls_per_task_recount():
     pytest.importorskip("agentdojo")
-    from icmlkit.lib.safeagents.agentdojo_env import SUITES, suite_parts
-    from icmlkit.lib.safeagents.presets import GT_CALLS, GT_TASKS
+    from icmlkit.lib.design_safe_agents.agentdojo_env import SUITES, suite_parts
+    from icmlkit.lib.design_safe_agents.presets import GT_CALLS, GT_TASKS
 
     calls = tasks = 0
     for s in SUITES:
@@ -246,8 +246,8 @@ def test_agentdojo_suite_checks_agree_with_agentdojo_security(suite):
     """Each target's programmatic check fires on its injection task's ground-truth run exactly when
     AgentDojo's own security() does, and never on a user task's ground-truth run."""
     pytest.importorskip("agentdojo")
-    from icmlkit.lib.safeagents import load_env
-    from icmlkit.lib.safeagents.agentdojo_env import agentdojo_security_agrees
+    from icmlkit.lib.design_safe_agents import load_env
+    from icmlkit.lib.design_safe_agents.agentdojo_env import agentdojo_security_agrees
 
     env = load_env(f"agentdojo:{suite}")
     assert env.base_design.entry == "planner" and len(env.targets) >= 4 and len(env.tasks) >= 16
@@ -276,7 +276,7 @@ def test_agentdojo_env_through_the_cli(tmp_path):
 
 
 def _cfgs(**kw):
-    from icmlkit.lib.safeagents.config import GameConfig, LLMConfig, SearchConfig
+    from icmlkit.lib.design_safe_agents.config import GameConfig, LLMConfig, SearchConfig
 
     return GameConfig(), SearchConfig(**kw), LLMConfig()
 
@@ -284,7 +284,7 @@ def _cfgs(**kw):
 def test_search_resume_gives_the_same_files(travel, tmp_path, interrupting_checkpointer):
     from conftest import Interrupted
     from icmlkit.lib.core.checkpoint import Checkpointer
-    from icmlkit.lib.safeagents import search_designs as search
+    from icmlkit.lib.design_safe_agents import search_designs as search
 
     game, cfg, llm = _cfgs(iterations=8)
     full = search(travel, game, cfg, llm, seed=3)
@@ -348,8 +348,8 @@ class _Stub(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub_server(travel):
-    from icmlkit.lib.safeagents.envs import apply_ops
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents.envs import apply_ops
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     good = design_json(apply_ops(travel.base_design, [{"op": "harden", "agent": "payer"},
                                                       {"op": "approval", "action": "pay", "approvers": ["planner", "concierge"], "k": 2}]))
@@ -407,7 +407,7 @@ def test_endpoint_failing_after_retries_exits_1_naming_the_url(tmp_path, capsys)
 
 
 def test_llm_adversary_through_the_stub(tmp_path, stub_server, capsys, travel):
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     _Stub.answers = [json.dumps([{"compromised": ["booker"], "sender": "booker", "target": "travel-01",
                                   "style": "impersonate"}, {"compromised": ["nobody"], "target": "x", "style": "y"}])]
@@ -433,7 +433,7 @@ def test_llm_adversary_through_the_stub(tmp_path, stub_server, capsys, travel):
     (lambda d: d["agents"][2].pop("name"), "agents[2].name"),
 ])
 def test_bad_design_names_file_and_json_path(tmp_path, travel, capsys, mutate, where):
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     obj = design_json(travel.base_design)
     mutate(obj)
@@ -466,8 +466,8 @@ def test_help_and_tiny_run_subprocess(tmp_path):
 
 
 def _setup(tmp_path):
-    from icmlkit.lib.safeagents import load_env
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents import load_env
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     env = load_env("travel")
     d = tmp_path / "design.json"
@@ -535,7 +535,7 @@ def test_user_env_without_menu_gets_the_default_menu(tmp_path):
 
 
 def test_run_with_inline_attack_and_a_stub_judge(tmp_path, stub_server, capsys, travel):
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     _Stub.answers = ["YES"]
     d = tmp_path / "d.json"
@@ -555,7 +555,7 @@ def test_run_with_inline_attack_and_a_stub_judge(tmp_path, stub_server, capsys, 
 @pytest.mark.slow
 def test_smollm2_plays_an_agent(tmp_path, travel):
     """SmolLM2-135M (a weak real agent) decides for the payer in one attacked episode."""
-    from icmlkit.lib.safeagents.schema import design_json
+    from icmlkit.lib.design_safe_agents.schema import design_json
 
     pytest.importorskip("transformers")
     obj = design_json(travel.base_design)

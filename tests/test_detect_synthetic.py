@@ -26,7 +26,7 @@ def run_tool(*args, **kw):
 
 
 def test_learned_probe_respects_its_linf_bound_and_the_pixel_range():
-    from icmlkit.lib.detect.probe import ProbeUNet, apply_perturbation, multiscale_views
+    from icmlkit.lib.detect_synthetic.probe import ProbeUNet, apply_perturbation, multiscale_views
 
     torch.manual_seed(0)
     g = ProbeUNet(embed_dim=20, base=8)
@@ -46,7 +46,7 @@ def test_learned_probe_respects_its_linf_bound_and_the_pixel_range():
 
 
 def test_gaussian_probe_is_antithetic_and_clamped():
-    from icmlkit.lib.detect.probe import gaussian_probe
+    from icmlkit.lib.detect_synthetic.probe import gaussian_probe
 
     x = torch.full((2, 3, 8, 8), 0.5)
     p = gaussian_probe(x, 0.05, 4, torch.Generator().manual_seed(1))
@@ -59,9 +59,9 @@ def test_rigid_noise_lives_in_the_normalised_input_at_the_encoder_size():
     """RIGID adds λ·N(0, I) to the encoder's normalised input tensor (after resizing), unclamped;
     model files without rigid_space keep the older pixel-space probe."""
     from icmlkit.lib.core.runtime import generator
-    from icmlkit.lib.detect.backbone import load_backbone
-    from icmlkit.lib.detect.model import Detector, DetectorConfig
-    from icmlkit.lib.detect.probe import gaussian_noise
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.detect_synthetic.model import Detector, DetectorConfig
+    from icmlkit.lib.detect_synthetic.probe import gaussian_noise
 
     torch.manual_seed(0)
     enc = load_backbone(input_size=48)
@@ -84,7 +84,7 @@ def test_rigid_noise_lives_in_the_normalised_input_at_the_encoder_size():
 
 
 def test_discrepancy_loss_sign_on_a_hand_made_batch():
-    from icmlkit.lib.detect.probe import discrepancy_loss
+    from icmlkit.lib.detect_synthetic.probe import discrepancy_loss
 
     labels = torch.tensor([0, 0, 1, 1])
     # reals barely move (cos 0.99), fakes drift 5x more (cos 0.95): L = relu(0.95 - 0.99 + 0.01) / 0.01 = 0
@@ -106,7 +106,7 @@ def test_discrepancy_loss_sign_on_a_hand_made_batch():
 def test_lpd_and_median_match_a_direct_computation():
     from scipy.ndimage import median_filter
 
-    from icmlkit.lib.detect.probe import lpd_map, median3
+    from icmlkit.lib.detect_synthetic.probe import lpd_map, median3
 
     rng = np.random.default_rng(0)
     x = rng.random((1, 2, 9, 11)).astype(np.float32)
@@ -125,7 +125,7 @@ def test_lpd_and_median_match_a_direct_computation():
 def test_backbone_classifies_chelsea_as_a_cat_and_coffee_as_espresso_or_cup():
     from skimage import data
 
-    from icmlkit.lib.detect.backbone import load_backbone
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone
 
     enc = load_backbone(input_size=224)
     assert enc.dim == 1280 and not any(p.requires_grad for p in enc.parameters())
@@ -144,7 +144,7 @@ def test_backbone_classifies_chelsea_as_a_cat_and_coffee_as_espresso_or_cup():
 
 
 def test_gradients_flow_through_the_frozen_encoder():
-    from icmlkit.lib.detect.backbone import load_backbone
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone
 
     enc = load_backbone(input_size=32)
     enc.train()
@@ -159,7 +159,7 @@ def test_gradients_flow_through_the_frozen_encoder():
 
 
 def test_metrics_and_oracle_accuracy_against_brute_force():
-    from icmlkit.lib.detect.metrics import asymmetry_test, detection_metrics, oracle_accuracy
+    from icmlkit.lib.detect_synthetic.metrics import asymmetry_test, detection_metrics, oracle_accuracy
 
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 200)
@@ -178,7 +178,7 @@ def test_metrics_and_oracle_accuracy_against_brute_force():
 
 
 def _crops(n, seed):
-    from icmlkit.lib.detect.benchmark import real_crops
+    from icmlkit.lib.detect_synthetic.benchmark import real_crops
 
     pix, _ = real_crops(("astronaut", "coffee", "chelsea"), n, 32, seed)
     return pix
@@ -192,7 +192,7 @@ TINY_ONE = (*TINY_TRAIN, "--micro-batches", 2)  # ... in one process, summing as
 def tiny(tmp_path_factory):
     """A tiny labelled set: real photo crops vs 'generated' = the crops through a small random
     conv net (a stand-in generator with its own texture), as 32-px PNGs in the CNNDetection layout."""
-    from icmlkit.lib.detect.images import to_tensor, to_uint8, write_pngs
+    from icmlkit.lib.detect_synthetic.images import to_tensor, to_uint8, write_pngs
 
     root = tmp_path_factory.mktemp("detect")
     torch.manual_seed(0)
@@ -238,7 +238,7 @@ def test_train_score_eval_roundtrip(tiny, tmp_path):
     scores = np.array([float(r_[1]) for r_ in rows])
     branches = np.array([[float(v) for v in r_[4:]] for r_ in rows])
     assert ((0 <= scores) & (scores <= 1)).all()
-    from icmlkit.lib.detect.model import fuse, load_model
+    from icmlkit.lib.detect_synthetic.model import fuse, load_model
 
     rule = load_model(model).fusion
     assert rule == summary["fusion"] and summary["n_val"] >= 2  # chosen on the held-out training files
@@ -257,8 +257,8 @@ def test_train_score_eval_roundtrip(tiny, tmp_path):
 def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_path, interrupting_checkpointer):
     from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.core.errors import UsageError
-    from icmlkit.lib.detect.images import to_tensor
-    from icmlkit.lib.detect.model import Detector, DetectorConfig
+    from icmlkit.lib.detect_synthetic.images import to_tensor
+    from icmlkit.lib.detect_synthetic.model import Detector, DetectorConfig
 
     root, _, _ = tiny
     assert not (root / "radet.pt.ckpt.pt").exists()  # the CLI removes its checkpoint once training ends

@@ -21,11 +21,11 @@ TORCH_KINDS = (*DEFAULT_KINDS, "garbage_pt")
 @functools.lru_cache(maxsize=None)
 def _assets() -> dict:
     """Valid inputs, made once: 4 real and 4 'generated' 32-px PNGs and a rigid model file."""
-    from icmlkit.lib.detect.benchmark import real_crops
-    from icmlkit.lib.detect.config import DetectorConfig
-    from icmlkit.lib.detect.images import write_pngs
-    from icmlkit.lib.detect.model import save_model
-    from icmlkit.lib.detect.pipeline import ImageSet, train
+    from icmlkit.lib.detect_synthetic.benchmark import real_crops
+    from icmlkit.lib.detect_synthetic.config import DetectorConfig
+    from icmlkit.lib.detect_synthetic.images import write_pngs
+    from icmlkit.lib.detect_synthetic.model import save_model
+    from icmlkit.lib.detect_synthetic.pipeline import ImageSet, train
 
     root = Path(tempfile.mkdtemp(prefix="detect-fuzz-"))
     atexit.register(shutil.rmtree, root, True)
@@ -82,7 +82,7 @@ def test_malformed_inputs(case, tmp_path, capsys):
 
 
 def _blob(**fields) -> dict:
-    from icmlkit.lib.detect.model import FORMAT
+    from icmlkit.lib.detect_synthetic.model import FORMAT
 
     return {"format": FORMAT, "config": '{"method": "rigid"}', "state": {}, **fields}
 

@@ -20,7 +20,7 @@ def run_tool(*args, **kw):
 
 
 def test_branch_loss_is_the_sum_of_its_per_branch_bces_and_the_fused_logit_is_not_in_it():
-    from icmlkit.lib.detect.model import branch_loss, fused_logit
+    from icmlkit.lib.detect_synthetic.model import branch_loss, fused_logit
 
     torch.manual_seed(0)
     z = torch.randn(10, 4, requires_grad=True)
@@ -39,7 +39,7 @@ def test_branch_loss_is_the_sum_of_its_per_branch_bces_and_the_fused_logit_is_no
 
 
 def test_fusion_rules_on_hand_made_probabilities():
-    from icmlkit.lib.detect.model import fuse
+    from icmlkit.lib.detect_synthetic.model import fuse
 
     p = torch.tensor([[0.9, 0.1, 0.5, 0.5], [0.2, 0.2, 0.2, 0.2]])
     assert torch.allclose(fuse(p, "max"), torch.tensor([0.9, 0.2]))
@@ -64,7 +64,7 @@ def _flat_folder(root, names):
 
 def test_cnndetection_reader_pairs_files_by_generator_and_refuses_unknown_names(tmp_path):
     from icmlkit.lib.core.errors import InputError
-    from icmlkit.lib.detect.datasets import read_cnndetection
+    from icmlkit.lib.detect_synthetic.datasets import read_cnndetection
 
     names = ["10_stylegan_real.png", "2_stylegan_fake.png", "3_stylegan_real.png", "4_crn_fake.png",
              "5_crn_real.png", "6_biggan_fake.png"]
@@ -119,7 +119,7 @@ def test_cnndetection_train_and_eval_through_the_cli(tmp_path):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_splits_never_share_a_source_photograph(seed):
-    from icmlkit.lib.detect.datasets import split_by_source
+    from icmlkit.lib.detect_synthetic.datasets import split_by_source
 
     rng = np.random.default_rng(seed)
     sources = rng.choice([f"photo{k}" for k in range(13)], size=200)
@@ -135,9 +135,9 @@ def test_splits_never_share_a_source_photograph(seed):
 
 
 def test_radet_validation_split_keeps_sources_together():
-    from icmlkit.lib.detect.backbone import load_backbone
-    from icmlkit.lib.detect.config import DetectorConfig
-    from icmlkit.lib.detect.model import Detector
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.detect_synthetic.config import DetectorConfig
+    from icmlkit.lib.detect_synthetic.model import Detector
 
     det = Detector(DetectorConfig(val_fraction=0.3), encoder=load_backbone(input_size=32))
     groups = [f"p{k // 4}" for k in range(40)]  # 10 photos, 4 crops each, half real half generated
@@ -150,7 +150,7 @@ def test_radet_validation_split_keeps_sources_together():
 def test_aligned_pairs_store_both_classes_through_the_same_pipeline():
     """With an identity 'autoencoder' the two classes come out identical: the storage round trip
     (PNG or JPEG) and the crops are the same for reals and reconstructions."""
-    from icmlkit.lib.detect.datasets import aligned_pairs, native_crops
+    from icmlkit.lib.detect_synthetic.datasets import aligned_pairs, native_crops
 
     class Identity:
         def reconstruct(self, x):
@@ -170,9 +170,9 @@ def test_aligned_pairs_store_both_classes_through_the_same_pipeline():
 
 
 def test_finetune_baseline_trains_every_backbone_weight_and_round_trips(tmp_path):
-    from icmlkit.lib.detect.backbone import load_backbone
-    from icmlkit.lib.detect.config import DetectorConfig
-    from icmlkit.lib.detect.model import Detector, load_model, save_model
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.detect_synthetic.config import DetectorConfig
+    from icmlkit.lib.detect_synthetic.model import Detector, load_model, save_model
 
     enc = load_backbone(input_size=32)
     torch.manual_seed(0)
@@ -189,9 +189,9 @@ def test_finetune_baseline_trains_every_backbone_weight_and_round_trips(tmp_path
 
 
 def test_radet_scores_are_the_chosen_fusion_of_calibrated_branches():
-    from icmlkit.lib.detect.backbone import load_backbone
-    from icmlkit.lib.detect.config import DetectorConfig
-    from icmlkit.lib.detect.model import Detector, fuse
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.detect_synthetic.config import DetectorConfig
+    from icmlkit.lib.detect_synthetic.model import Detector, fuse
 
     enc = load_backbone(input_size=32)
     det = Detector(DetectorConfig(), encoder=enc)
@@ -218,7 +218,7 @@ def test_taef2_loads_both_state_dicts_strictly_and_reconstructs_a_photograph():
         pytest.skip("../shared/data/taef2 is not there")
     from skimage import data
 
-    from icmlkit.lib.detect.taef2 import load_taef2, psnr
+    from icmlkit.lib.detect_synthetic.taef2 import load_taef2, psnr
 
     model = load_taef2(folder)
     n_enc = sum(p.numel() for p in model.encoder.parameters())
@@ -234,7 +234,7 @@ def test_taef2_loads_both_state_dicts_strictly_and_reconstructs_a_photograph():
 
 def test_taef2_refuses_a_state_dict_that_does_not_fit(tmp_path):
     from icmlkit.lib.core.errors import InputError
-    from icmlkit.lib.detect.taef2 import TAEF2, load_taef2
+    from icmlkit.lib.detect_synthetic.taef2 import TAEF2, load_taef2
 
     m = TAEF2()
     torch.save(m.encoder.state_dict(), tmp_path / "taef2_encoder.pth")
@@ -253,7 +253,7 @@ def test_backbone_weights_may_be_a_local_model_folder(tmp_path):
     weights file), as exported by timm or torchvision users; the weights are the same."""
     from icmlkit.lib.core.errors import InputError
     from icmlkit.lib.core.io import write_safetensors
-    from icmlkit.lib.detect.backbone import load_backbone, lite0_weights_path
+    from icmlkit.lib.detect_synthetic.backbone import load_backbone, lite0_weights_path
 
     state = torch.load(lite0_weights_path(), weights_only=True)
     folder = tmp_path / "lite0"

@@ -49,7 +49,7 @@ def cli(argv, capsys):
 
 
 def test_parse_keeps_only_the_first_step_and_plans():
-    from icmlkit.lib.distill.agent import parse_step, step_text
+    from icmlkit.lib.distill_agent.agent import parse_step, step_text
 
     s = parse_step("<thought>a</thought><code>x=1</code><thought>b</thought><code>final_answer_print(x)</code>")
     assert s == {"kind": "step", "thought": "a", "code": "x=1"}
@@ -62,7 +62,7 @@ def test_parse_keeps_only_the_first_step_and_plans():
 
 
 def test_judge_schema_is_one_indexed_with_minus_one():
-    from icmlkit.lib.distill.agent import JudgeFormatError, extract_json_object, validate_judgement
+    from icmlkit.lib.distill_agent.agent import JudgeFormatError, extract_json_object, validate_judgement
 
     ok = validate_judgement({"is_correct": False, "error_analysis": "x", "correction_start_step": 1,
                              "correction_suggestion": "y"}, 3)
@@ -89,7 +89,7 @@ def _st(code, obs="", thought="t"):
 
 
 def test_earliest_error_oracle_step1_is_the_plan():
-    from icmlkit.lib.distill.env import hallucinated, oracle_judgement, teacher_step, teacher_trajectory
+    from icmlkit.lib.distill_agent.env import hallucinated, oracle_judgement, teacher_step, teacher_trajectory
 
     env = _env()
     plan = {"thought": "PLAN k1 k2 k3", "code": "", "observation": "None"}
@@ -114,7 +114,7 @@ def test_earliest_error_oracle_step1_is_the_plan():
 
 
 def test_step_equivalence_is_functional():
-    from icmlkit.lib.distill.env import equivalent
+    from icmlkit.lib.distill_agent.env import equivalent
 
     env = _env()
     pre = [{"thought": "PLAN k1 k2 k3", "code": "", "observation": "None"}, _st("LOOKUP k1", "4")]
@@ -127,7 +127,7 @@ def test_step_equivalence_is_functional():
 
 
 def test_sandbox_timeout_kills_the_step_not_the_run():
-    from icmlkit.lib.distill.sandbox import PythonSandbox
+    from icmlkit.lib.distill_agent.sandbox import PythonSandbox
 
     with PythonSandbox(timeout=0.5, memory_mb=512) as sb:
         assert sb.run("x = 21\nprint(x * 2)") == ("42", None)
@@ -155,8 +155,8 @@ def test_to_rl_reproduces_the_13_upstream_repair_items(tmp_path, capsys):
 
 
 def test_upstream_example_counts():
-    from icmlkit.lib.distill.agent import read_trajectories
-    from icmlkit.lib.distill.convert import mps_counts
+    from icmlkit.lib.distill_agent.agent import read_trajectories
+    from icmlkit.lib.distill_agent.convert import mps_counts
 
     rows = read_trajectories(_upstream("math_mps_trajectories.jsonl"))
     assert mps_counts(rows) == {"n_tasks": 64, "n_repaired": 21, "n_correct": 49, "n_hard": 8}
@@ -178,7 +178,7 @@ def test_to_sft_sharegpt_and_bc(tmp_path, capsys):
 
 
 def test_reward_shaping_only_on_failure_first_step():
-    from icmlkit.lib.distill.train import reward
+    from icmlkit.lib.distill_agent.train import reward
 
     env = _env()
     pre = [{"thought": "PLAN k1 k2 k3", "code": "", "observation": "None"}, _st("LOOKUP k1", "4")]
@@ -196,7 +196,7 @@ def test_reward_shaping_only_on_failure_first_step():
 def test_group_advantages_and_masked_tokens_get_zero_gradient():
     import torch
 
-    from icmlkit.lib.distill.train import group_advantages, grpo_loss, masked_ce
+    from icmlkit.lib.distill_agent.train import group_advantages, grpo_loss, masked_ce
 
     a, keep = group_advantages([1.0, 1.0, 1.0, 1.0])
     assert not keep and torch.all(a == 0)
@@ -351,9 +351,9 @@ def tiny_student(tmp_path_factory):
     """A tiny student trained briefly on teacher trajectories (through the CLI's library calls)."""
     import torch
 
-    from icmlkit.lib.distill import api
-    from icmlkit.lib.distill.config import AgentConfig, EnvConfig, MPSConfig, SFTConfig, ToSFTConfig
-    from icmlkit.lib.distill.model import save_student
+    from icmlkit.lib.distill_agent import api
+    from icmlkit.lib.distill_agent.config import AgentConfig, EnvConfig, MPSConfig, SFTConfig, ToSFTConfig
+    from icmlkit.lib.distill_agent.model import save_student
 
     d = tmp_path_factory.mktemp("student")
     tasks = api.make_env(EnvConfig(n_tasks=40, min_keys=2, max_keys=2), seed=0).items
@@ -397,9 +397,9 @@ def test_sft_resume_gives_the_same_bytes(tiny_student, tmp_path, interrupting_ch
     import torch
 
     from icmlkit.lib.core.checkpoint import Checkpointer
-    from icmlkit.lib.distill import train
-    from icmlkit.lib.distill.config import SFTConfig
-    from icmlkit.lib.distill.convert import read_sft
+    from icmlkit.lib.distill_agent import train
+    from icmlkit.lib.distill_agent.config import SFTConfig
+    from icmlkit.lib.distill_agent.convert import read_sft
 
     convs = read_sft(tiny_student / "sft.jsonl")[:12]
     cfg = SFTConfig(epochs=2, batch=4)
@@ -418,7 +418,7 @@ def test_sft_under_torchrun_matches_one_process(tiny_student, tmp_path):
     global batch's tokens), train the same student as one process does."""
     import torch
 
-    from icmlkit.lib.distill.model import load_student
+    from icmlkit.lib.distill_agent.model import load_student
 
     torchrun = BIN / "torchrun"
     if not torchrun.exists():
@@ -446,7 +446,7 @@ def test_lora_sft_trains_only_low_rank_updates_and_writes_a_plain_folder(tiny_st
     pytest.importorskip("peft")
     import torch
 
-    from icmlkit.lib.distill.model import load_student
+    from icmlkit.lib.distill_agent.model import load_student
 
     base, _ = load_student(tiny_student / "model")
     out = tmp_path / "lora"
@@ -476,7 +476,7 @@ def test_lora_rl_moves_only_the_adapted_projections(tiny_student, tmp_path, caps
     pytest.importorskip("peft")
     import torch
 
-    from icmlkit.lib.distill.model import load_student
+    from icmlkit.lib.distill_agent.model import load_student
 
     tasks = [json.loads(x) for x in (tiny_student / "tasks.jsonl").read_text().splitlines()[:4]]
     items = tmp_path / "rl.jsonl"
@@ -543,10 +543,10 @@ def test_rl_resume_gives_the_same_bytes(tiny_student, tmp_path, interrupting_che
     import torch
 
     from icmlkit.lib.core.checkpoint import Checkpointer
-    from icmlkit.lib.distill import train
-    from icmlkit.lib.distill.config import AgentConfig, RLConfig
-    from icmlkit.lib.distill.agent import read_tasks
-    from icmlkit.lib.distill.model import load_student
+    from icmlkit.lib.distill_agent import train
+    from icmlkit.lib.distill_agent.config import AgentConfig, RLConfig
+    from icmlkit.lib.distill_agent.agent import read_tasks
+    from icmlkit.lib.distill_agent.model import load_student
 
     tasks = read_tasks(tiny_student / "tasks.jsonl")[:4]
     items = [{"prompt": [{"role": "user", "content": t["question"]}], "gt_answer": t["answer"], "env": t["env"],
@@ -667,8 +667,8 @@ def test_cached_decoding_of_a_hf_student_equals_full_recomputation(temperature):
     turns (greedy and sampled, two turns with an observation between) equal the uncached loop's."""
     import torch
 
-    from icmlkit.lib.distill.agent import conversation
-    from icmlkit.lib.distill.model import LocalPolicy
+    from icmlkit.lib.distill_agent.agent import conversation
+    from icmlkit.lib.distill_agent.model import LocalPolicy
 
     model, tok = _bpe_student()
 
@@ -703,7 +703,7 @@ def test_make_env_natural_questions_name_the_same_task(tmp_path, capsys):
 def test_make_env_pipeline_runs_a_to_e_with_equal_teacher_tokens(tmp_path):
     """The demo / benchmark experiment end to end at a tiny size (a refactor once left it raising
     NameError): A's imitation data never exceeds C's MPS teacher tokens by more than one trajectory."""
-    from icmlkit.lib.distill.demo import DEMO_SIZES, pipeline
+    from icmlkit.lib.distill_agent.demo import DEMO_SIZES, pipeline
 
     sizes = {**DEMO_SIZES, "n_seed": 12, "n_mps": 6, "n_eval": 4, "bc_epochs": 1, "sft_epochs": 1, "rl_steps": 1,
              "rl_prompts": 2, "group": 2, "max_steps": 4, "imitation_pool": 12}

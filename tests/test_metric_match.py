@@ -14,15 +14,15 @@ import torch
 from conftest import BIN, Interrupted, exe, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
 from icmlkit.lib.core.io import write_npz
-from icmlkit.lib.metric.api import evaluate, interpolate, knn_query, query
-from icmlkit.lib.metric.config import (EvalConfig, GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig,
+from icmlkit.lib.metric_match.api import evaluate, interpolate, knn_query, query
+from icmlkit.lib.metric_match.config import (EvalConfig, GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig,
                                        TrainConfig)
-from icmlkit.lib.metric.core import eig_route, local_dimension, lowrank_loss, naive_loss, projector_error
-from icmlkit.lib.metric.data import Points
-from icmlkit.lib.metric.generate import generate, resolve_skdim
-from icmlkit.lib.metric.knn import knn_cdc
-from icmlkit.lib.metric.model import load_model, model_bytes, save_model
-from icmlkit.lib.metric.train import train
+from icmlkit.lib.metric_match.core import eig_route, local_dimension, lowrank_loss, naive_loss, projector_error
+from icmlkit.lib.metric_match.data import Points
+from icmlkit.lib.metric_match.generate import generate, resolve_skdim
+from icmlkit.lib.metric_match.knn import knn_cdc
+from icmlkit.lib.metric_match.model import load_model, model_bytes, save_model
+from icmlkit.lib.metric_match.train import train
 
 TOOL = "metric-match"
 TINY = dict(steps=300, batch=128, rank=3, width=32, blocks=1, emb=8, lr=3e-3, h_min=0.01, h_max=4.0)

@@ -30,7 +30,7 @@ def js(capsys, *argv):
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     """12 synthetic pairs (2 per category), made once."""
-    from icmlkit.lib.mvi import SynthConfig, make_synth
+    from icmlkit.lib.mvi_bench import SynthConfig, make_synth
 
     d = tmp_path_factory.mktemp("synth") / "s"
     make_synth(SynthConfig(pairs=12, size=96), d, seed=0)
@@ -92,7 +92,7 @@ def test_metric_equals_hand_computed_values(tmp_path, capsys):
 
 
 def test_mcnemar_and_nan_rules():
-    from icmlkit.lib.mvi import mcnemar_exact, mvi_sensitivity
+    from icmlkit.lib.mvi_bench import mcnemar_exact, mvi_sensitivity
 
     assert mcnemar_exact(6, 0) == pytest.approx(2 * 0.5 ** 6)
     assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(3, 3) == pytest.approx(1.0)
@@ -100,8 +100,8 @@ def test_mcnemar_and_nan_rules():
 
 
 def test_circular_item_is_right_only_when_every_rotation_is():
-    from icmlkit.lib.mvi.config import ScoreConfig
-    from icmlkit.lib.mvi.metric import score_records
+    from icmlkit.lib.mvi_bench.config import ScoreConfig
+    from icmlkit.lib.mvi_bench.metric import score_records
 
     recs = []
     for rot, ok in enumerate([True, True, False]):
@@ -125,7 +125,7 @@ OPTIONS = ["a cat", "a coffee cup", "a rocket", "a motorcycle"]
     ("ANSWER:B2", None, None, "B"),
 ])
 def test_parser_table(reply, robust, official, extract):
-    from icmlkit.lib.mvi import parse_reply
+    from icmlkit.lib.mvi_bench import parse_reply
 
     assert parse_reply(reply, OPTIONS, "robust") == robust
     assert parse_reply(reply, OPTIONS, "official") == official
@@ -133,7 +133,7 @@ def test_parser_table(reply, robust, official, extract):
 
 
 def test_official_parser_letters_beyond_the_options_are_invalid():
-    from icmlkit.lib.mvi import parse_reply
+    from icmlkit.lib.mvi_bench import parse_reply
 
     assert parse_reply("C", ["yes", "no"], "official") is None and parse_reply("B", ["yes", "no"], "official") == "B"
 
@@ -157,8 +157,8 @@ def test_one_seeded_permutation_per_pair(synth, tmp_path, capsys):
 
 
 def test_prompt_is_the_official_template():
-    from icmlkit.lib.mvi import build_prompt
-    from icmlkit.lib.mvi.protocol import options_from_prompt
+    from icmlkit.lib.mvi_bench import build_prompt
+    from icmlkit.lib.mvi_bench.protocol import options_from_prompt
 
     p = build_prompt("Q?", ["x", "y"])
     assert p == "Q?\nChoices:\nA. x\nB. y\nAnswer with the letter from the given choices directly."
@@ -187,8 +187,8 @@ def test_oracle_is_perfect_and_random_is_chance(synth, tmp_path, capsys):
 
 
 def test_stub_server_payload_and_no_key_in_the_manifest(synth, tmp_path, capsys, monkeypatch):
-    from icmlkit.lib.mvi.models import Oracle
-    from icmlkit.lib.mvi.server import serve
+    from icmlkit.lib.mvi_bench.models import Oracle
+    from icmlkit.lib.mvi_bench.server import serve
 
     class Echo(Oracle):  # the server cannot know the gold letter: it answers 'B' always
         def answer(self, req):
@@ -216,12 +216,12 @@ def test_stub_server_payload_and_no_key_in_the_manifest(synth, tmp_path, capsys,
 
 
 def test_http_and_local_adapters_give_identical_tables(synth, tmp_path, capsys):
-    from icmlkit.lib.mvi.models import RandomModel
-    from icmlkit.lib.mvi.server import serve
+    from icmlkit.lib.mvi_bench.models import RandomModel
+    from icmlkit.lib.mvi_bench.server import serve
 
     local, http = tmp_path / "l.jsonl", tmp_path / "h.jsonl"
     js(capsys, "run", synth, "--model", "effnet", "--device", "cpu", "-o", local)
-    from icmlkit.lib.mvi.models import EffnetScorer
+    from icmlkit.lib.mvi_bench.models import EffnetScorer
 
     with serve(EffnetScorer()) as srv:
         js(capsys, "run", synth, "--model", srv.spec("effnet"), "--concurrency", 4, "-o", http)
@@ -246,9 +246,9 @@ def test_unreachable_endpoint_exits_1_naming_the_url(synth, tmp_path, capsys):
 
 
 def test_judge_sees_no_gold_answer(synth, tmp_path, capsys):
-    from icmlkit.lib.mvi import read_dataset
-    from icmlkit.lib.mvi.models import Judge, Oracle
-    from icmlkit.lib.mvi.server import serve
+    from icmlkit.lib.mvi_bench import read_dataset
+    from icmlkit.lib.mvi_bench.models import Judge, Oracle
+    from icmlkit.lib.mvi_bench.server import serve
 
     class Mumble(Oracle):
         def answer(self, req):
@@ -281,7 +281,7 @@ def test_judge_sees_no_gold_answer(synth, tmp_path, capsys):
 # ----------------------------------------------------------------------------------- cache, resume, shards
 
 def test_killed_run_resumes_to_identical_records(synth, tmp_path):
-    from icmlkit.lib.mvi import RunConfig, api, read_dataset
+    from icmlkit.lib.mvi_bench import RunConfig, api, read_dataset
 
     ds = read_dataset(synth)
     full = api.run(RunConfig(model="random"), ds, seed=1)
@@ -430,7 +430,7 @@ def test_corrupt_image_and_unreadable_parquet_exit_1(synth, tmp_path, capsys):
 
 @pytest.mark.skipif(not FILM.exists(), reason="../shared/data/film is absent")
 def test_film_reader_pairs_illusions_with_controls():
-    from icmlkit.lib.mvi import read_dataset
+    from icmlkit.lib.mvi_bench import read_dataset
 
     ds = read_dataset(FILM)
     assert len(ds.pairs) == 60 and all(n.type == "normal" and m.type == "misleading" for n, m in ds.pairs)
@@ -460,9 +460,9 @@ def test_make_synth_schema_and_determinism(tmp_path, capsys):
 
 
 def test_effnet_scorer_knows_the_photos():
-    from icmlkit.lib.mvi.models import EffnetScorer, Request
-    from icmlkit.lib.mvi.protocol import build_prompt
-    from icmlkit.lib.mvi.synth import PHOTOS, _photo, _png
+    from icmlkit.lib.mvi_bench.models import EffnetScorer, Request
+    from icmlkit.lib.mvi_bench.protocol import build_prompt
+    from icmlkit.lib.mvi_bench.synth import PHOTOS, _photo, _png
 
     from PIL import Image
 

@@ -14,7 +14,7 @@ TOOL = "solve-decentralized"
 
 
 def _mixed(n=3, graph="path", kappa=10.0, seed=1):
-    from icmlkit.lib.decentral.generate import generate
+    from icmlkit.lib.solve_decentralized.generate import generate
 
     return generate("mixed", n, graph, seed_rng=np.random.default_rng(seed), kappa=kappa)
 
@@ -34,7 +34,7 @@ def _js(capsys, *argv):
 
 
 def test_chebyshev_iteration_contracts_at_the_predicted_rate():
-    from icmlkit.lib.decentral.spectral import cheb_eps, chebyshev_solve
+    from icmlkit.lib.solve_decentralized.spectral import cheb_eps, chebyshev_solve
 
     rng = np.random.default_rng(0)
     U, _ = np.linalg.qr(rng.standard_normal((40, 40)))
@@ -54,8 +54,8 @@ def test_chebyshev_iteration_contracts_at_the_predicted_rate():
 
 
 def test_wprime_keeps_the_kernel_and_has_the_predicted_spectrum():
-    from icmlkit.lib.decentral.problem import laplacian, make_graph
-    from icmlkit.lib.decentral.spectral import cheb_eps, exact_bounds, wprime_dense
+    from icmlkit.lib.solve_decentralized.problem import laplacian, make_graph
+    from icmlkit.lib.solve_decentralized.spectral import cheb_eps, exact_bounds, wprime_dense
 
     W = laplacian(12, make_graph("path", 12))
     lmin, lmax = exact_bounds(W)
@@ -69,9 +69,9 @@ def test_wprime_keeps_the_kernel_and_has_the_predicted_spectrum():
 
 
 def test_planted_optimum_satisfies_K_u_and_kkt():
-    from icmlkit.lib.decentral.methods import NodeOps
-    from icmlkit.lib.decentral.reference import kkt_residual
-    from icmlkit.lib.decentral.spectral import make_setup, wprime_dense
+    from icmlkit.lib.solve_decentralized.methods import NodeOps
+    from icmlkit.lib.solve_decentralized.reference import kkt_residual
+    from icmlkit.lib.solve_decentralized.spectral import make_setup, wprime_dense
 
     prob = _mixed(5, "ring")
     s = make_setup(prob)
@@ -90,9 +90,9 @@ def test_planted_optimum_satisfies_K_u_and_kkt():
 
 @pytest.mark.parametrize("method", ["apapc-cheb", "apapc", "centralized", "tracking-admm", "dpmm"])
 def test_three_node_run_equals_numpy_kkt(method):
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.reference import reference
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     prob = _mixed(3, "path")
     ref = reference(prob)
@@ -103,9 +103,9 @@ def test_three_node_run_equals_numpy_kkt(method):
 
 
 def test_dpmm_reaches_the_planted_optimum_and_counts_two_rounds_per_iteration():
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.reference import reference
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     prob = _mixed(4, "ring", kappa=10.0, seed=5)
     ref = reference(prob)
@@ -128,10 +128,10 @@ def test_dpmm_reaches_the_planted_optimum_and_counts_two_rounds_per_iteration():
 
 
 def test_dpmm_on_the_counting_communicator_talks_to_neighbours_only():
-    from icmlkit.lib.decentral.dist import run_threads
-    from icmlkit.lib.decentral.methods import NodeOps, dpmm, dpmm_prox
-    from icmlkit.lib.decentral.solve import dpmm_steps
-    from icmlkit.lib.decentral.spectral import make_setup
+    from icmlkit.lib.solve_decentralized.dist import run_threads
+    from icmlkit.lib.solve_decentralized.methods import NodeOps, dpmm, dpmm_prox
+    from icmlkit.lib.solve_decentralized.solve import dpmm_steps
+    from icmlkit.lib.solve_decentralized.spectral import make_setup
 
     prob = _mixed(5, "path")
     s = make_setup(prob, "plain", require_strong=False)
@@ -157,9 +157,9 @@ def test_dpmm_linearised_on_logistic_consensus():
     import scipy.sparse as sp
     from sklearn.linear_model import LogisticRegression
 
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.generate import hfl_logistic
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.generate import hfl_logistic
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     rng = np.random.default_rng(3)
     X = sp.random(120, 6, density=0.5, random_state=3, format="csr")
@@ -172,9 +172,9 @@ def test_dpmm_linearised_on_logistic_consensus():
 
 
 def test_power_iteration_bounds_are_safe_and_converge():
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.solve import solve
-    from icmlkit.lib.decentral.spectral import make_setup
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.solve import solve
+    from icmlkit.lib.solve_decentralized.spectral import make_setup
 
     prob = _mixed(6, "path", kappa=100.0)
     exact, power = make_setup(prob), make_setup(prob, bounds="power")
@@ -186,9 +186,9 @@ def test_power_iteration_bounds_are_safe_and_converge():
 def test_consensus_baselines_and_logistic_newton():
     import scipy.sparse as sp
 
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.generate import hfl_logistic
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.generate import hfl_logistic
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     rng = np.random.default_rng(3)
     X = sp.random(120, 6, density=0.5, random_state=3, format="csr")
@@ -204,8 +204,8 @@ def test_consensus_baselines_and_logistic_newton():
 
 
 def test_apapc_iterations_grow_like_sqrt_kappa():
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     its = [solve(SolveConfig(tol=1e-6), _mixed(5, "ring", kappa=k)).summary["iterations"] for k in (10.0, 1000.0)]
     slope = math.log(its[1] / its[0]) / math.log(100.0)
@@ -214,9 +214,9 @@ def test_apapc_iterations_grow_like_sqrt_kappa():
 
 def test_gradient_sliding_on_an_l1_problem_matches_cvxpy():
     pytest.importorskip("cvxpy")
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.reference import reference
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     prob = _mixed(3, "path", kappa=5.0)
     prob.l1 = np.full(3, 0.5)
@@ -236,9 +236,9 @@ def test_gradient_sliding_on_an_l1_problem_matches_cvxpy():
 
 
 def test_counting_communicator_sees_only_neighbours_and_no_collective():
-    from icmlkit.lib.decentral.dist import ThreadComm, ThreadNetwork, run_threads
-    from icmlkit.lib.decentral.methods import NodeOps, apapc
-    from icmlkit.lib.decentral.spectral import make_setup
+    from icmlkit.lib.solve_decentralized.dist import ThreadComm, ThreadNetwork, run_threads
+    from icmlkit.lib.solve_decentralized.methods import NodeOps, apapc
+    from icmlkit.lib.solve_decentralized.spectral import make_setup
 
     prob = _mixed(5, "path")
     s = make_setup(prob)
@@ -264,9 +264,9 @@ def test_counting_communicator_sees_only_neighbours_and_no_collective():
 def test_two_gloo_processes_equal_the_simulator(monkeypatch):
     import torch.distributed as dist
 
-    from icmlkit.lib.decentral.dist import run_dist
-    from icmlkit.lib.decentral.methods import NodeOps, apapc
-    from icmlkit.lib.decentral.spectral import make_setup
+    from icmlkit.lib.solve_decentralized.dist import run_dist
+    from icmlkit.lib.solve_decentralized.methods import NodeOps, apapc
+    from icmlkit.lib.solve_decentralized.spectral import make_setup
 
     prob = _mixed(2, "path")
     s = make_setup(prob)
@@ -366,7 +366,7 @@ def test_bad_problems_exit_1_naming_file_node_and_matrix(problem_dir, tmp_path, 
 def test_libsvm_reader_is_sparse_and_feeds_from_libsvm(tmp_path, capsys):
     import scipy.sparse as sp
 
-    from icmlkit.lib.decentral.problem import read_libsvm
+    from icmlkit.lib.solve_decentralized.problem import read_libsvm
 
     f = tmp_path / "d.t"
     f.write_text("-1 1:1 3:0.5\n+1 2:1 5:2\n-1 4:1\n+1 1:1 5:1\n")
@@ -391,11 +391,11 @@ def _sparse_binary(N=80, f=12, seed=3):
 def test_vfl_logistic_keeps_a_sparse_and_matches_hfl_and_scikit_learn():
     from sklearn.linear_model import LogisticRegression
 
-    from icmlkit.lib.decentral.config import SolveConfig
-    from icmlkit.lib.decentral.generate import hfl_logistic, vfl_logistic
-    from icmlkit.lib.decentral.problem import SparseStack
-    from icmlkit.lib.decentral.reference import reference
-    from icmlkit.lib.decentral.solve import solve
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.generate import hfl_logistic, vfl_logistic
+    from icmlkit.lib.solve_decentralized.problem import SparseStack
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
 
     X, y = _sparse_binary()
     lam = 0.05
@@ -482,8 +482,8 @@ def test_logbarrier_resource_cost_planted_optimum_cvxpy_and_apapc(tmp_path, caps
     for method in ("apapc-cheb", "dpmm"):
         r = _js(capsys, "solve", spec, "-m", method, "--tol", 1e-8, "--require-converged")
         assert r["converged"] and r["rel_error"] <= 1e-8
-    from icmlkit.lib.decentral.problem import read_problem
-    from icmlkit.lib.decentral.reference import reference
+    from icmlkit.lib.solve_decentralized.problem import read_problem
+    from icmlkit.lib.solve_decentralized.reference import reference
 
     prob = read_problem(spec)
     # the planted optimum keeps every slack above bfloor, where the cost is the true log-barrier (cvxpy's)
@@ -510,8 +510,8 @@ def test_demo_writes_a_run_folder(tmp_path, capsys):
 
 
 def _problem_files(base, node_name=None, graph_name=None):
-    from icmlkit.lib.decentral.generate import generate
-    from icmlkit.lib.decentral.problem import write_problem
+    from icmlkit.lib.solve_decentralized.generate import generate
+    from icmlkit.lib.solve_decentralized.problem import write_problem
 
     prob = generate("mixed", 3, "path", seed_rng=np.random.default_rng(0))
     spec = write_problem(base / "good", prob)

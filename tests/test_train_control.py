@@ -16,11 +16,11 @@ import torch
 
 from conftest import BIN, exe, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
-from icmlkit.lib.control.agent import Agent
-from icmlkit.lib.control.ams import neighbourhood_mean, neighbours, orthonormal_directions
-from icmlkit.lib.control.config import AgentConfig, TrainConfig
-from icmlkit.lib.control.diagnostics import actor_jacobian_norm, hessian_spectral_norm, hessian_trace
-from icmlkit.lib.control.envs import make_env
+from icmlkit.lib.train_control.agent import Agent
+from icmlkit.lib.train_control.ams import neighbourhood_mean, neighbours, orthonormal_directions
+from icmlkit.lib.train_control.config import AgentConfig, TrainConfig
+from icmlkit.lib.train_control.diagnostics import actor_jacobian_norm, hessian_spectral_norm, hessian_trace
+from icmlkit.lib.train_control.envs import make_env
 from icmlkit.lib.core.checkpoint import Checkpointer
 from icmlkit.lib.core.errors import EnvironmentProblem, UsageError
 
@@ -223,7 +223,7 @@ def test_actions_are_rescaled_to_the_bounds():
 
 
 def test_lqr_optimum_beats_zero_control():
-    from icmlkit.lib.control.train import evaluate_policy
+    from icmlkit.lib.train_control.train import evaluate_policy
 
     env = make_env("dmc:lqr-6")  # 300 steps: shorter horizons favour zero control (the optimum is infinite-horizon)
     ev = evaluate_policy(env, lambda o: np.zeros(env.act_dim), 2, seed=0, optimal=True)
@@ -279,7 +279,7 @@ def test_tiny_training_run_writes_a_run_directory(algo, tmp_path, capsys):
 
 
 def test_resume_gives_the_same_bytes(tmp_path, interrupting_checkpointer):
-    from icmlkit.lib.control.train import train, write_run
+    from icmlkit.lib.train_control.train import train, write_run
     from conftest import Interrupted
 
     cfg = TrainConfig(algo="ams-td3", total_steps=260, learning_starts=100, hidden=16, batch=16, eval_every=130,
@@ -305,7 +305,7 @@ def test_resume_gives_the_same_bytes(tmp_path, interrupting_checkpointer):
 
 
 def test_symmetric_prior_shares_and_mirrors_actuators():
-    from icmlkit.lib.control.priors import parse_pairs, symmetric_map
+    from icmlkit.lib.train_control.priors import parse_pairs, symmetric_map
 
     m = symmetric_map(5, parse_pairs("0:2,1:-3", 5))
     assert m.shape == (5, 3)  # latent: actuators 0, 1, 4
@@ -318,7 +318,7 @@ def test_symmetric_prior_shares_and_mirrors_actuators():
 
 
 def test_lowrank_prior_is_orthonormal_and_pca_recovers_the_action_subspace():
-    from icmlkit.lib.control.priors import lowrank_map
+    from icmlkit.lib.train_control.priors import lowrank_map
 
     m, c = lowrank_map(7, 3, seed=0)
     assert np.allclose(m.T @ m, np.eye(3), atol=1e-12) and not c.any()
@@ -422,7 +422,7 @@ def _two_rank_worker(rank: int, world: int, init: str, out: str) -> None:
     import torch.distributed as td
 
     from conftest import Interrupted, _interrupting_checkpointer
-    from icmlkit.lib.control.train import train, write_run
+    from icmlkit.lib.train_control.train import train, write_run
     from icmlkit.lib.core.runtime import Dist
 
     torch.set_num_threads(1)
@@ -521,7 +521,7 @@ def test_collect_and_critic_study(tmp_path, capsys):
 
 def _valid_run(base: Path) -> dict:
     """A run directory of an untrained agent (written by the library, no training)."""
-    from icmlkit.lib.control.train import TrainResult, write_run
+    from icmlkit.lib.train_control.train import TrainResult, write_run
 
     cfg = TrainConfig(hidden=8)
     env = make_env("Pendulum-v1")

@@ -13,9 +13,9 @@ import torch
 from conftest import BIN, REPO, Interrupted, exe, run_tool
 from fuzzing import FuzzCase, check_malformed, run_inprocess
 from icmlkit.lib.core.errors import InputError, UsageError
-from icmlkit.lib.neuralop.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
-from icmlkit.lib.neuralop.data import fieldset, grid_coords, read_fields
-from icmlkit.lib.neuralop.nets import (BasisProjection, FuncAttnNet, basis_transform, build_net, functional_map,
+from icmlkit.lib.train_operator.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
+from icmlkit.lib.train_operator.data import fieldset, grid_coords, read_fields
+from icmlkit.lib.train_operator.nets import (BasisProjection, FuncAttnNet, basis_transform, build_net, functional_map,
                                        functional_map_matrix, primal_map_matrix, unified_pos)
 
 TOOL = "train-operator"
@@ -105,7 +105,7 @@ def test_basis_coefficients_of_a_piecewise_constant_field_are_resolution_consist
 
 
 def test_trapezoid_quadrature_makes_t_consistent_across_node_grids_where_the_uniform_sum_drifts():
-    from icmlkit.lib.neuralop.nets import quadrature_weights
+    from icmlkit.lib.train_operator.nets import quadrature_weights
 
     def T(s, rule):  # smooth W and f with edge values unlike the interior, on an s x s node grid
         c = torch.as_tensor(grid_coords((s, s)), dtype=torch.float64)
@@ -245,7 +245,7 @@ def test_each_bad_input_exits_1_naming_file_and_key(tmp_path, capsys, arrays, ne
 
 
 def test_darcy_solver_matches_a_manufactured_solution_at_second_order():
-    from icmlkit.lib.neuralop.solvers import solve_darcy
+    from icmlkit.lib.train_operator.solvers import solve_darcy
 
     errs = []
     for s in (17, 33):
@@ -260,7 +260,7 @@ def test_darcy_solver_matches_a_manufactured_solution_at_second_order():
 
 
 def test_generated_darcy_resolutions_are_subsamples_of_one_fine_solve():
-    from icmlkit.lib.neuralop.solvers import generate_darcy
+    from icmlkit.lib.train_operator.solvers import generate_darcy
 
     c = generate_darcy(DarcyConfig(n=3, solve_resolution=33, resolution=9), seed=5).arrays
     f = generate_darcy(DarcyConfig(n=3, solve_resolution=33, resolution=33), seed=5).arrays
@@ -271,7 +271,7 @@ def test_generated_darcy_resolutions_are_subsamples_of_one_fine_solve():
 
 
 def test_burgers_etdrk4_converges_in_time_and_keeps_the_mean():
-    from icmlkit.lib.neuralop.solvers import burgers_grf, solve_burgers
+    from icmlkit.lib.train_operator.solvers import burgers_grf, solve_burgers
 
     u0 = burgers_grf(2, 256, rng=np.random.default_rng(0)) + 0.3
     a = solve_burgers(u0, 0.1, 0.2, 2e-3)
@@ -284,7 +284,7 @@ def test_burgers_etdrk4_converges_in_time_and_keeps_the_mean():
 def test_navier_stokes_decays_a_steady_euler_mode_exactly_at_second_order():
     """A vorticity whose Fourier modes share one |k| has u . grad w = 0, so without forcing the solution
     is w0 exp(-nu 4 pi^2 |k|^2 t): the Crank-Nicolson error falls 4x when dt halves."""
-    from icmlkit.lib.neuralop.solvers import solve_ns
+    from icmlkit.lib.train_operator.solvers import solve_ns
 
     s, nu = 16, 0.01
     t = np.arange(s) / s
@@ -301,8 +301,8 @@ def test_navier_stokes_decays_a_steady_euler_mode_exactly_at_second_order():
 
 
 def test_generated_ns_is_a_subsample_of_the_fine_solve_and_runs_from_the_cli(tmp_path):
-    from icmlkit.lib.neuralop.config import NSConfig
-    from icmlkit.lib.neuralop.solvers import generate_ns
+    from icmlkit.lib.train_operator.config import NSConfig
+    from icmlkit.lib.train_operator.solvers import generate_ns
 
     kw = dict(n=2, solve_resolution=16, t_in=2, t_out=1, record_dt=0.5, dt=0.05)
     fine = generate_ns(NSConfig(resolution=16, **kw), seed=3).arrays
@@ -338,7 +338,7 @@ def _tiny_data(n=12, s=8, seed=0):
 
 
 def _tiny_model(tmp_path):
-    from icmlkit.lib.neuralop.train import train
+    from icmlkit.lib.train_operator.train import train
 
     p = tmp_path / "tiny.safetensors"
     if not p.exists():
@@ -347,7 +347,7 @@ def _tiny_model(tmp_path):
 
 
 def test_training_learns_and_same_seed_same_bytes(tmp_path):
-    from icmlkit.lib.neuralop.train import train
+    from icmlkit.lib.train_operator.train import train
 
     data = _tiny_data(24)
     res = train(_tiny_cfg(), TrainConfig(epochs=12, batch=4, lr=1e-2, val_fraction=0.25), data, seed=1)
@@ -361,7 +361,7 @@ def test_training_learns_and_same_seed_same_bytes(tmp_path):
 
 def test_resume_gives_the_same_model_bytes(tmp_path, interrupting_checkpointer):
     from icmlkit.lib.core.checkpoint import Checkpointer
-    from icmlkit.lib.neuralop.train import train
+    from icmlkit.lib.train_operator.train import train
 
     data = _tiny_data(16)
     kw = dict(seed=2)
@@ -380,7 +380,7 @@ def test_resume_gives_the_same_model_bytes(tmp_path, interrupting_checkpointer):
 
 
 def test_cli_resume_writes_the_same_files(tmp_path, interrupting_checkpointer):
-    from icmlkit.lib.neuralop.train import train
+    from icmlkit.lib.train_operator.train import train
 
     data = tmp_path / "d.npz"
     fs = _tiny_data(16)
@@ -402,7 +402,7 @@ def test_cli_resume_writes_the_same_files(tmp_path, interrupting_checkpointer):
 def test_torchrun_two_processes_match_one(tmp_path):
     """`train` under torchrun (2 processes, gloo, CPU) with a global batch of 4 ends with the weights of
     one process with the same batch (float32: equal up to the order of the gradient sums)."""
-    from icmlkit.lib.neuralop.modelio import read_model_file
+    from icmlkit.lib.train_operator.modelio import read_model_file
 
     data = tmp_path / "d.npz"
     fs = _tiny_data(16)
@@ -427,7 +427,7 @@ def test_torchrun_two_processes_match_one(tmp_path):
 
 
 def test_fno_is_parameter_matched_and_runs_at_a_finer_grid():
-    from icmlkit.lib.neuralop.train import evaluate, train
+    from icmlkit.lib.train_operator.train import evaluate, train
 
     data = _tiny_data(8)
     cfg = {**_tiny_cfg().to_dict()}
@@ -444,7 +444,7 @@ def test_fno_is_parameter_matched_and_runs_at_a_finer_grid():
 
 def test_model_file_is_standard_safetensors(tmp_path):
     st = pytest.importorskip("safetensors.numpy")
-    from icmlkit.lib.neuralop.train import load_model
+    from icmlkit.lib.train_operator.train import load_model
 
     p = _tiny_model(tmp_path)
     loaded = st.load_file(str(p))
@@ -486,7 +486,7 @@ def test_cli_generate_train_eval_predict_superres(tmp_path):
 
 
 def test_superres_interpolation_baseline_only_on_nested_grids_of_the_same_samples():
-    from icmlkit.lib.neuralop.train import nested_grid, upsample_grid
+    from icmlkit.lib.train_operator.train import nested_grid, upsample_grid
 
     def bilinear_set(s, n=3, shift=0.0):  # y = a + b x + c y + d x y: bilinear interpolation is exact on it
         c = grid_coords((s, s))
@@ -503,7 +503,7 @@ def test_superres_interpolation_baseline_only_on_nested_grids_of_the_same_sample
 
 
 def test_few_shot_runs_the_three_attentions():
-    from icmlkit.lib.neuralop.fewshot import few_shot
+    from icmlkit.lib.train_operator.fewshot import few_shot
 
     s = few_shot(FewShotConfig(steps=30, test_tasks=20, width=16, tasks=8)).summary
     assert min(s["mse_funcattn"], s["mse_ridge"], s["mse_softmax"]) > 0
@@ -514,7 +514,7 @@ def test_few_shot_funcattn_slices_over_points_and_reduces_to_the_ridge_map():
     """Softmax over the points: every basis is a distribution over the context points. When the k >= K
     bases span the K context points, the map through the bases equals the ridge map over the points
     (as lambda -> 0, both are Q K^+ V)."""
-    from icmlkit.lib.neuralop.fewshot import point_bases, sliced_map
+    from icmlkit.lib.train_operator.fewshot import point_bases, sliced_map
 
     g = torch.Generator().manual_seed(0)
     Q = torch.randn(3, 7, 8, generator=g, dtype=torch.float64)
@@ -568,7 +568,7 @@ def test_malformed_inputs(case, tmp_path, capsys):
 
 
 def test_a_model_file_with_the_wrong_weights_is_refused(tmp_path, capsys):
-    from icmlkit.lib.neuralop.modelio import read_model_file, write_model
+    from icmlkit.lib.train_operator.modelio import read_model_file, write_model
 
     tensors, cfg, meta = read_model_file(_tiny_model(tmp_path))
     write_model(tmp_path / "w.safetensors", tensors, {**cfg, "width": 16}, meta)

@@ -241,7 +241,7 @@ def write_rows(path: str | os.PathLike, rows: list[dict], columns: list[str] | N
             raise InputError("Parquet cannot be written to stdout; name a .parquet file", "-")
         from icmlkit.lib.core.errors import require_module
 
-        pa = require_module("pyarrow", "portfolio", "pyarrow")
+        pa = require_module("pyarrow", "backtest-portfolio", "pyarrow")
         import pyarrow.parquet as pq
 
         table = pa.table({c: [r.get(c) for r in rows] for c in columns})
