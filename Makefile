@@ -36,12 +36,16 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest -q -m "not cuda" $(PYTEST_ARGS)
 
-# make bench            -> every bench/*.py
-# make bench TOOL=name  -> bench/name.py (dashes or underscores)
+# make bench                     -> every part of every bench/<tool>.py (hours: the parts are resumable)
+# make bench TOOL=name            -> every part of one tool (dashes or underscores)
+# make bench TOOL=name PART=p     -> one part, merged with the stored rest
+# make bench QUICK=1 [TOOL=name]  -> the smoke version of every part, into outputs/bench-quick/
+BENCH_ARGS = $(if $(QUICK),--quick) $(if $(PART),--part $(PART))
 bench: install
-	@set -e; if [ -n "$(TOOL)" ]; then \
-	  $(BIN)/python bench/$(subst -,_,$(TOOL)).py; \
-	else for f in bench/[!_]*.py; do $(BIN)/python $$f; done; fi
+	@set -e; start=$$(date +%s); if [ -n "$(TOOL)" ]; then \
+	  $(BIN)/python bench/$(subst -,_,$(TOOL)).py $(BENCH_ARGS); \
+	else for f in bench/[!_]*.py; do echo "== $$f" >&2; $(BIN)/python $$f $(BENCH_ARGS); done; fi; \
+	echo "make bench: $$(( $$(date +%s) - start )) s" >&2
 
 # setup.cfg's scripts and extras, EXTRAS above and the README's table, from lib/*/tool.toml
 registry:
