@@ -47,6 +47,16 @@ def test_every_results_file_is_named_after_its_tool():
         assert any(results.name.startswith(t.module) for t in TOOLS), f"bench/results/{results.name}"
 
 
+@pytest.mark.parametrize("t", TOOLS, ids=lambda t: t.name)
+def test_docs_page_has_the_fixed_headings(t):
+    """docs/<tool>.md: What it does, Subcommands, Formats, JSON keys, Reconstructed, Benchmark (its
+    targets table generated between markers), Gaps, Paper scale -- in that order."""
+    text = (REPO / "docs" / f"{t.name}.md").read_text()
+    found = [h for h in re.findall(r"^## (.+?)\s*$", text, re.M) if h in registry.DOC_HEADINGS]
+    assert found == list(registry.DOC_HEADINGS), f"docs/{t.name}.md headings: {found}"
+    assert registry.BENCH_BEGIN in text and registry.BENCH_END in text
+
+
 def test_readme_rows_fit_a_screen():
     text = (REPO / "README.md").read_text()
     block = text.split(registry.README_BEGIN, 1)[1].split(registry.README_END, 1)[0]

@@ -110,6 +110,39 @@ def render_readme(text: str, root: Path | None = None) -> str:
     return head + README_BEGIN + "\n" + "\n".join(rows) + "\n" + README_END + tail
 
 
+BENCH_BEGIN = "<!-- bench:begin (generated from bench/results by `make registry`; do not edit) -->"
+BENCH_END = "<!-- bench:end -->"
+DOC_HEADINGS = ("What it does", "Subcommands", "Formats", "JSON keys", "Reconstructed", "Benchmark", "Gaps",
+                "Paper scale")
+
+
+def render_doc(t: Tool, text: str, root: Path | None = None) -> str:
+    """docs/<tool>.md with its targets table (from bench/results/<module>.json) between its markers."""
+    if BENCH_BEGIN not in text or BENCH_END not in text:
+        return text
+    root = root or repo_root()
+    got = targets(t, root)
+    rows = ["| target | value | threshold | met | note |", "|---|---|---|---|---|"]
+    for name, v in got.items():
+        note = str(v.get("note", "")).replace("|", "\\|").replace("\n", " ")
+        rows.append(f"| `{name}` | {_fmt(v.get('value'))} | {_fmt(v.get('threshold'))} | "
+                    f"{'met' if v['met'] is True else 'missed'} | {note} |")
+    body = (f"Targets: {sum(1 for v in got.values() if v['met'] is True)} of {len(got)} met. Every table and its "
+            f"provenance (commit, date, command, seconds per part): "
+            f"[bench/results/{t.module}.md](../bench/results/{t.module}.md); rerun with "
+            f"`make bench TOOL={t.name}`.\n\n" + "\n".join(rows)) if got else \
+        f"No results yet: `make bench TOOL={t.name}` writes bench/results/{t.module}.json."
+    head, rest = text.split(BENCH_BEGIN, 1)
+    _, tail = rest.split(BENCH_END, 1)
+    return head + BENCH_BEGIN + "\n" + body + "\n" + BENCH_END + tail
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "—" if v is None else str(v).replace("|", "\\|")
+
+
 RENDERERS = {"setup.cfg": render_setup_cfg, "Makefile": render_makefile, "README.md": render_readme}
 
 
@@ -117,7 +150,10 @@ def regenerate(root: Path | None = None, write: bool = False) -> list[str]:
     """The files whose generated parts are out of date (rewritten in place when ``write``)."""
     root = root or repo_root()
     stale = []
-    for name, render in RENDERERS.items():
+    renderers = {**RENDERERS, "README.md": lambda text: render_readme(text, root)}
+    for t in tools():
+        renderers[f"docs/{t.name}.md"] = lambda text, t=t: render_doc(t, text, root)
+    for name, render in renderers.items():
         path = root / name
         old = path.read_text()
         new = render(old)
@@ -131,4 +167,4 @@ def regenerate(root: Path | None = None, write: bool = False) -> list[str]:
 
 
 __all__ = ["MILESTONES", "evidence_milestone", "extras", "readme_row", "regenerate", "render_makefile",
-           "render_readme", "render_setup_cfg", "targets"]
+           "render_doc", "render_readme", "render_setup_cfg", "targets"]
