@@ -176,3 +176,22 @@ def test_device_is_offered_only_where_it_is_honoured(tool, capsys):
         code = run_cli(group, tool, [name, *_dummy_args(cmd), "--device", "cuda", "--no-manifest"])
         err = capsys.readouterr().err
         assert code == 4 and "no GPU" in err, (name, code, err)
+
+
+def test_demo_is_stopped_on_cpu_time_and_reports_what_it_did(tmp_path):
+    """icmlkit demo's limit is CPU time (a busy machine stretches wall time only); a stopped demo is
+    reported with its last progress line, and a finished one with its wall and CPU seconds."""
+    from icmlkit.cli.icmlkit import _run_demo
+
+    busy = tmp_path / "busy-tool"
+    busy.write_text(f"#!{sys.executable}\nimport sys\nprint('step 1 of 9', file=sys.stderr, flush=True)\n"
+                    "while True:\n    pass\n")
+    busy.chmod(0o755)
+    row = _run_demo(str(busy), str(tmp_path / "out"), cpu_limit=1.0, wall_limit=120.0)
+    assert row["status"] == "timeout" and "of CPU" in row["headline"] and "step 1 of 9" in row["headline"]
+    assert row["cpu_seconds"] >= 1.0
+    ok = tmp_path / "ok-tool"
+    ok.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({{'headline': 'fine'}}))\n")
+    ok.chmod(0o755)
+    row = _run_demo(str(ok), str(tmp_path / "out"), cpu_limit=60.0, wall_limit=120.0)
+    assert row["status"] == "ok" and row["headline"] == "fine" and row["cpu_seconds"] >= 0
