@@ -3,7 +3,8 @@
 - :class:`ToolGroup` / :class:`ToolCommand`: a tool is a click group whose subcommands all get the
   shared options (``--config -q/-v --debug --overwrite --no-manifest --json --no-progress``, plus
   ``--seed`` unless ``seed=False`` and ``--device`` only with ``device=True``) and an
-  ``ICMLKIT_<TOOL>_<OPTION>`` environment variable for each own option.
+  ``ICMLKIT_<TOOL>_<OPTION>`` environment variable for each own option. ``group.alias(old, name)``
+  keeps a renamed subcommand's old name as a hidden, deprecated alias.
 - Declared once: :func:`config_options` (a config dataclass's fields as options), :func:`output_option`
   (one suffix check), :func:`checkpoint_options`, :func:`shard_option`, :func:`add_demo`.
 - Precedence: flag > environment (``ICMLKIT_SEED``, ``ICMLKIT_DEVICE``, ``ICMLKIT_<TOOL>_<OPTION>``)
@@ -33,6 +34,7 @@ import click
 from click.core import ParameterSource
 
 from icmlkit.lib.core import console
+from icmlkit.lib.core.config import build_config
 from icmlkit.lib.core.errors import CheckFailed, IcmlkitError, UsageError
 from icmlkit.lib.core.io import atomic_dir, check_writable, dumps_json, is_stdio, suffix
 from icmlkit.lib.core.manifest import Manifest, manifest_path_for
@@ -300,28 +302,6 @@ def config_options(cls, arg: str = "cfg", exclude: tuple[str, ...] = (), only: t
         return wrapper
 
     return deco
-
-
-def build_config(cls, values: dict):
-    """``cls(**values)`` (tuples where the field's default is a list become lists), then its
-    ``check()``; a value the dataclass rejects is a usage error (exit 2)."""
-    import dataclasses
-
-    kw = {}
-    for f in dataclasses.fields(cls):
-        if f.name in values:
-            v = values[f.name]
-            if isinstance(v, tuple) and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                v = list(v)
-            kw[f.name] = v
-    try:
-        cfg = cls(**kw)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
-    check = getattr(cfg, "check", None)
-    if callable(check):
-        check()
-    return cfg
 
 
 def shard_option() -> Callable:
@@ -609,6 +589,7 @@ class ToolGroup(PipeAwareGroup):
         kwargs.setdefault("context_settings", {"help_option_names": ["-h", "--help"], "max_content_width": 100})
         super().__init__(name=tool, **kwargs)
         self.tool = tool
+        self.aliases: dict[str, str] = {}  # old name -> subcommand (see alias())
         click.version_option(package_name="icmlkit", prog_name=tool)(self)
 
     def command(self, *args, **kwargs):
@@ -616,6 +597,27 @@ class ToolGroup(PipeAwareGroup):
         kwargs.setdefault("tool", self.tool)
         kwargs.setdefault("context_settings", {"help_option_names": ["-h", "--help"], "max_content_width": 100})
         return super().command(*args, **kwargs)
+
+    def alias(self, old: str, name: str) -> None:
+        """Keep ``old`` as a deprecated name of the subcommand ``name`` (after a rename): it is hidden
+        (not in ``--help``, not in :attr:`commands`), prints one warning line on stderr and runs the
+        same command, which its manifest records under ``name``."""
+        if name not in self.commands or old in self.commands or old in self.aliases:
+            raise TypeError(f"{self.tool}: cannot alias {old!r} to {name!r}")
+        self.aliases[old] = name
+
+    def get_command(self, ctx: click.Context, cmd_name: str):
+        return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        cmd_name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd_name in self.aliases:
+            new = self.aliases[cmd_name]
+            if not ctx.resilient_parsing:  # not while the shell completes a word
+                sys.stderr.write(f"Warning: `{self.tool} {cmd_name}` is deprecated; use `{self.tool} {new}` "
+                                 "(same arguments and options).\n")
+            cmd_name = new
+        return cmd_name, cmd, rest
 
 
 # --------------------------------------------------------------------------- entry point

@@ -1,9 +1,13 @@
-"""Config-dataclass fields that carry their command-line help (read by
-``icmlkit.cli._common.config_options``). Standard library only: the config modules that use it are
-imported when a CLI module is, and ``--help`` must stay fast."""
+"""Config dataclasses: fields that carry their command-line help (:func:`option`, read by
+``icmlkit.cli._common.config_options``) and :func:`build_config` (values -> a checked config, used by
+the CLI and by benches and demos). Standard library and lib/core/errors only: the config modules that
+use it are imported when a CLI module is, and ``--help`` must stay fast."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import field
+
+from .errors import UsageError
 
 
 def option(default, help: str, **meta):
@@ -13,3 +17,24 @@ def option(default, help: str, **meta):
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def build_config(cls, values: dict):
+    """``cls(**values)`` (tuples where the field's default is a list become lists; keys that are not
+    fields are an error of ``cls``), then its ``check()``; a value the dataclass rejects is a usage
+    error (exit 2)."""
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            v = values[f.name]
+            if isinstance(v, tuple) and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                v = list(v)
+            kw[f.name] = v
+    try:
+        cfg = cls(**kw)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    check = getattr(cfg, "check", None)
+    if callable(check):
+        check()
+    return cfg

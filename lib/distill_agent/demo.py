@@ -24,7 +24,7 @@ BENCH_SIZES = {**DEMO_SIZES, "n_seed": 300, "n_mps": 160, "n_eval": 200, "bc_epo
 
 
 def _cfg(cls, **kw):
-    from icmlkit.cli._common import build_config
+    from icmlkit.lib.core.config import build_config
 
     names = {f.name for f in dataclasses.fields(cls)}
     return build_config(cls, {k: v for k, v in kw.items() if k in names})
