@@ -2,7 +2,7 @@
 
 1. Options are shuffled with a permutation seeded by ``(seed, pair id)`` and labelled A, B, ...;
    both images of a pair get the SAME permutation, so only the image differs. (The official
-   scripts shuffle with an unseeded ``random.shuffle``, so their MVI-S is not reproducible.)
+   scripts draw an unseeded ``np.random.permutation`` per item, so their MVI-S is not reproducible.)
    With circular evaluation every cyclic shift of that permutation is asked too.
 2. Prompt (the official builder, re-implemented): ``question + "\\nChoices:\\n" + "A. opt"`` lines
    ``+ "\\nAnswer with the letter from the given choices directly."``; image first, then the text,
@@ -11,8 +11,11 @@
    a unique option text found in the reply > invalid (counted wrong, rate reported). ``official``:
    the evaluation scripts' rule, the first word-bounded capital A-D anywhere ("A cat ..." parses as A;
    no letter is invalid here, where the official ``findall(...)[0]`` crashes); ``official-extract``:
-   the cascade of the official utils.extract_choice_letter (any stray A-D letter counts, so
-   "I cannot tell" parses as C). A letter beyond the item's options is invalid.
+   the answers of the official utils.extract_choice_letter (any stray A-D letter counts, so
+   "I cannot tell" parses as C). Both are this project's own character scans, written from the
+   behaviour (no text of the unlicensed official repository is here); the parity test
+   (tests/test_parity_mvi_bench.py) checks them against the official outputs on 22 replies.
+   A letter beyond the item's options is invalid.
 """
 from __future__ import annotations
 
@@ -76,27 +79,63 @@ def _norm(s: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", " ", s.lower())).strip()
 
 
+_CHOICES = "ABCD"
+_GLUE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")  # characters that make a letter part of a token
+
+
+def _is_word_char(ch: str) -> bool:
+    """A Unicode word character: alphanumeric or the underscore."""
+    return ch.isalnum() or ch == "_"
+
+
+def _alone(s: str, i: int, joins) -> bool:
+    """True when neither neighbour of ``s[i]`` satisfies ``joins`` (the string's ends count as free)."""
+    return not ((i > 0 and joins(s[i - 1])) or (i + 1 < len(s) and joins(s[i + 1])))
+
+
 def parse_official(reply: str, k: int) -> str | None:
-    """The official evaluation scripts' rule (eval_qwen2.5vl.py): the first word-bounded capital A-D
-    anywhere in the reply; None when there is none (where the official ``findall(...)[0]`` crashes)."""
-    m = re.search(r"\b([A-D])\b", str(reply or ""))
-    return m.group(1) if m else None
+    """The official evaluation scripts' rule (eval_qwen2.5vl.py), as a scan: the first capital A-D
+    (case kept) with no word character (letter, digit, underscore) on either side; None when there is
+    none (where the official ``findall(...)[0]`` crashes)."""
+    s = str(reply or "")
+    return next((ch for i, ch in enumerate(s) if ch in _CHOICES and _alone(s, i, _is_word_char)), None)
+
+
+def _after_answer(s: str) -> str | None:
+    """The A-D that follows the first 'ANSWER' whose run of colons and whitespace ends on one."""
+    at = s.find("ANSWER")
+    while at >= 0:
+        j = at + len("ANSWER")
+        while j < len(s) and (s[j] == ":" or s[j].isspace()):
+            j += 1
+        if j < len(s) and s[j] in _CHOICES:
+            return s[j]
+        at = s.find("ANSWER", at + 1)
+    return None
 
 
 def parse_official_extract(reply: str, k: int) -> str | None:
-    """The official extractor's rule (evaluation/utils.py, re-implemented): on the upper-cased reply,
-    the first A-D not touching another letter, digit or underscore; else ``ANSWER: X``; else a
-    word-bounded A-D; else an A-D before a digit; else ANY A-D character ("I cannot tell" -> C).
-    None only when the reply holds no A-D at all."""
+    """The answers of the official extractor (evaluation/utils.py ``extract_choice_letter``), by our
+    own scan of the upper-cased, stripped reply, in this order of preference: the first A-D with no
+    ASCII letter, digit or underscore beside it; the A-D after 'ANSWER' (colons and whitespace
+    between); the first A-D followed by a decimal digit; the first A-D anywhere ("I cannot tell"
+    -> C). (The official cascade's word-bounded step can never fire after the first one fails: a
+    letter with no word character beside it has no ASCII one either.) None only when the reply holds
+    no A-D at all."""
     s = str(reply or "").strip().upper()
-    if not s:
+    spots = [i for i, ch in enumerate(s) if ch in _CHOICES]
+    if not spots:
         return None
-    for pat in (r"(?<![A-Z0-9_])([A-D])(?![A-Z0-9_])", r"ANSWER[:\s]*([A-D])", r"\b([A-D])\b", r"([A-D])(?=\d)",
-                r"([A-D])"):
-        m = re.search(pat, s)
-        if m:
-            return m.group(1)
-    return None
+    for i in spots:
+        if _alone(s, i, _GLUE.__contains__):
+            return s[i]
+    letter = _after_answer(s)
+    if letter is not None:
+        return letter
+    for i in spots:
+        if i + 1 < len(s) and s[i + 1].isdecimal():
+            return s[i]
+    return s[spots[0]]
 
 
 def parse_robust(reply: str, options: list[str]) -> str | None:
