@@ -11,7 +11,7 @@ TOOL = "attribute-tokens"
 RECONSTRUCTED = (
     "[reconstructed] steps (not confirmed by the paper's text; the official repository was read, never copied): "
     "the span/index conventions (char or token spans of prompt + target; G = hull of the reasoning and output "
-    "spans), the stop-token list, the renorm threshold's form, the RISE normalisation and the MAS penalty, the "
+    "spans), the stop-token list, the renorm threshold's form, the RISE normalisation and the RISE+AP density, the "
     "Recall@10% denominator (|gold|), the Captum baselines' target function, the synthetic task templates and the "
     "toy model's training recipe.")
 
@@ -157,16 +157,18 @@ def trace(run, model, prompt, target, n_generate, output_span, reasoning_span, g
 @config_options(EvalConfig)
 @config_options(TraceConfig, arg="tcfg", exclude=("method",))
 def eval_cmd(run, model, data, span_unit, shard, output, examples_out, cfg, tcfg):
-    """Faithfulness of several methods on gold-labelled examples: Recall@10%, RISE, MAS.
+    """Faithfulness of several methods on gold-labelled examples: Recall@10%, RISE, RISE+AP.
 
     \b
     Recall@10%: share of the gold prompt tokens among the top 10% attributed prompt tokens (stop
-    tokens excluded). RISE / MAS: guided deletion in 20 groups by descending score, pad
+    tokens excluded). RISE / RISE+AP: guided deletion in 20 groups by descending score, pad
     replacement on the formatted prompt, the fixed generation scored by log p (lower = more
-    faithful). [reconstructed] RISE normalisation, MAS penalty: see docs/attribute-tokens.md.
+    faithful). RISE+AP = RISE plus the alignment penalty |curve - remaining
+    attribution share| (the official "RISE + AP", not its MAS). [reconstructed] RISE normalisation,
+    the density: see docs/attribute-tokens.md.
 
     \b
-    JSON keys: n, top_frac, groups, methods (one row each: method, n, recall_at_10, rise, mas,
+    JSON keys: n, top_frac, groups, methods (one row each: method, n, recall_at_10, rise, rise_ap,
     n_curves, seconds_per_example).
     Example:  attribute-tokens eval toy/ vt.jsonl --methods flashtrace,ifr-span,ig,random -o eval.csv --json
     """

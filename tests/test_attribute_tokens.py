@@ -144,7 +144,7 @@ def test_hop_ratios_on_a_hand_example(monkeypatch):
     assert float(res.final[1]) == 0.0 and res.ratios[0] == pytest.approx(0.7 / 0.8)
 
 
-def test_recall_rise_mas_on_hand_scores():
+def test_recall_rise_rise_ap_on_hand_scores():
     scores = np.array([0.9, 0.1, 0.8, 0.0, 0.3, 0.2, 0.05, 0.0, 0.0, 0.01, 0.0, 0.0])
     gold = np.zeros(12, dtype=bool)
     gold[[0, 4]] = True
@@ -165,7 +165,7 @@ def test_recall_rise_mas_on_hand_scores():
     s = np.array([0.5, 0, 0.25, 0, 0.25])
     d = metrics.remaining_density(s, order, 3)
     assert d.tolist() == pytest.approx([1.0, 0.5, 0.25, 0.0])
-    assert metrics.mas(curve, s, order, 3) == pytest.approx(metrics._auc(z + np.abs(z - d)))
+    assert metrics.rise_ap(curve, s, order, 3) == pytest.approx(metrics._auc(z + np.abs(z - d)))
 
 
 def test_ig_completeness_on_the_toy_model():
@@ -271,7 +271,7 @@ def test_eval_timing_and_qwen2(tmp_path, capsys):
     assert code == 0, err
     s = json.loads(out)
     assert [r["method"] for r in s["methods"]] == ["flashtrace", "ifr-span", "gradxinput", "random"]
-    assert all(set(r) >= {"recall_at_10", "rise", "mas", "seconds_per_example"} for r in s["methods"])
+    assert all(set(r) >= {"recall_at_10", "rise", "rise_ap", "seconds_per_example"} for r in s["methods"])
     # a Qwen2 decoder (q/k/v biases, GQA) through the library with the word tokenizer
     from icmlkit.lib.attribute_tokens.config import EvalConfig
     from icmlkit.lib.attribute_tokens.toy import make_tokenizer

@@ -1,6 +1,6 @@
 """attribute-tokens: FlashTrace (Pan et al., ICML 2026) -- span-wise and recursive token attribution
 with the IFR operator on Llama / Qwen2 / Qwen3 decoders, its baselines (token-wise IFR, Captum
-gradient x input / IG / feature ablation, random), faithfulness metrics (Recall@10%, RISE, MAS),
+gradient x input / IG / feature ablation, random), faithfulness metrics (Recall@10%, RISE, RISE+AP),
 synthetic tasks with gold evidence and a toy decoder trainer. Steps not confirmed by the paper are
 marked [reconstructed] in each module's docstring."""
 from icmlkit.lib.core.lazy import lazy_exports
@@ -15,7 +15,7 @@ _LAZY = {
     "load": "icmlkit.lib.attribute_tokens.api", "prepare": "icmlkit.lib.attribute_tokens.api", "attribute": "icmlkit.lib.attribute_tokens.api",
     "trace_rows": "icmlkit.lib.attribute_tokens.api", "evaluate": "icmlkit.lib.attribute_tokens.api", "timing": "icmlkit.lib.attribute_tokens.api",
     "make_task": "icmlkit.lib.attribute_tokens.tasks", "train_toy": "icmlkit.lib.attribute_tokens.toy", "save_toy": "icmlkit.lib.attribute_tokens.toy",
-    "topk_recall": "icmlkit.lib.attribute_tokens.metrics", "rise": "icmlkit.lib.attribute_tokens.metrics", "mas": "icmlkit.lib.attribute_tokens.metrics",
+    "topk_recall": "icmlkit.lib.attribute_tokens.metrics", "rise": "icmlkit.lib.attribute_tokens.metrics", "rise_ap": "icmlkit.lib.attribute_tokens.metrics",
 }
 
 __getattr__ = lazy_exports(__name__, _LAZY)

@@ -378,7 +378,7 @@ class EvalResult:
 
 
 def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: int = 0) -> EvalResult:
-    """``eval``: Recall@top_frac, RISE and MAS of each method over the examples (method sheet
+    """``eval``: Recall@top_frac, RISE and RISE+AP of each method over the examples (method sheet
     protocol; see :mod:`~icmlkit.lib.attribute_tokens.metrics`). ``trace_cfg`` supplies the method
     options (hops, chunks, IG steps)."""
     import dataclasses
@@ -404,8 +404,8 @@ def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: i
                 order = metrics.deletion_order(att.scores, ex.eligible)
                 curve = metrics.deletion_curve(bundle.model, ex.ids, order, cfg.groups, pad, ex.gen_span)
                 r = metrics.rise(curve)
-                m = metrics.mas(curve, att.scores, order, cfg.groups)
-            per.append({"id": ex.id, "method": method, "recall_at_10": rec, "rise": r, "mas": m,
+                m = metrics.rise_ap(curve, att.scores, order, cfg.groups)
+            per.append({"id": ex.id, "method": method, "recall_at_10": rec, "rise": r, "rise_ap": m,
                         "thinking_ratio": att.ratios[0] if att.ratios else None})
             secs.setdefault(method, []).append(att.seconds)
     rows = []
@@ -417,7 +417,7 @@ def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: i
             return round(float(np.mean(vals)), 6) if vals else None
 
         rows.append({"method": method, "n": len(mine), "recall_at_10": mean("recall_at_10"), "rise": mean("rise"),
-                     "mas": mean("mas"), "n_curves": sum(p["rise"] is not None for p in mine)})
+                     "rise_ap": mean("rise_ap"), "n_curves": sum(p["rise"] is not None for p in mine)})
     # wall times go to the summary only: the written tables are byte-identical across reruns
     timed = [dict(r, seconds_per_example=round(float(np.mean(secs.get(r["method"], [0.0]))), 5)) for r in rows]
     summary = {"n": len(examples), "top_frac": cfg.top_frac, "groups": cfg.groups, "methods": timed}

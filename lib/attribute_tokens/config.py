@@ -59,7 +59,7 @@ class EvalConfig:
     top_frac: float = _opt(0.1, "Recall@: the top fraction of attributed prompt tokens.", min=0, max=1,
                            min_open=True)
     limit: int = _opt(0, "Evaluate only the first N examples (0: all).", min=0)
-    faithfulness: bool = _opt(True, "Compute RISE and MAS (21 scored forward passes per example and method).")
+    faithfulness: bool = _opt(True, "Compute RISE and RISE+AP (21 scored forward passes per example and method).")
 
     def check(self) -> None:
         bad = [m for m in self.methods if m not in METHODS]

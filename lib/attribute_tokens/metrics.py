@@ -1,4 +1,4 @@
-"""Faithfulness metrics: Recall@10% against gold spans, and RISE / MAS from a guided-deletion curve.
+"""Faithfulness metrics: Recall@10% against gold spans, and RISE / RISE+AP from a guided-deletion curve.
 
 - Recall@f: among the eligible prompt tokens (stop and special tokens excluded), take the
   ceil(f * n) with the highest scores (ties: earlier position first); recall = |top ∩ gold| / |gold|
@@ -9,9 +9,12 @@
 - RISE = AUC (trapezoid on k/groups in [0, 1]) of the curve normalised as
   (score_k - score_K) / (score_0 - score_K), clipped to [0, 1] and made monotone (running minimum);
   lower = more faithful. An example whose full deletion does not lower the score is skipped (None).
-- MAS = AUC of normalised curve + |curve - remaining attribution density|, the density being the
-  share of positive attribution mass not yet deleted [reconstructed from the method sheet's
-  one-line description].
+- RISE+AP = AUC of normalised curve + |curve - remaining attribution density| (RISE plus the
+  alignment penalty), the density being the share of positive attribution mass not yet deleted.
+  The official evaluation (wbopan/flashtrace ``llm_attr_eval.faithfulness_test``) calls this sum
+  "RISE + AP"; its "MAS" is a different number (the same sum clipped to [0, 1] and min-max rescaled),
+  which we do not compute. [reconstructed] the density: ours from the positive scores, clipped to
+  [0, 1]; the official from the signed scores, unclipped.
 """
 from __future__ import annotations
 
@@ -112,7 +115,8 @@ def remaining_density(scores, order, groups: int):
     return np.clip(np.asarray(d), 0.0, 1.0)
 
 
-def mas(curve, scores, order, groups: int) -> float | None:
+def rise_ap(curve, scores, order, groups: int) -> float | None:
+    """RISE + alignment penalty (the official "RISE + AP"; lower = more faithful)."""
     import numpy as np
 
     z = normalised_curve(curve)
