@@ -1,56 +1,56 @@
 """Benchmark of steer-concept: exactness, the Pareto claim on MiniLM-L6, erasure, speed.
 
-One run (about 6-10 minutes on 2 CPU cores) does:
+Parts (``make bench TOOL=steer-concept``, about 3-10 minutes in all on 2 CPU cores):
 
-1. Exactness (float64): MidSteer at beta = 1 maps the source mean onto the target mean (real MiniLM
-   statistics and synthetic data); our LEACE against the ``concept-erasure`` package's eraser
-   (shrinkage and trace constraint off) on make_classification and on real MiniLM activations;
-   synthetic Gaussians with ||s|| = 2 ||t||: LEACE-Switch misses mu_t, MidSteer hits it.
-2. MiniLM-L6 (the real all-MiniLM-L6-v2 weights), horses -> motorcycles, strengths swept, on the
-   concept questions and COCO captions of ../shared/data/concepts (subsampled, counts in the
-   results): switch rate, re-trained probe accuracy, disturbance of held-out neutral captions and of
-   unrelated-concept texts (helpfulness questions), in three settings:
-     A  the residual stream (block output) of layer 2 of 6 alone ("a middle layer");
-     B  the attention output of all six layers (the official LLM setting);
-     C  as B, with neutral statistics from captions *and* toxicity questions, closer to the paper's
-        instruction-style neutral set.
-   The unrelated test texts (helpfulness questions) come from a pool that no fitting set uses in any
-   setting, and every pool is de-duplicated, so no test text is a fitting text.
-   LEACE (beta = 1, no clipping) erases the pair at one layer; a re-trained probe should be at chance.
-3. Speed on this CPU: fitting from 5000 x 384 neutral activations, and apply throughput.
+- ``exactness`` (float64): MidSteer at beta = 1 maps the source mean onto the target mean (real MiniLM
+  statistics and synthetic data); our LEACE against the ``concept-erasure`` package's eraser
+  (shrinkage and trace constraint off) on make_classification and on real MiniLM activations;
+  synthetic Gaussians with ||s|| = 2 ||t||: LEACE-Switch misses mu_t, MidSteer hits it.
+- ``minilm_A``, ``minilm_B``, ``minilm_C``: MiniLM-L6 (the real all-MiniLM-L6-v2 weights),
+  horses -> motorcycles, strengths swept, on the concept questions and COCO captions of
+  shared/data/concepts (subsampled, counts in the results): switch rate, re-trained probe accuracy,
+  disturbance of held-out neutral captions and of unrelated-concept texts (helpfulness questions):
+    A  the residual stream (block output) of layer 2 of 6 alone ("a middle layer");
+    B  the attention output of all six layers (the official LLM setting);
+    C  as B, with neutral statistics from captions *and* toxicity questions, closer to the paper's
+       instruction-style neutral set.
+  The unrelated test texts (helpfulness questions) come from a pool that no fitting set uses in any
+  setting, and every pool is de-duplicated, so no test text is a fitting text. Every compared method
+  (CASteer, LEACE-Switch, MidSteer) gets a strength grid of the same size (recorded as its tuning).
+  LEACE (beta = 1, no clipping) erases the pair at one layer; a re-trained probe should be at chance.
+- ``speed`` on this CPU: fitting from 5000 x 384 neutral activations, and apply throughput
+  (``time_call``: median of repeats, with the spread).
 
-Writes bench/results/steer_concept.json and .md, and bench/results/steer_concept_pareto_<A|B|C>.png.
-Run:  python bench/steer_concept.py   (or: make bench TOOL=steer-concept)
+Writes bench/results/steer_concept.json and .md (through bench/_common.py), and
+bench/results/steer_concept_pareto_<A|B|C>.png.
+Run:  python bench/steer_concept.py [--part P] [--quick] [--report]   (or: make bench TOOL=steer-concept)
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from _common import commit, machine, target
-from icmlkit.lib.core.io import shared_data_dir, write_json, write_text
+from _common import Bench, table, target, time_call
+from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.steer_concept import Steering, concept_mean, fit_step, neutral_stats
 from icmlkit.lib.steer_concept.data import load_shared
-from icmlkit.lib.steer_concept.evaluate import evaluate_grid, matched_disturbance, pareto_plot
+from icmlkit.lib.steer_concept.evaluate import _balanced_acc, _probe, evaluate_grid, matched_disturbance, pareto_plot
 from icmlkit.lib.steer_concept.hooks import Encoder
 from icmlkit.lib.steer_concept.model import load_model
 from icmlkit.lib.steer_concept.pipeline import fit_steerings
 from icmlkit.lib.steer_concept.synthetic import unequal_norm_gaussians
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+bench = Bench("steer-concept")
+
 SEED = 0
 MAX_LENGTH = 64
 SIZES = {"neutral_fit": 2500, "neutral_test": 250, "unrelated_test": 200, "test_fraction": 0.2,
          "mixed_neutral_questions": 1000}
+# --quick: the same splits, cut to a few texts each (concept questions: train/test per class)
+QUICK_SIZES = {"neutral_fit": 120, "neutral_test": 40, "unrelated_test": 40, "test_fraction": 0.2,
+               "mixed_neutral_questions": 40, "concept_train": 60, "concept_test": 30}
 GRIDS = {
     "A": {"CASteer": [0.5, 1, 1.5, 2, 3], "LEACE-Switch": [1, 2, 3, 4, 6], "MidSteer": [2, 4, 6, 8, 12],
           "LEACE": [1]},
@@ -58,6 +58,7 @@ GRIDS = {
           "MidSteer": [0.25, 0.5, 0.75, 1, 1.5], "LEACE": [1]},
     "C": {"CASteer": [0.5, 0.75, 1, 1.5], "LEACE-Switch": [0.5, 1, 1.5, 2], "MidSteer": [0.25, 0.5, 0.75, 1]},
 }
+COMPARED = ("CASteer", "LEACE-Switch", "MidSteer")
 SETTINGS = {
     "A": {"site": "block", "layers": [2], "leace_layers": [2], "probe_layer": 2, "neutral": "captions",
           "what": "block output (residual stream) of layer 2 of 6"},
@@ -68,12 +69,89 @@ SETTINGS = {
 }
 
 
+# ------------------------------------------------------------------------------------ data
+
+
+def splits(data: dict, sizes: dict) -> dict:
+    """Train/test splits. Every pool is de-duplicated first (the horse questions repeat 25 texts), so a
+    test text is never also a fitting text. The unrelated test texts are the helpfulness questions only,
+    a pool that no fitting set draws from in any setting (issue 32: setting C's neutral set used to mix
+    in toxicity and helpfulness texts from the pools of its unrelated test set); setting C's
+    question-style neutral texts are toxicity questions. ``sizes`` with ``concept_train`` /
+    ``concept_test`` (--quick) cuts each concept split to that many texts after the same draw."""
+    rng = np.random.default_rng(SEED)
+    data = {k: list(dict.fromkeys(v)) for k, v in data.items()}
+
+    def cut(texts, frac):
+        idx = rng.permutation(len(texts))
+        k = int(round(len(texts) * frac))
+        return [texts[i] for i in np.sort(idx[k:])], [texts[i] for i in np.sort(idx[:k])]
+
+    h_tr, h_te = cut(data["horses"], sizes["test_fraction"])
+    m_tr, m_te = cut(data["motorcycles"], sizes["test_fraction"])
+    if "concept_train" in sizes:
+        h_tr, m_tr = h_tr[:sizes["concept_train"]], m_tr[:sizes["concept_train"]]
+        h_te, m_te = h_te[:sizes["concept_test"]], m_te[:sizes["concept_test"]]
+    neu = [data["neutral"][i] for i in rng.permutation(len(data["neutral"]))]
+    n_fit, n_te = neu[:sizes["neutral_fit"]], neu[sizes["neutral_fit"]:sizes["neutral_fit"] + sizes["neutral_test"]]
+    tox = [data["toxicity"][i] for i in rng.permutation(len(data["toxicity"]))]
+    hlp = [data["helpfulness"][i] for i in rng.permutation(len(data["helpfulness"]))]
+    unrel = hlp[:sizes["unrelated_test"]]
+    mk = sizes["mixed_neutral_questions"]
+    mixed = n_fit[:sizes["neutral_fit"] - mk] + tox[:mk]
+    out = {"source_train": h_tr, "source_test": h_te, "target_train": m_tr, "target_test": m_te,
+           "neutral_fit": n_fit, "neutral_mixed": mixed, "neutral_test": n_te, "unrelated": unrel}
+    fitting = set(h_tr) | set(m_tr) | set(n_fit) | set(mixed)
+    for key in ("source_test", "target_test", "neutral_test", "unrelated"):
+        shared = len(set(out[key]) & fitting)
+        if shared:
+            raise AssertionError(f"{shared} {key} texts are also fitting texts")
+    return out
+
+
+def prepare(quick: bool):
+    """(model, splits, counts), or None when shared/data/concepts is absent."""
+    root = shared_data_dir("concepts")
+    if root is None:
+        return None
+    torch.manual_seed(SEED)
+    data = load_shared(root)
+    sp = splits(data, QUICK_SIZES if quick else SIZES)
+    counts = {k: len(v) for k, v in sp.items()}
+    counts["neutral_filtered_out_of_30000"] = 30000 - len(data["neutral"])
+    return load_model("minilm"), sp, counts
+
+
+def fit_setting(loaded, sp: dict, cfg: dict, methods=None):
+    """The steerings of one setting, fitted on its neutral set and the train questions."""
+    neutral = sp["neutral_fit"] if cfg["neutral"] == "captions" else sp["neutral_mixed"]
+    method_layers = {"leace": cfg["leace_layers"]} if cfg["leace_layers"] else {}
+    if methods is None:
+        methods = ("casteer", "leace-switch", "midsteer") + (("leace",) if cfg["leace_layers"] else ())
+    return fit_steerings(loaded, layers=cfg["layers"], site=cfg["site"], methods=methods,
+                         method_layers=method_layers, neutral=neutral, source=sp["source_train"],
+                         target=sp["target_train"], concept="horses->motorcycles", max_length=MAX_LENGTH)
+
+
 # ------------------------------------------------------------------------------------ exactness
 
 
-def exactness(real_acts: dict | None) -> dict:
+@bench.part("exactness", doc="float64 exactness: MidSteer maps mu_s onto mu_t, LEACE = concept-erasure, "
+            "LEACE-Switch misses when ||s|| != ||t|| (synthetic and real MiniLM block-2 rows)", hours=0.01)
+def exactness(ctx) -> dict:
     from sklearn.datasets import make_classification
 
+    real_acts = None
+    prep = prepare(ctx.quick)
+    if prep is not None:
+        # real activations: setting A's pooled block-2 rows of the train questions, its MidSteer and LEACE
+        loaded, sp, _ = prep
+        steerings, info = fit_setting(loaded, sp, SETTINGS["A"], methods=("midsteer", "leace"))
+        xs, xt = info["source"]["layer_2"], info["target"]["layer_2"]
+        real_acts = {"where": "block 2 (pooled train questions)", "x": np.r_[xs, xt],
+                     "y": np.r_[np.ones(len(xs), int), np.zeros(len(xt), int)],
+                     "midsteer": next(s for lab, s in steerings if lab == "MidSteer").steps[0],
+                     "leace_neutral": next(s for lab, s in steerings if lab == "LEACE").steps[0]}
     out = {}
     g = unequal_norm_gaussians(d=32, ratio=2.0, seed=SEED)
     st = neutral_stats(g["neutral"])
@@ -87,8 +165,9 @@ def exactness(real_acts: dict | None) -> dict:
         import concept_erasure as ce
     except ImportError:
         ce = None
-    x, y = make_classification(n_samples=2048, n_features=128, n_informative=32, random_state=SEED)
-    cases = [("make_classification 2048x128", x, y)]
+    n = 512 if ctx.quick else 2048
+    x, y = make_classification(n_samples=n, n_features=128, n_informative=32, random_state=SEED)
+    cases = [(f"make_classification {n}x128", x, y)]
     if real_acts is not None:
         cases.append(("MiniLM horses/motorcycles " + real_acts["where"], real_acts["x"], real_acts["y"]))
     out["leace_vs_concept_erasure"] = []
@@ -123,134 +202,90 @@ def exactness(real_acts: dict | None) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------------ speed
-
-
-def speed() -> dict:
-    rng = np.random.default_rng(SEED)
-    x = (rng.standard_normal((5000, 384)) @ rng.standard_normal((384, 384)) / 20).astype(np.float32)
-    src, tgt = x[:500] + 0.5, x[500:1000] - 0.5
-    t0 = time.perf_counter()
-    st = neutral_stats(x)
-    step = fit_step(concept_mean(src), concept_mean(tgt), st, method="midsteer")
-    fit_s = time.perf_counter() - t0
-    big = rng.standard_normal((200_000, 384)).astype(np.float32)
-    step.apply(big[:1000])
-    t0 = time.perf_counter()
-    step.apply(big)
-    apply_s = time.perf_counter() - t0
-    return {"fit_seconds_5000x384": round(fit_s, 4), "apply_vectors": 200_000,
-            "apply_vectors_per_second": round(200_000 / apply_s, 1)}
-
-
 # ------------------------------------------------------------------------------------ MiniLM
 
 
-def splits(data: dict) -> dict:
-    """Train/test splits. Every pool is de-duplicated first (the horse questions repeat 25 texts), so a
-    test text is never also a fitting text. The unrelated test texts are the helpfulness questions only,
-    a pool that no fitting set draws from in any setting (issue 32: setting C's neutral set used to mix
-    in toxicity and helpfulness texts from the pools of its unrelated test set); setting C's
-    question-style neutral texts are toxicity questions."""
+def minilm(ctx, name: str) -> dict:
+    prep = prepare(ctx.quick)
+    if prep is None:
+        return {"skipped": "shared/data/concepts is absent"}
+    loaded, sp, counts = prep
+    cfg = SETTINGS[name]
+    grids = GRIDS[name] if not ctx.quick else {k: v[:1] + v[-1:] if len(v) > 1 else v for k, v in GRIDS[name].items()}
+    ctx.record_tuning("strength", {
+        "budget": len(grids["MidSteer"]), "knob": "strength (beta at every hooked layer)",
+        "selection": "none: each method's disturbance at switch rate 0.9, interpolated along its own grid",
+        "methods": {lab: {"grid": [{"strength": s} for s in grids[lab]]} for lab in COMPARED}})
+    t0 = time.perf_counter()
+    steerings, info = fit_setting(loaded, sp, cfg)
+    src_emb, tgt_emb = info.pop("source"), info.pop("target")
+    enc = Encoder(loaded, layers=cfg["layers"], site=cfg["site"], pool="mean", max_length=MAX_LENGTH)
+    rows = evaluate_grid(enc, steerings, grids, source_train=sp["source_train"],
+                         target_train=sp["target_train"], source_test=sp["source_test"],
+                         target_test=sp["target_test"], neutral=sp["neutral_test"], unrelated=sp["unrelated"],
+                         probe_layer=cfg["probe_layer"], train_embeddings=(src_emb, tgt_emb), seed=SEED)
+    in_sample = None
+    leace = next((st for lab, st in steerings if lab == "LEACE"), None)
+    if leace is not None and leace.layers == [cfg["probe_layer"]]:
+        # the standard protocol: a probe re-trained on the LEACE-erased *train* texts (the eraser's fit
+        # data, where the class means are exactly equal), tested on the erased held-out texts. LEACE alone
+        # at the probe layer leaves that layer's input unsteered and is affine (no clipping), so the
+        # steered mean-pooled rows are exactly the array steer of the unsteered ones.
+        L = cfg["probe_layer"]
+        key = f"layer_{L}"
+        test = Encoder(loaded, layers=[L], site=cfg["site"], pool="mean", max_length=MAX_LENGTH).embed(
+            sp["source_test"] + sp["target_test"])[key]
+        x_tr = np.r_[src_emb[key], tgt_emb[key]]
+        y_tr = np.r_[np.zeros(len(src_emb[key])), np.ones(len(tgt_emb[key]))]
+        y_te = np.r_[np.zeros(len(sp["source_test"])), np.ones(len(sp["target_test"]))]
+        erased = _probe(SEED).fit(leace.apply(x_tr, L), y_tr)
+        plain = _probe(SEED).fit(x_tr, y_tr)
+        in_sample = {"layer": L, "train_texts": int(len(y_tr)), "test_texts": int(len(y_te)),
+                     "probe_acc_erased": _balanced_acc(erased, leace.apply(test, L), y_te),
+                     "probe_acc_erased_train": _balanced_acc(erased, leace.apply(x_tr, L), y_tr),
+                     "probe_max_abs_coef_erased": float(np.abs(erased[-1].coef_).max()),
+                     "probe_max_abs_coef_unsteered": float(np.abs(plain[-1].coef_).max()),
+                     "probe_acc_unsteered": _balanced_acc(plain, test, y_te)}
+    pareto_plot(bench.results_path(ctx.quick).parent / f"steer_concept_pareto_{name}.png", rows,
+                title=f"MiniLM-L6 horses -> motorcycles, {cfg['what']}")
+    matched = {lab: {k: matched_disturbance(rows, lab, f"disturbance_{k}") for k in ("neutral", "unrelated")}
+               for lab in COMPARED}
+    ctx.log(f"matched disturbance at switch 0.9: {matched}")
+    return {"counts": counts, "what": cfg["what"], "site": cfg["site"], "layers": cfg["layers"],
+            "neutral": cfg["neutral"], "fit": info, "rows": rows, "matched_disturbance_at_switch_0.9": matched,
+            "leace_in_sample": in_sample, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+for _name in SETTINGS:
+    bench.part(f"minilm_{_name}", doc=f"MiniLM-L6 horses -> motorcycles, setting {_name}: {SETTINGS[_name]['what']}",
+               hours=0.03)(lambda ctx, _name=_name: minilm(ctx, _name))
+
+
+# ------------------------------------------------------------------------------------ speed
+
+
+@bench.part("speed", doc="fit from 5000 x 384 neutral rows and apply throughput on 200k vectors, CPU", hours=0.01)
+def speed(ctx) -> dict:
     rng = np.random.default_rng(SEED)
-    data = {k: list(dict.fromkeys(v)) for k, v in data.items()}
-
-    def cut(texts, frac):
-        idx = rng.permutation(len(texts))
-        k = int(round(len(texts) * frac))
-        return [texts[i] for i in np.sort(idx[k:])], [texts[i] for i in np.sort(idx[:k])]
-
-    h_tr, h_te = cut(data["horses"], SIZES["test_fraction"])
-    m_tr, m_te = cut(data["motorcycles"], SIZES["test_fraction"])
-    neu = [data["neutral"][i] for i in rng.permutation(len(data["neutral"]))]
-    n_fit, n_te = neu[:SIZES["neutral_fit"]], neu[SIZES["neutral_fit"]:SIZES["neutral_fit"] + SIZES["neutral_test"]]
-    tox = [data["toxicity"][i] for i in rng.permutation(len(data["toxicity"]))]
-    hlp = [data["helpfulness"][i] for i in rng.permutation(len(data["helpfulness"]))]
-    unrel = hlp[:SIZES["unrelated_test"]]
-    mk = SIZES["mixed_neutral_questions"]
-    mixed = n_fit[:SIZES["neutral_fit"] - mk] + tox[:mk]
-    out = {"source_train": h_tr, "source_test": h_te, "target_train": m_tr, "target_test": m_te,
-           "neutral_fit": n_fit, "neutral_mixed": mixed, "neutral_test": n_te, "unrelated": unrel}
-    fitting = set(h_tr) | set(m_tr) | set(n_fit) | set(mixed)
-    for key in ("source_test", "target_test", "neutral_test", "unrelated"):
-        shared = len(set(out[key]) & fitting)
-        if shared:
-            raise AssertionError(f"{shared} {key} texts are also fitting texts")
-    return out
-
-
-def minilm(configs: list[str]) -> tuple[dict, dict | None]:
-    root = shared_data_dir("concepts")
-    if root is None:
-        return {"skipped": "../shared/data/concepts is absent"}, None
-    data = load_shared(root)
-    sp = splits(data)
-    counts = {k: len(v) for k, v in sp.items()}
-    counts["neutral_filtered_out_of_30000"] = 30000 - len(data["neutral"])
-    loaded = load_model("minilm")
-    out = {"counts": counts, "settings": {}}
-    real = None
-    for name in configs:
-        cfg = SETTINGS[name]
-        t0 = time.perf_counter()
-        neutral = sp["neutral_fit"] if cfg["neutral"] == "captions" else sp["neutral_mixed"]
-        common = dict(neutral=neutral, source=sp["source_train"], target=sp["target_train"],
-                      concept="horses->motorcycles", max_length=MAX_LENGTH)
-        method_layers = {"leace": cfg["leace_layers"]} if cfg["leace_layers"] else {}
-        methods = ("casteer", "leace-switch", "midsteer") + (("leace",) if cfg["leace_layers"] else ())
-        steerings, info = fit_steerings(loaded, layers=cfg["layers"], site=cfg["site"], methods=methods,
-                                        method_layers=method_layers, **common)
-        src_emb, tgt_emb = info.pop("source"), info.pop("target")
-        if real is None and name == "A":
-            # real activations for the exactness checks: the pooled block-2 rows of the train split
-            xs, xt = src_emb["layer_2"], tgt_emb["layer_2"]
-            real = {"where": "block 2 (pooled train questions)", "x": np.r_[xs, xt],
-                    "y": np.r_[np.ones(len(xs), int), np.zeros(len(xt), int)],
-                    "midsteer": next(s for lab, s in steerings if lab == "MidSteer").steps[0],
-                    "leace_neutral": next(s for lab, s in steerings if lab == "LEACE").steps[0]}
-        enc = Encoder(loaded, layers=cfg["layers"], site=cfg["site"], pool="mean", max_length=MAX_LENGTH)
-        rows = evaluate_grid(enc, steerings, GRIDS[name], source_train=sp["source_train"],
-                             target_train=sp["target_train"], source_test=sp["source_test"],
-                             target_test=sp["target_test"], neutral=sp["neutral_test"], unrelated=sp["unrelated"],
-                             probe_layer=cfg["probe_layer"], train_embeddings=(src_emb, tgt_emb), seed=SEED)
-        in_sample = None
-        leace = next((st for lab, st in steerings if lab == "LEACE"), None)
-        if leace is not None and leace.layers == [cfg["probe_layer"]]:
-            # the standard protocol: a probe re-trained on the LEACE-erased *train* texts (the eraser's fit
-            # data, where the class means are exactly equal), tested on the erased held-out texts. LEACE alone
-            # at the probe layer leaves that layer's input unsteered and is affine (no clipping), so the
-            # steered mean-pooled rows are exactly the array steer of the unsteered ones.
-            from icmlkit.lib.steer_concept.evaluate import _balanced_acc, _probe
-
-            L = cfg["probe_layer"]
-            key = f"layer_{L}"
-            test = Encoder(loaded, layers=[L], site=cfg["site"], pool="mean", max_length=MAX_LENGTH).embed(
-                sp["source_test"] + sp["target_test"])[key]
-            x_tr = np.r_[src_emb[key], tgt_emb[key]]
-            y_tr = np.r_[np.zeros(len(src_emb[key])), np.ones(len(tgt_emb[key]))]
-            y_te = np.r_[np.zeros(len(sp["source_test"])), np.ones(len(sp["target_test"]))]
-            erased = _probe(SEED).fit(leace.apply(x_tr, L), y_tr)
-            plain = _probe(SEED).fit(x_tr, y_tr)
-            in_sample = {"layer": L, "train_texts": int(len(y_tr)), "test_texts": int(len(y_te)),
-                         "probe_acc_erased": _balanced_acc(erased, leace.apply(test, L), y_te),
-                         "probe_acc_erased_train": _balanced_acc(erased, leace.apply(x_tr, L), y_tr),
-                         "probe_max_abs_coef_erased": float(np.abs(erased[-1].coef_).max()),
-                         "probe_max_abs_coef_unsteered": float(np.abs(plain[-1].coef_).max()),
-                         "probe_acc_unsteered": _balanced_acc(plain, test, y_te)}
-        pareto_plot(RESULTS / f"steer_concept_pareto_{name}.png", rows,
-                    title=f"MiniLM-L6 horses -> motorcycles, {cfg['what']}")
-        matched = {lab: {k: matched_disturbance(rows, lab, f"disturbance_{k}") for k in ("neutral", "unrelated")}
-                   for lab in ("CASteer", "LEACE-Switch", "MidSteer")}
-        out["settings"][name] = {"what": cfg["what"], "site": cfg["site"], "layers": cfg["layers"],
-                                 "neutral": cfg["neutral"], "fit": info, "rows": rows,
-                                 "matched_disturbance_at_switch_0.9": matched, "leace_in_sample": in_sample,
-                                 "seconds": round(time.perf_counter() - t0, 1)}
-        print(f"setting {name}: {json.dumps(matched)} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
-              flush=True)
-    return out, real
+    x = (rng.standard_normal((5000, 384)) @ rng.standard_normal((384, 384)) / 20).astype(np.float32)
+    src, tgt = x[:500] + 0.5, x[500:1000] - 0.5
+    fit = lambda: fit_step(concept_mean(src), concept_mean(tgt), neutral_stats(x), method="midsteer")  # noqa: E731
+    repeats = 2 if ctx.quick else 5
+    fit_t = time_call(fit, repeats=repeats)
+    step = fit()
+    n = 200_000
+    big = rng.standard_normal((n, 384)).astype(np.float32)
+    apply_t = time_call(lambda: step.apply(big), repeats=repeats)
+    return {"fit_seconds_5000x384": round(fit_t["median_s"], 4), "fit_timing": fit_t, "apply_vectors": n,
+            "apply_vectors_per_second": round(n / apply_t["median_s"], 1), "apply_timing": apply_t,
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
 # ------------------------------------------------------------------------------------ report
+
+
+def _fmt(v):
+    return "n/a" if v is None else f"{v:.3g}"
 
 
 def claim_target(setting: dict, key: str, name: str) -> dict:
@@ -267,73 +302,19 @@ def claim_target(setting: dict, key: str, name: str) -> dict:
                   f"{_fmt(m['CASteer'][key])}, LEACE-Switch {_fmt(m['LEACE-Switch'][key])}")
 
 
-def _fmt(v):
-    return "n/a" if v is None else f"{v:.3g}"
-
-
-def markdown(res: dict) -> str:
-    lines = [f"# steer-concept benchmark ({res['date']}, {res['machine']['cpu']}, {res['machine']['cores']} cores)", "",
-             f"Command: `{res['command']}`", "", "## Targets", "", "| target | value | threshold | met | note |",
-             "|---|---|---|---|---|"]
-    for k, t in res["targets"].items():
-        v = t["value"]
-        vs = f"{v:.3g}" if isinstance(v, float) else str(v)
-        note = t["note"].replace("|", "\\|")
-        lines.append(f"| {k} | {vs} | {t['threshold']} | {'yes' if t['met'] else '**no**'} | {note} |")
-    mini = res["results"]["minilm"]
-    if "settings" in mini:
-        lines += ["", "## MiniLM-L6, horses -> motorcycles", "",
-                  "Texts: " + ", ".join(f"{k} {v}" for k, v in mini["counts"].items()) + " (pools de-duplicated; "
-                  "no test text is a fitting text). Unrelated test texts: helpfulness questions, a pool no fitting "
-                  "set draws from in any setting (setting C's question-style neutral texts are toxicity "
-                  "questions).", "",
-                  "Disturbance at switch rate 0.9 (interpolated along each method's strength grid; "
-                  "mean 1 - cos of final sentence embeddings):", "",
-                  "| setting | method | neutral captions | unrelated texts |", "|---|---|---|---|"]
-        for name, s in mini["settings"].items():
-            for lab, d in s["matched_disturbance_at_switch_0.9"].items():
-                lines.append(f"| {name}: {s['what']} | {lab} | {_fmt(d['neutral'])} | {_fmt(d['unrelated'])} |")
-        lines += ["", "Every row (switch rate by the final-embedding probe; probe acc = re-trained probe at the "
-                  "probe layer):", "", "| setting | method | beta | switch | switch (layer) | probe acc | "
-                  "dist. neutral | dist. unrelated |", "|---|---|---|---|---|---|---|---|"]
-        for name, s in mini["settings"].items():
-            for r in s["rows"]:
-                lines.append(f"| {name} | {r['label']} | {r['strength']:g} | {r['switch_rate']:.3f} | "
-                             f"{r['switch_rate_layer']:.3f} | {r['probe_acc_after_erasure']:.3f} | "
-                             f"{r['disturbance_neutral']:.2e} | {r['disturbance_unrelated']:.2e} |")
-    sp = res["results"]["speed"]
-    lines += ["", f"Speed: fit from 5000 x 384 neutral rows {sp['fit_seconds_5000x384']} s; apply "
-              f"{sp['apply_vectors_per_second']:.0f} vectors/s (384-d, float32 in, float64 maths)."]
-    return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--settings", default="A,B,C", help="MiniLM settings to run (A, B, C)")
-    args = ap.parse_args()
-    configs = [c.strip() for c in args.settings.split(",") if c.strip()]
-    from icmlkit.lib.core import console
-
-    console.configure(0, progress=False)  # per-row progress lines on stderr
-    torch.manual_seed(SEED)
-    load_start = os.getloadavg()[0]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    mini, real = minilm(configs)
-    exact = exactness(real)
-    sp = speed()
+def exactness_targets(exact: dict) -> dict:
     targets = {}
     syn = exact["synthetic"]
+    worst = max(syn["midsteer_rel_error"], exact.get("midsteer_real", {}).get("rel_error", 0.0))
     targets["midsteer_maps_mu_s_to_mu_t"] = target(
-        max(syn["midsteer_rel_error"], exact.get("midsteer_real", {}).get("rel_error", 0.0)), 1e-8,
-        max(syn["midsteer_rel_error"], exact.get("midsteer_real", {}).get("rel_error", 0.0)) < 1e-8,
+        worst, 1e-8, worst < 1e-8,
         "relative error |f(mu_s) - mu_t| / |mu_s - mu_t|, float64, synthetic and real MiniLM statistics")
     diffs = [r["rel_max_diff"] for r in exact["leace_vs_concept_erasure"]]
+    have = all(d is not None for d in diffs)
     targets["leace_equals_concept_erasure"] = target(
-        max(diffs) if all(d is not None for d in diffs) else None, 1e-6,
-        all(d is not None and d < 1e-6 for d in diffs),
+        max(diffs) if have else None, 1e-6, all(d is not None and d < 1e-6 for d in diffs),
         "max |ours - LeaceFitter(shrinkage=False, constrain_cov_trace=False)| / max |ref|"
-        + ("" if all(d is not None for d in diffs) else " (concept-erasure not installed)"))
+        + ("" if have else " (concept-erasure not installed)"))
     targets["leace_switch_misses_midsteer_hits"] = target(
         syn["leace_switch_rel_error"], "> 0.05 (and MidSteer < 1e-8)",
         syn["leace_switch_rel_error"] > 0.05 and syn["midsteer_rel_error"] < 1e-8,
@@ -346,47 +327,83 @@ def main() -> None:
             f"{ln['data']}: LEACE with --stats neutral (caption mu0, Sigma) vs concept-erasure's eraser (= --stats "
             f"concept): mean row difference {ln['rel_mean_row_diff']:.2f} of the eraser's mean shift, max entry "
             f"{ln['rel_max_diff']:.2f} of max |ref|; it moves the rows {ln['shift_ratio']:.2f}x as far")
-    if "settings" in mini:
-        for name, s in mini["settings"].items():
-            for key in ("neutral", "unrelated"):
-                targets[f"pareto_{name}_{key}"] = claim_target(s, key, f"setting {name} ({s['what']})")
-            ins = s.get("leace_in_sample")
-            if ins:
-                acc = ins["probe_acc_erased"]
-                targets[f"leace_erasure_{name}"] = target(
-                    acc, "<= 0.55 (chance 0.5)", acc <= 0.55,
-                    f"setting {name}: logistic probe re-trained on the {ins['train_texts']} LEACE-erased train texts "
-                    f"(the eraser's fit data) at layer {ins['layer']}, balanced accuracy on the {ins['test_texts']} "
-                    f"erased held-out texts (unsteered: {ins['probe_acc_unsteered']:.3f}); its largest |coef| "
-                    f"{ins['probe_max_abs_coef_erased']:.1e} (unsteered {ins['probe_max_abs_coef_unsteered']:.2f})")
-            le = [r for r in s["rows"] if r["label"] == "LEACE"]
-            if le:
-                acc = le[0]["probe_acc_after_erasure"]
-                targets[f"leace_erasure_cv_heldout_{name}"] = target(
-                    acc, "<= 0.55 (chance 0.5)", acc <= 0.55,
-                    f"setting {name}: stricter variant -- a probe re-trained by 5-fold CV on the LEACE-erased held-out "
-                    f"texts only (whose class means are equal only up to sampling noise; LEACE guarantees chance for "
-                    f"convex losses, not for accuracy), at layer {SETTINGS[name]['probe_layer']}")
-    else:
-        targets["minilm"] = target(None, None, False, mini["skipped"])
-    targets["fit_seconds_5000x384"] = target(sp["fit_seconds_5000x384"], "<= 5 s (our budget)",
-                                             sp["fit_seconds_5000x384"] <= 5, "statistics + whitening + steer, CPU")
-    targets["apply_vectors_per_second"] = target(sp["apply_vectors_per_second"], ">= 1e5 (our budget)",
-                                                 sp["apply_vectors_per_second"] >= 1e5, "384-d vectors, CPU")
-    res = {"tool": "steer-concept", "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "commit": commit(),
-           "machine": {**machine(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-                       "load_average_1min_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
-                       "note": "the machine is shared: a load average above the core count slows the MiniLM passes"},
-           "command": "python bench/steer_concept.py" + (f" --settings {args.settings}" if args.settings != "A,B,C"
-                                                         else ""),
-           "results": {"exactness": exact, "minilm": mini, "speed": sp,
-                       "wall_seconds": round(time.perf_counter() - t0, 1)},
-           "targets": targets}
-    write_json(RESULTS / "steer_concept.json", res)
-    write_text(RESULTS / "steer_concept.md", markdown(res))
-    print(json.dumps({k: (v["value"], v["met"]) for k, v in targets.items()}, indent=1))
+    return targets
+
+
+def setting_targets(name: str, s: dict) -> dict:
+    targets = {}
+    if "skipped" in s:
+        return {f"minilm_{name}": target(None, None, False, s["skipped"])}
+    for key in ("neutral", "unrelated"):
+        targets[f"pareto_{name}_{key}"] = claim_target(s, key, f"setting {name} ({s['what']})")
+    ins = s.get("leace_in_sample")
+    if ins:
+        acc = ins["probe_acc_erased"]
+        targets[f"leace_erasure_{name}"] = target(
+            acc, "<= 0.55 (chance 0.5)", acc <= 0.55,
+            f"setting {name}: logistic probe re-trained on the {ins['train_texts']} LEACE-erased train texts "
+            f"(the eraser's fit data) at layer {ins['layer']}, balanced accuracy on the {ins['test_texts']} "
+            f"erased held-out texts (unsteered: {ins['probe_acc_unsteered']:.3f}); its largest |coef| "
+            f"{ins['probe_max_abs_coef_erased']:.1e} (unsteered {ins['probe_max_abs_coef_unsteered']:.2f})")
+    le = [r for r in s["rows"] if r["label"] == "LEACE"]
+    if le:
+        acc = le[0]["probe_acc_after_erasure"]
+        targets[f"leace_erasure_cv_heldout_{name}"] = target(
+            acc, "<= 0.55 (chance 0.5)", acc <= 0.55,
+            f"setting {name}: stricter variant -- a probe re-trained by 5-fold CV on the LEACE-erased held-out "
+            f"texts only (whose class means are equal only up to sampling noise; LEACE guarantees chance for "
+            f"convex losses, not for accuracy), at layer {SETTINGS[name]['probe_layer']}")
+    return targets
+
+
+@bench.report
+def report(results: dict) -> tuple[dict, str]:
+    targets, md = {}, []
+    if "exactness" in results:
+        targets.update(exactness_targets(results["exactness"]))
+    settings = {n: results[f"minilm_{n}"] for n in SETTINGS if f"minilm_{n}" in results}
+    for name, s in settings.items():
+        targets.update(setting_targets(name, s))
+    sp = results.get("speed")
+    if sp:
+        targets["fit_seconds_5000x384"] = target(sp["fit_seconds_5000x384"], "<= 5 s (our budget)",
+                                                 sp["fit_seconds_5000x384"] <= 5, "statistics + whitening + steer, CPU")
+        targets["apply_vectors_per_second"] = target(sp["apply_vectors_per_second"], ">= 1e5 (our budget)",
+                                                     sp["apply_vectors_per_second"] >= 1e5, "384-d vectors, CPU")
+    ran = {n: s for n, s in settings.items() if "skipped" not in s}
+    if ran:
+        counts = next(iter(ran.values()))["counts"]
+        md += ["## MiniLM-L6, horses -> motorcycles", "",
+               "Texts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + " (pools de-duplicated; "
+               "no test text is a fitting text). Unrelated test texts: helpfulness questions, a pool no fitting "
+               "set draws from in any setting (setting C's question-style neutral texts are toxicity "
+               "questions).", "",
+               "Disturbance at switch rate 0.9 (interpolated along each method's strength grid; "
+               "mean 1 - cos of final sentence embeddings):", "",
+               table([{"setting": f"{n}: {s['what']}", "method": lab, "neutral captions": _fmt(d["neutral"]),
+                       "unrelated texts": _fmt(d["unrelated"])}
+                      for n, s in ran.items() for lab, d in s["matched_disturbance_at_switch_0.9"].items()]),
+               "Every row (switch rate by the final-embedding probe; probe acc = re-trained probe at the "
+               "probe layer):", "",
+               table([{"setting": n, "method": r["label"], "beta": f"{r['strength']:g}",
+                       "switch": f"{r['switch_rate']:.3f}", "switch (layer)": f"{r['switch_rate_layer']:.3f}",
+                       "probe acc": f"{r['probe_acc_after_erasure']:.3f}",
+                       "dist. neutral": f"{r['disturbance_neutral']:.2e}",
+                       "dist. unrelated": f"{r['disturbance_unrelated']:.2e}"}
+                      for n, s in ran.items() for r in s["rows"]])]
+    if sp:
+        spread = ""
+        if "fit_timing" in sp:
+            ft, at = sp["fit_timing"], sp["apply_timing"]
+            spread = (f" (median of {ft['repeats']}; fit {ft['min_s']:.3g}-{ft['max_s']:.3g} s, apply "
+                      f"{sp['apply_vectors'] / at['max_s']:.3g}-{sp['apply_vectors'] / at['min_s']:.3g} vectors/s)")
+        md += [f"Speed: fit from 5000 x 384 neutral rows {sp['fit_seconds_5000x384']} s; apply "
+               f"{sp['apply_vectors_per_second']:.0f} vectors/s (384-d, float32 in, float64 maths){spread}.", ""]
+    return targets, "\n".join(md)
 
 
 if __name__ == "__main__":
-    main()
+    from icmlkit.lib.core import console
+
+    console.configure(0, progress=False)  # per-row progress lines on stderr
+    bench.main()
