@@ -1,54 +1,53 @@
 """Benchmark of derive-docalc: the four-test canonical criterion against the exhaustive derivation
-graph, soundness on exact discrete SCMs, agreement with causaleffect, and estimator efficiency.
+graph, soundness on exact discrete SCMs, agreement with causaleffect, estimator efficiency, the
+falsification test and pruning. Parts (bench/_common.py harness):
 
-In one run:
-(a) Theorem check. On the classic graphs and 208 random ADMGs with latent confounders (50 each with
-    n = 5, 6, 7 and |Y| = 1; 50 with n = 8 and |Y| = 2; 8 with n = 8 and |Y| = 1), the canonical
-    criterion (R2 up, R3 up, R3 down, R2 down; reconstructed sets) is compared with the connected
-    components of the exhaustive derivation graph (every set-valued R1/R2/R3 application) on EVERY
-    ordered pair of expressions P(y | do(x), w). Both routes are timed, each with a fresh
-    d-separation cache: all pairs, and single-pair decisions (BFS of the class vs four tests).
-(b) Soundness. Random binary SCMs with explicit latents: every class member of P(y | do(x)) (and of
-    P(y | do(x), w)) has the same exact interventional value, and every estimand of the class
-    (with and without the projection extension) evaluated on the exact P(V) matches it.
-(c) causaleffect 0.1.0 (the oracle): identification verdicts and numerical estimands on every class
-    member of those graphs.
-(d) Efficiency, linear-Gaussian, n = 500, 300 replicates, B = 100: the class's best (the in-class
-    estimand with the lowest bootstrap variance, chosen per replicate) against raw ID, ID simplified
-    by d-separation and the optimal adjustment set (Henckel et al. 2022), MSE against the true
-    effect: Z -> X -> Y for gamma = Z->X in 0.5, 1, 2, 3 (predicted ratio 1/(1+gamma^2)); the M-graph
-    in both regimes; the front-door + back-door graph (strict class and with the projection
-    extension) in both regimes; the front-door + back-door graph with an instrument I -> X (three
-    members, one estimand: the negative case).
-(e) falsify: level on data from the assumed Z -> X -> Y (n = 1000, 300 replicates) and power with
-    Z -> X -> Y assumed on data from the front-door + back-door model (n = 5000, 50 replicates),
-    linear-Gaussian and discrete.
-(f) pruning: dag {X -> Y; A..F} with and without pruning (members, estimands, seconds).
+theorem_check  On the classic graphs and 208 random ADMGs with latent confounders (50 each with
+               n = 5, 6, 7 and |Y| = 1; 50 with n = 8 and |Y| = 2; 8 with n = 8 and |Y| = 1), the
+               canonical criterion (R2 up, R3 up, R3 down, R2 down; reconstructed sets) is compared
+               with the connected components of the exhaustive derivation graph (every set-valued
+               R1/R2/R3 application) on EVERY ordered pair of expressions P(y | do(x), w). Both routes
+               are timed per group of graphs (time_call, each call with fresh d-separation caches):
+               all pairs, and single-pair decisions (BFS of the class vs four tests).
+soundness      Random binary SCMs with explicit latents: every class member of P(y | do(x)) (and of
+               P(y | do(x), w)) has the same exact interventional value, and every estimand of the
+               class (with and without the projection extension) evaluated on the exact P(V) matches
+               it; causaleffect 0.1.0 (the oracle): identification verdicts and numerical estimands on
+               every class member of those graphs.
+efficiency     Linear-Gaussian, n = 500, 300 replicates, B = 100: the class's best (the in-class
+               estimand with the lowest bootstrap variance, chosen per replicate) against raw ID, ID
+               simplified by d-separation and the optimal adjustment set (Henckel et al. 2022), MSE
+               against the true effect: Z -> X -> Y for gamma = Z->X in 0.5, 1, 2, 3 (predicted ratio
+               1/(1+gamma^2)); the M-graph in both regimes; the front-door + back-door graph (strict
+               class and with the projection extension) in both regimes; the front-door + back-door
+               graph with an instrument I -> X (three members, one estimand: the negative case).
+falsification  Level on data from the assumed Z -> X -> Y (n = 1000, 300 replicates) and power with
+               Z -> X -> Y assumed on data from the front-door + back-door model (n = 5000, 50
+               replicates), linear-Gaussian and discrete.
+pruning        dag {X -> Y; A..F} with and without pruning (members, estimands, time_call seconds).
 
-Writes bench/results/derive_docalc.json and bench/results/derive_docalc.md.
-Run:  make bench TOOL=derive-docalc   (or .venv/bin/python bench/derive_docalc.py [--quick])
+Run:  make bench TOOL=derive-docalc   (or .venv/bin/python bench/derive_docalc.py [--quick] [--part P])
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import time
-from pathlib import Path
-
 import numpy as np
 
+from _common import Bench, speed_ratio, table, target, time_call
 from icmlkit.lib.causal.parse import Query, parse_dagitty, parse_query
-from _common import commit, machine
-from icmlkit.lib.core.io import write_json, write_text
 from icmlkit.lib.derive_docalc import expr as E
 from icmlkit.lib.derive_docalc.api import class_estimands
 from icmlkit.lib.derive_docalc.derivation import (RuleOracle, all_expressions, canonical_all_pairs, canonical_test,
-                                           components, equivalence_class)
+                                                  components, equivalence_class)
 from icmlkit.lib.derive_docalc.estimate import DiscreteTables, GaussianMoments, evaluate_table, gaussian_effect
 from icmlkit.lib.derive_docalc.identify import NotIdentifiable, identify
 from icmlkit.lib.derive_docalc.models import CLASSIC, DiscreteSCM, LinearGaussianSCM, classic, random_admg
 
-HERE = Path(__file__).resolve().parent
+bench = Bench("derive-docalc")
+
+# (n, |Y|, graphs) of the random ADMGs of theorem_check; --quick: a few of each
+PLAN = [(5, 1, 50), (6, 1, 50), (7, 1, 50), (8, 2, 50), (8, 1, 8)]
+PLAN_QUICK = [(5, 1, 4), (6, 1, 3), (7, 1, 2), (8, 2, 2)]
+N_SINGLE = 10  # single-pair decisions per graph
 
 
 def confounded_admg(n: int, rng) -> "object":
@@ -56,46 +55,6 @@ def confounded_admg(n: int, rng) -> "object":
         G = random_admg(n, rng, p_dir=0.4, p_bid=0.25)
         if G.bidirected:
             return G
-
-
-# --------------------------------------------------------------------------- (a)
-
-
-def theorem_check(G, Y, rng, n_single=10) -> dict:
-    o1 = RuleOracle(G, Y)
-    t0 = time.perf_counter()
-    comp = components(o1)
-    t_bfs = time.perf_counter() - t0
-    same = comp[:, None] == comp[None, :]
-    o2 = RuleOracle(G, Y)
-    t0 = time.perf_counter()
-    canon = canonical_all_pairs(o2)
-    t_can = time.perf_counter() - t0
-    agree = int((canon == same).sum())
-    # single-pair decisions, each with a fresh cache
-    ex = all_expressions(o1.k)
-    idx = rng.integers(0, len(ex), size=(n_single, 2))
-    tb = tc = 0.0
-    single_agree = 0
-    max_depth = 0
-    for i, j in idx:
-        a, b = (int(ex[i, 0]), int(ex[i, 1])), (int(ex[j, 0]), int(ex[j, 1]))
-        q = Query(frozenset(Y), o1.set_of(a[0]), o1.set_of(a[1]))
-        t0 = time.perf_counter()
-        cls = equivalence_class(G, q, oracle=RuleOracle(G, Y))
-        e_bfs = b in cls.depth
-        tb += time.perf_counter() - t0
-        max_depth = max(max_depth, max(cls.depth.values()))
-        t0 = time.perf_counter()
-        e_can, _ = canonical_test(RuleOracle(G, Y), a, b)
-        tc += time.perf_counter() - t0
-        single_agree += int(e_bfs == e_can)
-    return {"n": len(G.nodes), "k": o1.k, "expressions": len(ex), "pairs": len(ex) ** 2, "agree": agree,
-            "classes": int(len(np.unique(comp))), "largest_class": int(np.bincount(comp).max()),
-            "equivalent_pairs": int(same.sum()),
-            "seconds_exhaustive": t_bfs, "seconds_canonical": t_can, "tests_exhaustive": o1.tests,
-            "tests_canonical": o2.tests, "single_pairs": n_single, "single_agree": single_agree,
-            "seconds_single_bfs": tb, "seconds_single_canonical": tc, "max_bfs_distance": max_depth}
 
 
 # --------------------------------------------------------------------------- (b), (c)
@@ -256,7 +215,6 @@ def falsification(rng, quick: bool) -> dict:
     true_d = DiscreteSCM.random(G, np.random.default_rng(3))
     wrong_d = DiscreteSCM.random(Gf, np.random.default_rng(3), alpha=0.5)
     for kind, true_m, wrong_m, gt, gw in (("gaussian", true_g, wrong_g, G, Gf), ("discrete", true_d, wrong_d, G, Gf)):
-        t0 = time.perf_counter()
         p_true = [falsify(FalsifyConfig(bootstrap=200), G, q,
                           pd.DataFrame(true_m.sample(1000, rng), columns=gt.nodes), seed=r).p_value for r in range(R)]
         p_wrong = [falsify(FalsifyConfig(bootstrap=200), G, q,
@@ -266,22 +224,8 @@ def falsification(rng, quick: bool) -> dict:
         out[kind] = {"replicates_level": R, "n_level": 1000, "level_at_0.05": float((p_true < 0.05).mean()),
                      "level_at_0.01": float((p_true < 0.01).mean()), "mc_sd_at_0.05": float(np.sqrt(0.05 * 0.95 / R)),
                      "replicates_power": Rp, "n_power": 5000, "power_at_0.05": float((p_wrong < 0.05).mean()),
-                     "median_p_wrong": float(np.median(p_wrong)), "seconds": time.perf_counter() - t0}
+                     "median_p_wrong": float(np.median(p_wrong))}
     return out
-
-
-def pruning_timing() -> dict:
-    G = parse_dagitty("dag { X -> Y; A; B; C; D; E; F }")
-    q = parse_query("P(Y | do(X))", G)
-    rows = {}
-    for prune in (False, True):
-        t0 = time.perf_counter()
-        ce = class_estimands(G, q, prune=prune)
-        rows["pruned" if prune else "unpruned"] = {"seconds": time.perf_counter() - t0,
-                                                   "members": len(ce.cls.members),
-                                                   "expressions": ce.cls.n_expressions,
-                                                   "estimands": len(ce.estimands)}
-    return rows
 
 
 FDBD = "front-door+back-door"
@@ -304,284 +248,362 @@ MGRAPH_REGIMES = {  # A -> X is an instrument-like cause of X, B -> Y a precisio
 }
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a small run (a few graphs, 50 replicates)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--markdown-only", action="store_true",
-                    help="only rewrite bench/results/derive_docalc.md from the existing .json")
-    args = ap.parse_args(argv)
-    if args.markdown_only:
-        import json
 
-        res = json.loads((HERE / "results" / "derive_docalc.json").read_text())
-        write_text(HERE / "results" / "derive_docalc.md", markdown(res))
-        return
-    rng = np.random.default_rng(args.seed)
-    t_start = time.perf_counter()
 
-    # (a)
-    plan = [(5, 1, 50), (6, 1, 50), (7, 1, 50), (8, 2, 50), (8, 1, 8)]
-    if args.quick:
-        plan = [(5, 1, 4), (6, 1, 3), (7, 1, 2), (8, 2, 2)]
-    rows_a = []
-    for name in CLASSIC:
-        G = classic(name)
-        rows_a.append({"graph": name, **theorem_check(G, {"Y"}, rng)})
-    for n, ny, count in plan:
+# --------------------------------------------------------------------------- theorem_check
+
+
+def bucket_check(graphs, rng, repeats: int) -> tuple[list[dict], dict]:
+    """Both routes on every ordered pair of expressions of each (name, G, Y) in ``graphs``, and
+    N_SINGLE random single-pair decisions per graph; each route timed over the whole group by
+    time_call (no warm-up: every call builds fresh oracles, so nothing is cached between calls)."""
+    picks = []
+    for _, G, Y in graphs:
+        k = len([v for v in G.nodes if v not in Y])
+        ex = all_expressions(k)
+        picks.append((k, ex, rng.integers(0, len(ex), size=(N_SINGLE, 2))))
+    got: dict[str, list] = {}
+
+    def exhaustive():
+        out = []
+        for _, G, Y in graphs:
+            o = RuleOracle(G, Y)
+            out.append((components(o), o.tests))
+        got["exhaustive"] = out
+
+    def canonical():
+        out = []
+        for _, G, Y in graphs:
+            o = RuleOracle(G, Y)
+            out.append((canonical_all_pairs(o), o.tests))
+        got["canonical"] = out
+
+    def single_bfs():
+        out = []
+        for (_, G, Y), (_, ex, idx) in zip(graphs, picks):
+            o = RuleOracle(G, Y)
+            res = []
+            for i, j in idx:
+                q = Query(frozenset(Y), o.set_of(int(ex[i, 0])), o.set_of(int(ex[i, 1])))
+                cls = equivalence_class(G, q, oracle=RuleOracle(G, Y))
+                res.append(((int(ex[j, 0]), int(ex[j, 1])) in cls.depth, max(cls.depth.values())))
+            out.append(res)
+        got["single_bfs"] = out
+
+    def single_canonical():
+        out = []
+        for (_, G, Y), (_, ex, idx) in zip(graphs, picks):
+            out.append([canonical_test(RuleOracle(G, Y), (int(ex[i, 0]), int(ex[i, 1])),
+                                       (int(ex[j, 0]), int(ex[j, 1])))[0] for i, j in idx])
+        got["single_canonical"] = out
+
+    timing = {name: time_call(fn, repeats=repeats, warmup=0) for name, fn in
+              (("exhaustive", exhaustive), ("canonical", canonical), ("single_bfs", single_bfs),
+               ("single_canonical", single_canonical))}
+    rows = []
+    for g, (name, G, Y) in enumerate(graphs):
+        comp, tests_ex = got["exhaustive"][g]
+        canon, tests_can = got["canonical"][g]
+        same = comp[:, None] == comp[None, :]
+        single = got["single_bfs"][g]
+        k, ex, _ = picks[g]
+        rows.append({"graph": name, "n": len(G.nodes), "k": k, "expressions": len(ex), "pairs": len(ex) ** 2,
+                     "agree": int((canon == same).sum()), "classes": int(len(np.unique(comp))),
+                     "largest_class": int(np.bincount(comp).max()), "equivalent_pairs": int(same.sum()),
+                     "tests_exhaustive": tests_ex, "tests_canonical": tests_can, "single_pairs": N_SINGLE,
+                     "single_agree": sum(int(b == c) for (b, _), c in zip(single, got["single_canonical"][g])),
+                     "max_bfs_distance": max(d for _, d in single)})
+    return rows, timing
+
+
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def _sum_timing(records: list[dict]) -> dict:
+    """Median, min and max of a sequence of time_call records summed (the time of all groups)."""
+    return {k: sum(r[k] for r in records) for k in ("median_s", "min_s", "max_s")}
+
+
+@bench.part("theorem_check", doc="four-test criterion vs exhaustive BFS on every expression pair, 216 graphs",
+            hours=0.15)
+def part_theorem_check(ctx) -> dict:
+    rng = np.random.default_rng(ctx.seeds[0])
+    repeats = 2 if ctx.quick else 3
+    groups = {"classic": [(name, classic(name), {"Y"}) for name in CLASSIC]}
+    for n, ny, count in PLAN_QUICK if ctx.quick else PLAN:
+        graphs = []
         for i in range(count):
             G = confounded_admg(n, rng)
-            Y = set(rng.choice(G.nodes, size=ny, replace=False).tolist())
-            rows_a.append({"graph": f"random n={n} |Y|={ny} #{i}", **theorem_check(G, Y, rng)})
-    n_random = sum(c for _, _, c in plan)
-    pairs = sum(r["pairs"] for r in rows_a)
-    agree = sum(r["agree"] for r in rows_a)
-    single = sum(r["single_pairs"] for r in rows_a)
-    single_agree = sum(r["single_agree"] for r in rows_a)
-    t_ex = sum(r["seconds_exhaustive"] for r in rows_a)
-    t_can = sum(r["seconds_canonical"] for r in rows_a)
-    t_sb = sum(r["seconds_single_bfs"] for r in rows_a)
-    t_sc = sum(r["seconds_single_canonical"] for r in rows_a)
-    by_n = {}
-    for r in rows_a:
-        key = f"n={r['n']}, k={r['k']}" if r["graph"].startswith("random") else "classic"
-        s = by_n.setdefault(key, {"graphs": 0, "pairs": 0, "agree": 0, "seconds_exhaustive": 0.0,
-                                  "seconds_canonical": 0.0, "seconds_single_bfs": 0.0,
-                                  "seconds_single_canonical": 0.0, "single_pairs": 0, "max_bfs_distance": 0})
-        s["graphs"] += 1
-        for k in ("pairs", "agree", "seconds_exhaustive", "seconds_canonical", "seconds_single_bfs",
-                  "seconds_single_canonical", "single_pairs"):
-            s[k] += r[k]
-        s["max_bfs_distance"] = max(s["max_bfs_distance"], r["max_bfs_distance"])
-    print(f"(a) {len(rows_a)} graphs, {pairs} pairs, agreement {agree}/{pairs}; "
-          f"exhaustive {t_ex:.1f}s canonical {t_can:.1f}s", flush=True)
+            graphs.append((f"random n={n} |Y|={ny} #{i}", G, set(rng.choice(G.nodes, size=ny, replace=False).tolist())))
+        groups[f"n={n}, k={n - ny}"] = graphs
+    rows, summary = [], {}
+    for gi, (key, graphs) in enumerate(groups.items()):
+        ctx.log(f"{key}: {len(graphs)} graphs")
+        got, timing = ctx.cached(f"group-{key.replace(', ', '-').replace('=', '')}-r{repeats}", lambda graphs=graphs, gi=gi:
+                                 bucket_check(graphs, np.random.default_rng([ctx.seeds[0], gi]), repeats))
+        rows += got
+        summary[key] = {"graphs": len(got), "pairs": sum(r["pairs"] for r in got), "agree": sum(r["agree"] for r in got),
+                        "single_pairs": sum(r["single_pairs"] for r in got),
+                        "single_agree": sum(r["single_agree"] for r in got),
+                        "max_bfs_distance": max(r["max_bfs_distance"] for r in got),
+                        "seconds_exhaustive": timing["exhaustive"]["median_s"],
+                        "seconds_canonical": timing["canonical"]["median_s"],
+                        "seconds_single_bfs": timing["single_bfs"]["median_s"],
+                        "seconds_single_canonical": timing["single_canonical"]["median_s"],
+                        "timing": timing,
+                        "speed_ratio_all_pairs": speed_ratio(timing["exhaustive"], timing["canonical"]),
+                        "speed_ratio_single": speed_ratio(timing["single_bfs"], timing["single_canonical"])}
+    total = {name: _sum_timing([s["timing"][name] for s in summary.values()])
+             for name in ("exhaustive", "canonical", "single_bfs", "single_canonical")}
+    all_pairs = speed_ratio(total["exhaustive"], total["canonical"])
+    single = speed_ratio(total["single_bfs"], total["single_canonical"])
+    return {"summary_by_size": summary, "graphs": rows, "pairs": sum(r["pairs"] for r in rows),
+            "agree": sum(r["agree"] for r in rows),
+            "seconds_exhaustive": total["exhaustive"]["median_s"], "seconds_canonical": total["canonical"]["median_s"],
+            "ratio_exhaustive_over_canonical": all_pairs["ratio"], "speed_ratio_all_pairs": all_pairs,
+            "single_pair_decisions": sum(r["single_pairs"] for r in rows),
+            "single_pair_agree": sum(r["single_agree"] for r in rows),
+            "seconds_single_bfs": total["single_bfs"]["median_s"],
+            "seconds_single_canonical": total["single_canonical"]["median_s"],
+            "ratio_single": single["ratio"], "speed_ratio_single": single, "repeats": repeats}
 
-    # (b) + (c)
+
+@bench.part("soundness", doc="exact SCMs: members and estimands equal the exact value; causaleffect agreement",
+            hours=0.02)
+def part_soundness(ctx) -> dict:
     try:
         import causaleffect  # noqa: F401
         have_ce = True
     except ImportError:
         have_ce = False
-    rows_b = []
-    graphs_b = [(classic(n), n) for n in CLASSIC]
-    for i in range(12 if args.quick else 60):
-        graphs_b.append((confounded_admg(int(rng.integers(4, 7)), rng), f"random #{i}"))
-    for G, name in graphs_b:
+    rng = np.random.default_rng(ctx.seeds[0])
+    rows = []
+    graphs = [(classic(n), n) for n in CLASSIC]
+    for i in range(12 if ctx.quick else 60):
+        graphs.append((confounded_admg(int(rng.integers(4, 7)), rng), f"random #{i}"))
+    for G, name in graphs:
         y = "Y" if "Y" in G.nodes else str(rng.choice(G.nodes))
         others = [v for v in G.nodes if v != y]
         x = "X" if "X" in G.nodes else str(rng.choice(others))
-        rows_b.append({"graph": name, "query": f"P({y} | do({x}))", **soundness(G, {y}, {x}, set(), rng, have_ce)})
+        rows.append({"graph": name, "query": f"P({y} | do({x}))", **soundness(G, {y}, {x}, set(), rng, have_ce)})
         rest = [v for v in others if v != x]
         if rest:
             w = str(rng.choice(rest))
-            rows_b.append({"graph": name, "query": f"P({y} | do({x}), {w})",
-                           **soundness(G, {y}, {x}, {w}, rng, have_ce)})
-    member_diff = max(r["member_max_diff"] for r in rows_b)
-    est_err = max(r["estimand_max_error"] for r in rows_b)
-    n_est = sum(r["estimands"] for r in rows_b)
-    print(f"(b) {len(rows_b)} queries: member diff {member_diff:.2e}, estimand error {est_err:.2e} ({n_est})",
-          flush=True)
-    ce_q = sum(r.get("ce_queries", 0) for r in rows_b)
-    ce_agree = sum(r.get("ce_verdict_agree", 0) for r in rows_b)
-    ce_num = max((r.get("ce_numeric_max_diff", 0.0) for r in rows_b), default=0.0)
-    ce_cmp = sum(r.get("ce_numeric_compared", 0) for r in rows_b)
-    ce_dis = sum(r.get("ce_disagreements", 0) for r in rows_b)
-    ce_wrong = sum(r.get("ce_disagreements_where_causaleffect_is_off_exact", 0) for r in rows_b)
-    ce_ex = [e for r in rows_b for e in r.get("ce_disagreement_examples", [])][:3]
-    ours_dis = max((r.get("ours_vs_exact_in_disagreements", 0.0) for r in rows_b), default=0.0)
+            rows.append({"graph": name, "query": f"P({y} | do({x}), {w})",
+                         **soundness(G, {y}, {x}, {w}, rng, have_ce)})
+    examples = [e for r in rows for e in r.get("ce_disagreement_examples", [])][:3]
+    return {"rows": rows, "causaleffect": have_ce, "causaleffect_disagreement_examples": examples}
 
-    # (d)
-    reps = 50 if args.quick else 300
-    rows_d = []
+
+@bench.part("efficiency", doc="MSE of the class's best estimand vs raw ID, simplified ID, optimal adjustment",
+            hours=0.02)
+def part_efficiency(ctx) -> dict:
+    rng = np.random.default_rng(ctx.seeds[0])
+    reps = 50 if ctx.quick else 300
+    rows = []
     for regime, (coef, sd) in REGIMES.items():
         for proj in (False, True):
             r = efficiency(classic(FDBD), "P(Y | do(X))", coef, sd, proj, rng, reps=reps)
-            rows_d.append({"graph": FDBD, "regime": regime, "estimands_from": "class + projections" if proj
-                           else "do-calculus class", **r})
+            rows.append({"graph": FDBD, "regime": regime, "estimands_from": "class + projections" if proj
+                         else "do-calculus class", **r})
     for regime, (coef, sd) in MGRAPH_REGIMES.items():
         r = efficiency(classic("M-graph"), "P(Y | do(X))", coef, sd, False, rng, reps=reps)
-        rows_d.append({"graph": "M-graph", "regime": regime, "estimands_from": "do-calculus class", **r})
+        rows.append({"graph": "M-graph", "regime": regime, "estimands_from": "do-calculus class", **r})
     for g in GAMMAS:
         r = efficiency(parse_dagitty(CHAIN), "P(Y | do(X))", {("Z", "X"): g, ("X", "Y"): 1.0},
                        {"Z": 1.0, "X": 1.0, "Y": 1.0}, False, rng, reps=reps)
-        rows_d.append({"graph": "Z->X->Y", "regime": f"gamma={g:g}", "estimands_from": "do-calculus class",
-                       "gamma": g, "predicted_ratio": 1 / (1 + g * g), **r})
+        rows.append({"graph": "Z->X->Y", "regime": f"gamma={g:g}", "estimands_from": "do-calculus class",
+                     "gamma": g, "predicted_ratio": 1 / (1 + g * g), **r})
     r = efficiency(parse_dagitty(FDBD_IV), "P(Y | do(X))", *FDBD_IV_COEF, False, rng, reps=reps)
-    rows_d.append({"graph": "front-door+back-door+instrument", "regime": "I->X = 2 (negative case)",
-                   "estimands_from": "do-calculus class", **r})
-    t_fals = time.perf_counter()
-    fals = falsification(rng, args.quick)
-    print("(e) " + "; ".join(f"{k}: level {v['level_at_0.05']:.3f} power {v['power_at_0.05']:.2f}"
-                             for k, v in fals.items()), flush=True)
-    prune_rows = pruning_timing()
-    print(f"(f) pruning: {prune_rows}", flush=True)
-    t_fals = time.perf_counter() - t_fals
-    print("(d) " + "; ".join(f"{r['graph']} {r['regime']} {r['estimands_from']}: {r['ratio_selected']:.3f}"
-                             for r in rows_d), flush=True)
-    total = time.perf_counter() - t_start
-
-    fd_proj = next(r for r in rows_d if r["graph"] == FDBD and r["regime"] == "front-door wins"
-                   and r["estimands_from"] == "class + projections")
-    m_strict = next(r for r in rows_d if r["graph"] == "M-graph" and r["regime"].startswith("strong A"))
-    chain2 = next(r for r in rows_d if r["graph"] == "Z->X->Y" and r["gamma"] == 2.0)
-    neg = next(r for r in rows_d if r["graph"].endswith("instrument"))
-    targets = {
-        "criterion_agreement_all_pairs": {
-            "value": agree / pairs, "threshold": 1.0, "met": agree == pairs,
-            "note": f"{agree}/{pairs} ordered expression pairs on {len(rows_a)} graphs "
-                    f"({n_random} random ADMGs n=5-8 with latent confounders + {len(CLASSIC)} classic)"},
-        "random_graphs_checked": {"value": n_random, "threshold": 200, "met": n_random >= 200,
-                                  "note": "every pair of expressions of each graph (3^k expressions, k = |V \\ Y|)"},
-        "soundness_members_same_value": {
-            "value": member_diff, "threshold": 1e-9, "met": member_diff < 1e-9,
-            "note": f"max |difference| of exact interventional values across class members, {len(rows_b)} queries"},
-        "soundness_estimands_exact": {
-            "value": est_err, "threshold": 1e-9, "met": est_err < 1e-9,
-            "note": f"max |estimand on exact P(V) - exact value| over {n_est} estimands (projection extension included)"},
-        "causaleffect_verdict_agreement": {
-            "value": (ce_agree / ce_q) if ce_q else None, "threshold": 1.0, "met": bool(ce_q) and ce_agree == ce_q,
-            "note": f"{ce_agree}/{ce_q} class-member queries" if have_ce else "causaleffect not installed"},
-        "causaleffect_numeric_agreement": {
-            "value": ce_num if have_ce else None, "threshold": 1e-9,
-            "met": have_ce and ce_num < 1e-9 and ce_wrong == ce_dis and ours_dis < 1e-9,
-            "note": f"max |ours - causaleffect| on exact P(V) over the {ce_cmp - ce_dis} of {ce_cmp} identifiable "
-                    f"queries where they agree; in the other {ce_dis} causaleffect's own estimand is off the exact "
-                    f"value in {ce_wrong} (its IDC drops the inner divisor when ID returns a ratio, e.g. "
-                    f"napkin conditional queries) while ours is exact there"},
-        "efficiency_chain_gamma2": {
-            "value": chain2["ratio_selected"], "threshold": 0.5, "met": chain2["ratio_selected"] <= 0.5,
-            "note": "MSE(class best by bootstrap variance)/MSE(raw ID P(Y|X,Z)), Z -> X -> Y with gamma = Z->X = 2 "
-                    f"(predicted 1/(1+gamma^2) = 0.2); vs ID simplified by d-separation "
-                    f"{chain2['ratio_vs_simplified']:.3f}, vs the optimal adjustment set "
-                    f"{chain2['ratio_vs_optimal']:.3f} (both ARE P(Y|X) here: the class does not beat them)"},
-        "negative_case_fdbd_instrument": {
-            "value": neg["ratio_selected"], "threshold": "= 1 (one estimand)",
-            "met": len([c for c in neg["in_class"] if c]) == 1 and abs(neg["ratio_selected"] - 1) < 1e-12,
-            "note": f"{neg['class_members']} members, 1 estimand (raw ID {neg['plain_id']}); simplified ID / optimal "
-                    f"adjustment {neg['optimal_adjustment']} has MSE ratio {neg['mse_optimal'] / neg['mse_plain_id']:.3f} "
-                    "vs the class: the class loses to both here"},
-        "falsify_level_gaussian": {
-            "value": fals["gaussian"]["level_at_0.05"], "threshold": "<= 0.05 + 2 MC sd",
-            "met": fals["gaussian"]["level_at_0.05"] <= 0.05 + 2 * fals["gaussian"]["mc_sd_at_0.05"],
-            "note": f"rejection rate at alpha 0.05 on data from the assumed Z -> X -> Y, n = 1000, "
-                    f"{fals['gaussian']['replicates_level']} replicates, B = 200"},
-        "falsify_level_discrete": {
-            "value": fals["discrete"]["level_at_0.05"], "threshold": "<= 0.05 + 2 MC sd",
-            "met": fals["discrete"]["level_at_0.05"] <= 0.05 + 2 * fals["discrete"]["mc_sd_at_0.05"],
-            "note": "same, binary SCM (Dirichlet(1) CPTs), n = 1000"},
-        "falsify_power_gaussian": {
-            "value": fals["gaussian"]["power_at_0.05"], "threshold": 0.95,
-            "met": fals["gaussian"]["power_at_0.05"] >= 0.95,
-            "note": "rejection rate at alpha 0.05, Z -> X -> Y assumed, data from the front-door + back-door model, "
-                    f"n = 5000, {fals['gaussian']['replicates_power']} replicates"},
-        "falsify_power_discrete": {
-            "value": fals["discrete"]["power_at_0.05"], "threshold": 0.95,
-            "met": fals["discrete"]["power_at_0.05"] >= 0.95,
-            "note": "same, binary SCM (Dirichlet(0.5) CPTs)"},
-        "pruning_6_isolated_nodes": {
-            "value": prune_rows["pruned"]["seconds"], "threshold": 0.1,
-            "met": prune_rows["pruned"]["seconds"] <= 0.1 and prune_rows["pruned"]["estimands"] == 1,
-            "note": f"dag {{X -> Y; A..F}}: {prune_rows['unpruned']['members']} members / "
-                    f"{prune_rows['unpruned']['estimands']} estimands in {prune_rows['unpruned']['seconds']:.2f} s "
-                    f"unpruned; pruned {prune_rows['pruned']['members']} members (x 3^6 = "
-                    f"{prune_rows['pruned']['expressions']}), {prune_rows['pruned']['estimands']} estimand"},
-        "efficiency_fdbd_with_projections": {
-            "value": fd_proj["ratio_selected"], "threshold": 0.5, "met": fd_proj["ratio_selected"] <= 0.5,
-            "note": "MSE(class best)/MSE(raw ID), front-door + back-door graph, front-door regime, estimands "
-                    "of the class in G and in its latent projections (EXTENSION: front-door appears when Z is "
-                    "projected out)"},
-        "efficiency_mgraph_strict_class": {
-            "value": m_strict["ratio_selected"], "threshold": 0.5, "met": m_strict["ratio_selected"] <= 0.5,
-            "note": "M-graph, strict do-calculus class (P(Y|X), P(Y|A,X), plain ID sum_B P(B)P(Y|A,B,X)), strong A->X"},
-    }
-    result = {
-        "tool": "derive-docalc",
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": commit(), "machine": machine(),
-        "command": "make bench TOOL=derive-docalc" + (" (--quick)" if args.quick else ""),
-        "seconds_total": total,
-        "results": {
-            "theorem_check": {"summary_by_size": by_n, "graphs": rows_a, "pairs": pairs, "agree": agree,
-                              "seconds_exhaustive": t_ex, "seconds_canonical": t_can,
-                              "ratio_exhaustive_over_canonical": t_ex / t_can,
-                              "single_pair_decisions": single, "single_pair_agree": single_agree,
-                              "seconds_single_bfs": t_sb, "seconds_single_canonical": t_sc,
-                              "ratio_single": t_sb / t_sc},
-            "soundness": rows_b,
-            "causaleffect_disagreement_examples": ce_ex,
-            "efficiency": rows_d,
-            "falsification": fals,
-            "pruning": prune_rows,
-        },
-        "targets": targets,
-    }
-    out = HERE / "results"
-    write_json(out / "derive_docalc.json", result)
-    write_text(out / "derive_docalc.md", markdown(result))
-    print(markdown(result))
+    rows.append({"graph": "front-door+back-door+instrument", "regime": "I->X = 2 (negative case)",
+                 "estimands_from": "do-calculus class", **r})
+    return {"rows": rows}
 
 
-def _esc(x) -> str:
-    return str(x).replace("|", "\\|")
+@bench.part("falsification", doc="falsify: level on the assumed graph's data, power on the wrong graph's", hours=0.01)
+def part_falsification(ctx) -> dict:
+    return falsification(np.random.default_rng(ctx.seeds[0]), ctx.quick)
 
 
-def markdown(res: dict) -> str:
-    tc = res["results"]["theorem_check"]
-    m = res["machine"]
-    lines = [f"### derive-docalc benchmark ({res['date'][:10]}, {m['cores']} cores, {m['cpu']}, "
-             f"{res['seconds_total']:.0f} s)", "",
-             "**(a) Canonical 4-test criterion vs exhaustive derivation graph, every ordered pair of expressions**", "",
-             "| graphs | k = \\|V∖Y\\| | pairs | agree | exhaustive s | canonical s | single pair: BFS s | 4 tests s | max BFS distance |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for key, s in tc["summary_by_size"].items():
-        lines.append(f"| {key} ({s['graphs']}) | {key.split('k=')[-1] if 'k=' in key else '1-4'} | {s['pairs']} | "
-                     f"{s['agree']} | {s['seconds_exhaustive']:.2f} | {s['seconds_canonical']:.2f} | "
-                     f"{s['seconds_single_bfs']:.3f} | {s['seconds_single_canonical']:.4f} | {s['max_bfs_distance']} |")
-    lines += ["", f"All pairs: exhaustive {tc['seconds_exhaustive']:.1f} s vs canonical {tc['seconds_canonical']:.1f} s "
-              f"(ratio {tc['ratio_exhaustive_over_canonical']:.2f}); single-pair decisions ({tc['single_pair_decisions']}): "
-              f"BFS {tc['seconds_single_bfs']:.2f} s vs 4 tests {tc['seconds_single_canonical']:.3f} s "
-              f"(ratio {tc['ratio_single']:.0f}×), agreement {tc['single_pair_agree']}/{tc['single_pair_decisions']}.", "",
-              "**(d) Efficiency, linear-Gaussian, n = 500, 300 replicates, B = 100 (MSE of the effect of X on Y)**", "",
-              "Class best = the in-class estimand with the smallest bootstrap variance, chosen per replicate. "
-              "Simplified ID and the optimal adjustment set are estimators BESIDE the class (not in the paper).", "",
-              "| graph | regime | estimands from | in-class estimands | MSE raw ID | MSE class best | class / raw ID | "
-              "MSE simplified ID | MSE optimal adj. | class / simplified | class / optimal | oracle-best in class / raw |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    def f(v, fmt):
-        return "n/a" if v is None else format(v, fmt)
-    for r in res["results"]["efficiency"]:
-        n_in = sum(1 for c in r.get("in_class", [True] * len(r["estimands"])) if c)
-        lines.append(f"| {r['graph']} | {_esc(r['regime'])} | {r['estimands_from']} | {n_in} | "
-                     f"{r['mse_plain_id']:.2e} | {r['mse_selected']:.2e} | {r['ratio_selected']:.3f} | "
-                     f"{f(r.get('mse_simplified'), '.2e')} | {f(r.get('mse_optimal'), '.2e')} | "
-                     f"{f(r.get('ratio_vs_simplified'), '.3f')} | {f(r.get('ratio_vs_optimal'), '.3f')} | "
-                     f"{r['ratio_oracle_best']:.3f} |")
-    chain = [r for r in res["results"]["efficiency"] if r["graph"] == "Z->X->Y"]
-    if chain:
-        lines += ["", "Z -> X -> Y: class/raw-ID MSE ratio vs the predicted 1/(1+gamma^2): " + ", ".join(
-            f"gamma {r['gamma']:g}: {r['ratio_selected']:.3f} ({r['predicted_ratio']:.3f})" for r in chain)]
-    fa = res["results"].get("falsification")
+@bench.part("pruning", doc="dag {X -> Y; A..F} with and without pruning", hours=0.001)
+def part_pruning(ctx) -> dict:
+    G = parse_dagitty("dag { X -> Y; A; B; C; D; E; F }")
+    q = parse_query("P(Y | do(X))", G)
+    rows = {}
+    for prune in (False, True):
+        got = {}
+        timing = time_call(lambda prune=prune: got.update(ce=class_estimands(G, q, prune=prune)),
+                           repeats=3 if not prune else 7, warmup=1)
+        ce = got["ce"]
+        rows["pruned" if prune else "unpruned"] = {"seconds": timing["median_s"], "timing": timing,
+                                                   "members": len(ce.cls.members),
+                                                   "expressions": ce.cls.n_expressions,
+                                                   "estimands": len(ce.estimands)}
+    rows["speed_ratio"] = speed_ratio(rows["unpruned"]["timing"], rows["pruned"]["timing"])
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _g(v, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+@bench.report
+def report(results: dict) -> tuple[dict, str]:
+    targets, md = {}, []
+    tc = results.get("theorem_check")
+    if tc:
+        n_random = sum(1 for r in tc["graphs"] if r["graph"].startswith("random"))
+        targets["criterion_agreement_all_pairs"] = target(
+            tc["agree"] / tc["pairs"], 1.0, tc["agree"] == tc["pairs"],
+            f"{tc['agree']}/{tc['pairs']} ordered expression pairs on {len(tc['graphs'])} graphs "
+            f"({n_random} random ADMGs n=5-8 with latent confounders + {len(tc['graphs']) - n_random} classic)")
+        targets["random_graphs_checked"] = target(
+            n_random, 200, n_random >= 200, "every pair of expressions of each graph (3^k expressions, k = |V \\ Y|)")
+        rows = []
+        for key, s in tc["summary_by_size"].items():
+            ra, rs = s.get("speed_ratio_all_pairs"), s.get("speed_ratio_single")
+            rows.append({"graphs": f"{key} ({s['graphs']})", "k = \\|V∖Y\\|": key.split("k=")[-1] if "k=" in key
+                         else "1-4", "pairs": s["pairs"], "agree": s["agree"],
+                         "exhaustive s": f"{s['seconds_exhaustive']:.2f}", "canonical s": f"{s['seconds_canonical']:.2f}",
+                         "ratio": f"{ra['ratio']:.2f} ({ra['low']:.2f}-{ra['high']:.2f})" if ra else "—",
+                         "single pair: BFS s": f"{s['seconds_single_bfs']:.3f}",
+                         "4 tests s": f"{s['seconds_single_canonical']:.4f}",
+                         "single ratio": f"{rs['ratio']:.0f}× ({rs['low']:.0f}-{rs['high']:.0f})" if rs else "—",
+                         "max BFS distance": s["max_bfs_distance"]})
+        timed = (f"median of {tc['repeats']} time_call repeats per group, fresh caches each call; ratio = "
+                 "speed_ratio (range from the spreads)" if "repeats" in tc else "legacy: one timing per graph, summed")
+        md += ["## (a) Canonical 4-test criterion vs exhaustive derivation graph, every ordered pair of expressions",
+               "", f"Seconds: {timed}.", "", table(rows),
+               f"All pairs: exhaustive {tc['seconds_exhaustive']:.1f} s vs canonical {tc['seconds_canonical']:.1f} s "
+               f"(ratio {tc['ratio_exhaustive_over_canonical']:.2f}); single-pair decisions "
+               f"({tc['single_pair_decisions']}): BFS {tc['seconds_single_bfs']:.2f} s vs 4 tests "
+               f"{tc['seconds_single_canonical']:.3f} s (ratio {tc['ratio_single']:.0f}×), agreement "
+               f"{tc['single_pair_agree']}/{tc['single_pair_decisions']}.", ""]
+    sd = results.get("soundness")
+    if sd:
+        rows_b, have_ce = sd["rows"], sd["causaleffect"]
+        member_diff = max(r["member_max_diff"] for r in rows_b)
+        est_err = max(r["estimand_max_error"] for r in rows_b)
+        n_est = sum(r["estimands"] for r in rows_b)
+        ce_q = sum(r.get("ce_queries", 0) for r in rows_b)
+        ce_agree = sum(r.get("ce_verdict_agree", 0) for r in rows_b)
+        ce_num = max((r.get("ce_numeric_max_diff", 0.0) for r in rows_b), default=0.0)
+        ce_cmp = sum(r.get("ce_numeric_compared", 0) for r in rows_b)
+        ce_dis = sum(r.get("ce_disagreements", 0) for r in rows_b)
+        ce_wrong = sum(r.get("ce_disagreements_where_causaleffect_is_off_exact", 0) for r in rows_b)
+        ours_dis = max((r.get("ours_vs_exact_in_disagreements", 0.0) for r in rows_b), default=0.0)
+        targets["soundness_members_same_value"] = target(
+            member_diff, 1e-9, member_diff < 1e-9,
+            f"max |difference| of exact interventional values across class members, {len(rows_b)} queries")
+        targets["soundness_estimands_exact"] = target(
+            est_err, 1e-9, est_err < 1e-9,
+            f"max |estimand on exact P(V) - exact value| over {n_est} estimands (projection extension included)")
+        targets["causaleffect_verdict_agreement"] = target(
+            (ce_agree / ce_q) if ce_q else None, 1.0, bool(ce_q) and ce_agree == ce_q,
+            f"{ce_agree}/{ce_q} class-member queries" if have_ce else "causaleffect not installed")
+        targets["causaleffect_numeric_agreement"] = target(
+            ce_num if have_ce else None, 1e-9, have_ce and ce_num < 1e-9 and ce_wrong == ce_dis and ours_dis < 1e-9,
+            f"max |ours - causaleffect| on exact P(V) over the {ce_cmp - ce_dis} of {ce_cmp} identifiable "
+            f"queries where they agree; in the other {ce_dis} causaleffect's own estimand is off the exact "
+            f"value in {ce_wrong} (its IDC drops the inner divisor when ID returns a ratio, e.g. "
+            f"napkin conditional queries) while ours is exact there")
+        md += ["## (b, c) Soundness on exact discrete SCMs and agreement with causaleffect", "",
+               f"{len(rows_b)} queries: max member difference {member_diff:.2e}, max estimand error {est_err:.2e} "
+               f"over {n_est} estimands; causaleffect verdicts {ce_agree}/{ce_q}, numeric estimands compared on "
+               f"{ce_cmp} (disagreements {ce_dis}, causaleffect off the exact value in {ce_wrong}).", ""]
+        if sd["causaleffect_disagreement_examples"]:
+            md += [table(sd["causaleffect_disagreement_examples"],
+                         ["query", "ours", "causaleffect", "ours_vs_exact", "causaleffect_vs_exact"]), ""]
+    ef = results.get("efficiency")
+    if ef:
+        rows_d = ef["rows"]
+        chain2 = next(r for r in rows_d if r["graph"] == "Z->X->Y" and r["gamma"] == 2.0)
+        neg = next(r for r in rows_d if r["graph"].endswith("instrument"))
+        fd_proj = next(r for r in rows_d if r["graph"] == FDBD and r["regime"] == "front-door wins"
+                       and r["estimands_from"] == "class + projections")
+        m_strict = next(r for r in rows_d if r["graph"] == "M-graph" and r["regime"].startswith("strong A"))
+        targets["efficiency_chain_gamma2"] = target(
+            chain2["ratio_selected"], 0.5, chain2["ratio_selected"] <= 0.5,
+            "MSE(class best by bootstrap variance)/MSE(raw ID P(Y|X,Z)), Z -> X -> Y with gamma = Z->X = 2 "
+            f"(predicted 1/(1+gamma^2) = 0.2); vs ID simplified by d-separation "
+            f"{chain2['ratio_vs_simplified']:.3f}, vs the optimal adjustment set "
+            f"{chain2['ratio_vs_optimal']:.3f} (both ARE P(Y|X) here: the class does not beat them)")
+        targets["negative_case_fdbd_instrument"] = target(
+            neg["ratio_selected"], "= 1 (one estimand)",
+            len([c for c in neg["in_class"] if c]) == 1 and abs(neg["ratio_selected"] - 1) < 1e-12,
+            f"{neg['class_members']} members, 1 estimand (raw ID {neg['plain_id']}); simplified ID / optimal "
+            f"adjustment {neg['optimal_adjustment']} has MSE ratio {neg['mse_optimal'] / neg['mse_plain_id']:.3f} "
+            "vs the class: the class loses to both here")
+        rows = []
+        for r in rows_d:
+            rows.append({"graph": r["graph"], "regime": r["regime"], "estimands from": r["estimands_from"],
+                         "in-class estimands": sum(1 for c in r["in_class"] if c),
+                         "MSE raw ID": f"{r['mse_plain_id']:.2e}", "MSE class best": f"{r['mse_selected']:.2e}",
+                         "class / raw ID": f"{r['ratio_selected']:.3f}",
+                         "MSE simplified ID": _g(r.get("mse_simplified"), ".2e"),
+                         "MSE optimal adj.": _g(r.get("mse_optimal"), ".2e"),
+                         "class / simplified": _g(r.get("ratio_vs_simplified"), ".3f"),
+                         "class / optimal": _g(r.get("ratio_vs_optimal"), ".3f"),
+                         "oracle-best in class / raw": f"{r['ratio_oracle_best']:.3f}"})
+        r0 = rows_d[0]
+        md += [f"## (d) Efficiency, linear-Gaussian, n = {r0['n']}, {r0['replicates']} replicates, "
+               f"B = {r0['bootstrap']} (MSE of the effect of X on Y)", "",
+               "Class best = the in-class estimand with the smallest bootstrap variance, chosen per replicate. "
+               "Simplified ID and the optimal adjustment set are estimators BESIDE the class (not in the paper).", "",
+               table(rows), "Z -> X -> Y: class/raw-ID MSE ratio vs the predicted 1/(1+gamma^2): " + ", ".join(
+                   f"gamma {r['gamma']:g}: {r['ratio_selected']:.3f} ({r['predicted_ratio']:.3f})"
+                   for r in rows_d if r["graph"] == "Z->X->Y"), ""]
+    fa = results.get("falsification")
     if fa:
-        lines += ["", "**(e) falsify: level (data from the assumed Z -> X -> Y, n = 1000) and power (Z -> X -> Y "
-                  "assumed, data from the front-door + back-door model, n = 5000), B = 200**", "",
-                  "| data | replicates (level) | rejection at 0.05 | at 0.01 | replicates (power) | power at 0.05 | "
-                  "median p (wrong graph) |", "|---|---|---|---|---|---|---|"]
-        for k, v in fa.items():
-            lines.append(f"| {k} | {v['replicates_level']} | {v['level_at_0.05']:.3f} | {v['level_at_0.01']:.3f} | "
-                         f"{v['replicates_power']} | {v['power_at_0.05']:.2f} | {v['median_p_wrong']:.2g} |")
-    pr = res["results"].get("pruning")
+        g, d = fa["gaussian"], fa["discrete"]
+        targets["falsify_level_gaussian"] = target(
+            g["level_at_0.05"], "<= 0.05 + 2 MC sd", g["level_at_0.05"] <= 0.05 + 2 * g["mc_sd_at_0.05"],
+            f"rejection rate at alpha 0.05 on data from the assumed Z -> X -> Y, n = 1000, "
+            f"{g['replicates_level']} replicates, B = 200")
+        targets["falsify_level_discrete"] = target(
+            d["level_at_0.05"], "<= 0.05 + 2 MC sd", d["level_at_0.05"] <= 0.05 + 2 * d["mc_sd_at_0.05"],
+            "same, binary SCM (Dirichlet(1) CPTs), n = 1000")
+        targets["falsify_power_gaussian"] = target(
+            g["power_at_0.05"], 0.95, g["power_at_0.05"] >= 0.95,
+            "rejection rate at alpha 0.05, Z -> X -> Y assumed, data from the front-door + back-door model, "
+            f"n = 5000, {g['replicates_power']} replicates")
+        targets["falsify_power_discrete"] = target(
+            d["power_at_0.05"], 0.95, d["power_at_0.05"] >= 0.95, "same, binary SCM (Dirichlet(0.5) CPTs)")
+        md += ["## (e) falsify: level (data from the assumed Z -> X -> Y, n = 1000) and power (Z -> X -> Y "
+               "assumed, data from the front-door + back-door model, n = 5000), B = 200", "",
+               table([{"data": k, "replicates (level)": v["replicates_level"],
+                       "rejection at 0.05": f"{v['level_at_0.05']:.3f}", "at 0.01": f"{v['level_at_0.01']:.3f}",
+                       "replicates (power)": v["replicates_power"], "power at 0.05": f"{v['power_at_0.05']:.2f}",
+                       "median p (wrong graph)": f"{v['median_p_wrong']:.2g}"} for k, v in fa.items()])]
+    pr = results.get("pruning")
     if pr:
-        lines += ["", f"**(f) pruning**, `dag {{X -> Y; A..F}}` (6 isolated nodes): unpruned {pr['unpruned']['members']} "
-                  f"members, {pr['unpruned']['estimands']} estimands, {pr['unpruned']['seconds']:.2f} s; pruned "
-                  f"{pr['pruned']['members']} members (each standing for 3^6 expressions: "
-                  f"{pr['pruned']['expressions']}), {pr['pruned']['estimands']} estimand, {pr['pruned']['seconds']:.4f} s."]
-    lines += ["", "**Targets**", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
-    for k, t in res["targets"].items():
-        v = t["value"]
-        vs = "n/a" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-        lines.append(f"| {k} | {vs} | {t['threshold']} | {'yes' if t['met'] else '**no**'} | {_esc(t['note'])} |")
-    return "\n".join(lines) + "\n"
+        up, p = pr["unpruned"], pr["pruned"]
+        targets["pruning_6_isolated_nodes"] = target(
+            p["seconds"], 0.1, p["seconds"] <= 0.1 and p["estimands"] == 1,
+            f"dag {{X -> Y; A..F}}: {up['members']} members / {up['estimands']} estimands in {up['seconds']:.2f} s "
+            f"unpruned; pruned {p['members']} members (x 3^6 = {p['expressions']}), {p['estimands']} estimand")
+        sr = pr.get("speed_ratio")
+        md += [f"## (f) pruning, `dag {{X -> Y; A..F}}` (6 isolated nodes)", "",
+               f"Unpruned {up['members']} members, {up['estimands']} estimands, {up['seconds']:.2f} s; pruned "
+               f"{p['members']} members (each standing for 3^6 expressions: {p['expressions']}), {p['estimands']} "
+               f"estimand, {p['seconds']:.4f} s" + (f" (median of time_call; speed ratio {sr['ratio']:.0f}×, "
+                                                     f"{sr['low']:.0f}-{sr['high']:.0f})." if sr else " (legacy)."), ""]
+    if ef:
+        targets["efficiency_fdbd_with_projections"] = target(
+            fd_proj["ratio_selected"], 0.5, fd_proj["ratio_selected"] <= 0.5,
+            "MSE(class best)/MSE(raw ID), front-door + back-door graph, front-door regime, estimands "
+            "of the class in G and in its latent projections (EXTENSION: front-door appears when Z is "
+            "projected out)")
+        targets["efficiency_mgraph_strict_class"] = target(
+            m_strict["ratio_selected"], 0.5, m_strict["ratio_selected"] <= 0.5,
+            "M-graph, strict do-calculus class (P(Y|X), P(Y|A,X), plain ID sum_B P(B)P(Y|A,B,X)), strong A->X")
+    return targets, "\n".join(md)
 
 
 if __name__ == "__main__":
-    main()
+    bench.main()
