@@ -105,6 +105,43 @@ def test_drls_keeps_windows_far_from_the_excluded_set_then_lowest_loss():
         assert dist[n] == float("inf")
 
 
+def test_pool_count_floor_is_the_official_int_and_round_is_the_option():
+    assert tg.pool_size(0.35, 577) == 201 and tg.pool_size(0.35, 577, "round") == 202   # int(201.95) vs 202
+    assert tg.pool_size(0.2, 577) == 115 == tg.pool_size(0.2, 577, "round")
+    assert tg.pool_size(0.001, 10) == 1 and tg.pool_size(1.0, 10) == 10                 # at least 1, at most N
+    score = torch.arange(10, dtype=torch.float64)[None]
+    assert int(tg.top_fraction(score, 0.35, largest=True).sum()) == 3                   # floor(3.5)
+    assert int(tg.top_fraction(score, 0.37, largest=True, counting="round").sum()) == 4
+    from icmlkit.lib.core.errors import UsageError
+    with pytest.raises(UsageError, match="--pool-count"):
+        tg.pool_size(0.5, 10, "ceil")
+
+
+def test_stage2_optimizer_fresh_per_epoch_by_default_or_persistent(tmp_path, series_csv, monkeypatch, capsys):
+    made = []
+    real = torch.optim.Adam
+
+    class Counting(real):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(torch.optim, "Adam", Counting)
+    sums = {}
+    for mode in ("per-epoch", "persistent"):
+        made.clear()
+        code, out, err = _cli(["train", str(series_csv), "-o", str(tmp_path / f"{mode}.pt"), "--defense", "timeguard",
+                               *FAST, "--stage2-optimizer", mode, "--json"], capsys)
+        assert code == 0, err
+        sums[mode] = (len(made), json.loads(out)["val_mae"])
+    # forecaster + backcaster, plus one fresh Adam per DRLS epoch (t_2 = 2) in the official form
+    assert sums["per-epoch"][0] == 4 and sums["persistent"][0] == 2
+    assert sums["per-epoch"][1] != sums["persistent"][1]
+    code, _, err = _cli(["train", str(series_csv), "-o", str(tmp_path / "x.pt"), *FAST, "--pool-count", "ceil"],
+                        capsys)
+    assert code == 2 and "--pool-count" in err
+
+
 def test_ratio_schedule_and_sample_filter_drops_whole_windows():
     assert tg.ratio_at(0, 30, 0.2, 0.5) == 0.2 and abs(tg.ratio_at(29, 30, 0.2, 0.5) - 0.5) < 1e-12
     loss = torch.rand(3, 50, generator=torch.Generator().manual_seed(0))

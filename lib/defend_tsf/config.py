@@ -12,6 +12,8 @@ DEFENSES = ("timeguard", "none", "sample-filter")
 ATTACKS = ("random", "backtime")
 PATTERNS = ("cone", "up_trend", "up_and_down")
 FILLS = ("none", "ffill", "linear")
+COUNTINGS = ("floor", "round")
+STAGE2_OPTIMIZERS = ("per-epoch", "persistent")
 
 
 @dataclass
@@ -122,10 +124,20 @@ class TrainConfig:
     pi: float = _opt(2.0, "pi > 1: candidate multiplier of DRLS [reconstructed].", min=1, min_open=True)
     sigma: float = _opt(2.0, "Width of the Gaussian weights centred at index L in the window distance.", min=0,
                         min_open=True)
+    pool_count: str = _opt("floor", "How a pool fraction becomes a count of windows: floor = int(N x fraction), "
+                           "as the official code; round = round(fraction x N) (ours before 2026-12-07).",
+                           choices=COUNTINGS)
+    stage2_optimizer: str = _opt("per-epoch", "Stage II's Adam: per-epoch = a fresh optimiser every DRLS epoch, as "
+                                 "the official code; persistent = one Adam carried on from the warm-up (ours before "
+                                 "2026-12-07).", choices=STAGE2_OPTIMIZERS)
 
     def check(self) -> None:
         if self.defense not in DEFENSES:
             raise UsageError(f"--defense must be one of {', '.join(DEFENSES)}")
+        if self.pool_count not in COUNTINGS:
+            raise UsageError(f"--pool-count must be one of {', '.join(COUNTINGS)}")
+        if self.stage2_optimizer not in STAGE2_OPTIMIZERS:
+            raise UsageError(f"--stage2-optimizer must be one of {', '.join(STAGE2_OPTIMIZERS)}")
         if not self.pi > 1:
             raise UsageError("--pi must be > 1")
         if self.k_nn > self.k_max:

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from icmlkit.lib.core.errors import UsageError
+from icmlkit.lib.defend_tsf.config import COUNTINGS
+
 
 # --------------------------------------------------------------------------- losses
 
@@ -101,12 +104,24 @@ def build_graph(raw: torch.Tensor, starts: torch.Tensor, L: int, H: int, k_max: 
 
 # --------------------------------------------------------------------------- Stage I
 
+def pool_size(frac: float, N: int, counting: str = "floor") -> int:
+    """How many of N windows a fraction keeps: ``floor`` = int(N * frac), as the official code counts
+    (``int(len(train_set) * gamma)``); ``round`` = round(frac * N), ours before 2026-12-07. At least 1,
+    at most N (the official slice ``[-0:]`` would keep everything when the count is 0)."""
+    if counting == "floor":
+        k = int(N * frac)
+    elif counting == "round":
+        k = int(round(frac * N))
+    else:
+        raise UsageError(f"--pool-count must be one of {', '.join(COUNTINGS)}, not {counting!r}")
+    return max(1, min(N, k))
 
-def top_fraction(score: torch.Tensor, frac: float, largest: bool) -> torch.Tensor:
-    """Boolean (C, N): per row, the round(frac * N) entries with the largest (or smallest) score;
-    ties broken by the lower index (stable)."""
+
+def top_fraction(score: torch.Tensor, frac: float, largest: bool, counting: str = "floor") -> torch.Tensor:
+    """Boolean (C, N): per row, the ``pool_size(frac, N, counting)`` entries with the largest (or
+    smallest) score; ties broken by the lower index (stable)."""
     C, N = score.shape
-    k = max(1, min(N, int(round(frac * N))))
+    k = pool_size(frac, N, counting)
     key = -score if largest else score
     order = torch.sort(key, dim=1, stable=True).indices[:, :k]
     mask = torch.zeros(C, N, dtype=torch.bool)
@@ -119,15 +134,15 @@ def ndf_score(graph: NeighbourGraph, k_nn: int) -> torch.Tensor:
     return graph.dist[:, :, :k_nn].mean(-1)
 
 
-def ndf_mask(graph: NeighbourGraph, k_nn: int, alpha: float) -> torch.Tensor:
+def ndf_mask(graph: NeighbourGraph, k_nn: int, alpha: float, counting: str = "floor") -> torch.Tensor:
     """Keep the alpha N windows per channel with the LARGEST neighbourhood distance (poisoned windows
     repeat one trigger + pattern shape and sit in tight clusters)."""
-    return top_fraction(ndf_score(graph, k_nn), alpha, largest=True)
+    return top_fraction(ndf_score(graph, k_nn), alpha, largest=True, counting=counting)
 
 
-def rcf_mask(backcast_loss: torch.Tensor, alpha: float) -> torch.Tensor:
+def rcf_mask(backcast_loss: torch.Tensor, alpha: float, counting: str = "floor") -> torch.Tensor:
     """Backcaster criterion: keep the alpha N windows per channel with the LOWEST backcast loss."""
-    return top_fraction(backcast_loss, alpha, largest=False)
+    return top_fraction(backcast_loss, alpha, largest=False, counting=counting)
 
 
 def backcast_batch(x_norm: torch.Tensor, y_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,13 +173,14 @@ def distance_to_excluded(graph: NeighbourGraph, pool: torch.Tensor, k_nn: int) -
 
 
 def drls_pool(loss: torch.Tensor, graph: NeighbourGraph, pool: torch.Tensor, ratio: float, pi: float,
-              k_nn: int) -> torch.Tensor:
+              k_nn: int, counting: str = "floor") -> torch.Tensor:
     """One DRLS update: candidates = the top min(pi ratio, 1) N windows by distance to the excluded
-    set (far from the suspicious windows); new pool = the ratio N candidates with the lowest loss."""
+    set (far from the suspicious windows); new pool = the ratio N candidates with the lowest loss
+    (both counts by ``pool_size``)."""
     C, N = loss.shape
     dist = distance_to_excluded(graph, pool, k_nn)
-    n_cand = max(1, min(N, int(round(min(pi * ratio, 1.0) * N))))
-    n_keep = max(1, min(n_cand, int(round(ratio * N))))
+    n_cand = pool_size(min(pi * ratio, 1.0), N, counting)
+    n_keep = min(n_cand, pool_size(ratio, N, counting))
     cand = torch.sort(-dist, dim=1, stable=True).indices[:, :n_cand]  # (C, n_cand)
     cand_loss = torch.gather(loss, 1, cand)
     keep = torch.gather(cand, 1, torch.sort(cand_loss, dim=1, stable=True).indices[:, :n_keep])
@@ -173,10 +189,10 @@ def drls_pool(loss: torch.Tensor, graph: NeighbourGraph, pool: torch.Tensor, rat
     return new
 
 
-def sample_filter_pool(loss: torch.Tensor, ratio: float) -> torch.Tensor:
+def sample_filter_pool(loss: torch.Tensor, ratio: float, counting: str = "floor") -> torch.Tensor:
     """The sample-level baseline (ABL-like): the ratio N windows with the lowest loss averaged over
     channels, kept (or dropped) on ALL channels at once [reconstructed: same ratio schedule as
     TimeGuard, so both train on the same amount of data]."""
     C, N = loss.shape
-    keep = top_fraction(loss.mean(0, keepdim=True), ratio, largest=False)
+    keep = top_fraction(loss.mean(0, keepdim=True), ratio, largest=False, counting=counting)
     return keep.expand(C, N).clone()

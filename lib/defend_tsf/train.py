@@ -234,8 +234,8 @@ def train_forecaster(prep: Prepared, model_cfg: ModelConfig, cfg: TrainConfig, *
             row["pool_fraction"] = 1.0
             if i == cfg.t_b - 1:  # end of Stage I: the two criteria and their intersection
                 bl = full_losses(bc_net, bc_in, bc_tgt, mean, std, device)
-                pools["rcf"] = tg.rcf_mask(bl, cfg.alpha)
-                pools["ndf"] = tg.ndf_mask(graph, cfg.k_nn, cfg.alpha)
+                pools["rcf"] = tg.rcf_mask(bl, cfg.alpha, cfg.pool_count)
+                pools["ndf"] = tg.ndf_mask(graph, cfg.k_nn, cfg.alpha, cfg.pool_count)
                 pool = pools["rcf"] & pools["ndf"]
                 pools["init"] = pool.clone()
                 row["pool_fraction"] = float(pool.float().mean())
@@ -246,9 +246,11 @@ def train_forecaster(prep: Prepared, model_cfg: ModelConfig, cfg: TrainConfig, *
                 ratio = tg.ratio_at(i, cfg.t_2, cfg.alpha, cfg.beta)
                 loss = full_losses(net, xtr, ytr, mean, std, device)
                 if phase == "drls":
-                    pool = tg.drls_pool(loss, graph, pool, ratio, cfg.pi, cfg.k_nn)
+                    pool = tg.drls_pool(loss, graph, pool, ratio, cfg.pi, cfg.k_nn, cfg.pool_count)
+                    if cfg.stage2_optimizer == "per-epoch":  # the official code builds a new Adam each epoch
+                        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
                 else:
-                    pool = tg.sample_filter_pool(loss, ratio)
+                    pool = tg.sample_filter_pool(loss, ratio, cfg.pool_count)
                 row["ratio"] = ratio
             elif phase == "warmup" and cfg.defense == "sample-filter":
                 pool = ones
