@@ -39,7 +39,7 @@ DESIGN: a design JSON file (schema: docs/design-safe-agents.md; `search` writes 
 \b
 Example:
   design-safe-agents search travel -o runs/travel --iterations 40 --json
-  design-safe-agents evaluate runs/travel/best_design.json travel --json
+  design-safe-agents eval runs/travel/best_design.json travel --json
   design-safe-agents attack runs/travel/best_design.json travel --eps 2 -o attacks.jsonl
   design-safe-agents optimum travel -o travel-space.csv --json | jq .worst_case_safety""",
 )
@@ -156,14 +156,14 @@ def attack(run, design, env, output, keep, attack_budget, game, llm):
     return res.summary
 
 
-@cli.command()
+@cli.command("eval")
 @click.argument("design")
 @click.argument("env")
 @game_options
 @config_options(EvalConfig, arg="ecfg")
 @llm_options
 @click.option("--fail-under", type=float, default=None, help="Exit 3 when worst_case_safety is below this.")
-def evaluate(run, design, env, game, ecfg, llm, fail_under):
+def eval_cmd(run, design, env, game, ecfg, llm, fail_under):
     """Quality and worst-case safety of DESIGN on ENV (exact DP, or Monte Carlo through the runtime).
 
     safety_ci: the Wilson 95 % interval of a Monte-Carlo estimate (--episodes) of the strongest
@@ -176,8 +176,8 @@ def evaluate(run, design, env, game, ecfg, llm, fail_under):
     episodes, quality_ci, objective, score, eps, llm_calls, llm_generations (model calls made: a local
     greedy model answers a repeated prompt from memory).
     Examples:
-      design-safe-agents evaluate best_design.json travel --json
-      design-safe-agents evaluate best_design.json travel --eps 2 --method mc --episodes 2000 --json
+      design-safe-agents eval best_design.json travel --json
+      design-safe-agents eval best_design.json travel --eps 2 --method mc --episodes 2000 --json
     """
     from icmlkit.lib.design_safe_agents import evaluate_design as do_eval
 
@@ -190,6 +190,9 @@ def evaluate(run, design, env, game, ecfg, llm, fail_under):
     if fail_under is not None and s["worst_case_safety"] < fail_under:
         run.fail_check(f"worst_case_safety {s['worst_case_safety']:.4f} is below --fail-under {fail_under}")
     return s
+
+
+cli.alias("evaluate", "eval")
 
 
 @cli.command(seed=False)

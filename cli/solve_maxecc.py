@@ -41,7 +41,7 @@ Examples:
   solve-maxecc generate --kind planted --n 500 --k 5 --r 3 --noise 0.4 -o inst.txt
   solve-maxecc lp inst.txt -o inst.lp.npz --json
   solve-maxecc solve inst.txt --lp inst.lp.npz --algorithm best --trials 1000 -o col.csv
-  solve-maxecc evaluate inst.txt col.csv --json
+  solve-maxecc eval inst.txt col.csv --json
   solve-maxecc solve colored-DAWN.txt --algorithm paired --derandomize --json | jq .ratio_to_lp""",
 )
 
@@ -160,12 +160,12 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
     return summary
 
 
-@cli.command(seed=False)
+@cli.command("eval", seed=False)
 @click.argument("instance")
 @click.argument("colouring")
 @click.option("--labels", "labels_file", default=None,
               help="Ground-truth clusters (CSV vertex,label, e.g. from `generate --labels`): adds ARI and NMI.")
-def evaluate(run, instance, colouring, labels_file):
+def eval_cmd(run, instance, colouring, labels_file):
     """Score any colouring (CSV vertex,colour) on an instance, on both objectives.
 
     \b
@@ -173,8 +173,8 @@ def evaluate(run, instance, colouring, labels_file):
     MinECC), satisfied (edges), m, uncoloured; with --labels also ari and nmi (scikit-learn's
     adjusted Rand index and normalised mutual information against the labels).
     Examples:
-      solve-maxecc evaluate inst.txt col.csv --json
-      solve-maxecc evaluate inst.txt col.csv --labels truth.csv --json | jq '.ari, .nmi'
+      solve-maxecc eval inst.txt col.csv --json
+      solve-maxecc eval inst.txt col.csv --labels truth.csv --json | jq '.ari, .nmi'
     """
     from icmlkit.lib.solve_maxecc import read_colouring, read_labels, score_colouring
 
@@ -182,6 +182,9 @@ def evaluate(run, instance, colouring, labels_file):
     sigma = read_colouring(run.input(colouring), H)
     labels = read_labels(run.input(labels_file), H) if labels_file else None
     return score_colouring(H, sigma, labels)
+
+
+cli.alias("evaluate", "eval")
 
 
 @cli.command()
@@ -198,7 +201,7 @@ def evaluate(run, instance, colouring, labels_file):
               help="odd-cycle / rainbow-cycle: number of edges around the cycle.")
 @click.option("--weighted", is_flag=True, help="planted: random integer weights 1..5.")
 @click.option("--labels", "labels_out", default=None,
-              help="planted: also write the planted cluster of every vertex (CSV vertex,label) for `evaluate --labels`.")
+              help="planted: also write the planted cluster of every vertex (CSV vertex,label) for `eval --labels`.")
 @output_option("Write the instance (.txt, or .jsonl when weighted).", required=True)
 def generate(run, kind, n, m, k, r, noise, length, weighted, labels_out, output):
     """Generate a planted instance or an adversarial gadget with a fractional LP.

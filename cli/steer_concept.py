@@ -50,7 +50,7 @@ Examples:
       --method midsteer -o h2m.safetensors --json
   steer-concept apply h2m.safetensors horses.npz --strength 1 -o steered.npz
   steer-concept run h2m.safetensors prompts.txt -o steered-run.npz
-  steer-concept evaluate h2m.safetensors --source h-test.json --target m-test.json \\
+  steer-concept eval h2m.safetensors --source h-test.json --target m-test.json \\
       --neutral captions.txt --unrelated help.json --strengths 0.5,1,2 -o table.csv --plot pareto.png
   steer-concept generate -o gauss --ratio 2 --json
   steer-concept demo""",
@@ -300,7 +300,7 @@ def run_cmd(run, args, output, cfg, dtype, column):
     return {**res.summary, "output": output}
 
 
-@cli.command(device=True)
+@cli.command("eval", device=True)
 @click.argument("steers", nargs=-1, required=True, metavar="STEER...")
 @click.option("--model", default=None, help="MODEL (default: the one named in the first steering file).")
 @click.option("--source", "source_path", required=True, help="Held-out source-concept texts.")
@@ -312,7 +312,7 @@ def run_cmd(run, args, output, cfg, dtype, column):
 @column_option
 @output_option("Write the table.", suffixes=(".csv", ".jsonl", ".parquet"))
 @output_option("Write the Pareto plot.", suffixes=(".png",), stdout=False, flags=("--plot",), name="plot")
-def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelated_paths, cfg, column, output, plot):
+def eval_cmd(run, steers, model, source_path, target_path, neutral_path, unrelated_paths, cfg, column, output, plot):
     """Switch rate, erasure and disturbance of steering files over strengths; table and Pareto plot.
 
     switch_rate: share of steered held-out source texts that a probe trained on unsteered
@@ -329,7 +329,7 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
     (per steering file: disturbance interpolated at --target-switch, null if never reached),
     table, plot.
     Example:
-      steer-concept evaluate ms.safetensors ls.safetensors cs.safetensors --source h.json \\
+      steer-concept eval ms.safetensors ls.safetensors cs.safetensors --source h.json \\
           --target m.json --neutral caps.txt --unrelated help.json -o t.csv --plot p.png --json
     """
     from pathlib import Path
@@ -356,6 +356,9 @@ def evaluate(run, steers, model, source_path, target_path, neutral_path, unrelat
         pareto_plot(plot, res.rows, switch=cfg.target_switch)
         run.wrote(plot)
     return {**res.summary, "table": output, "plot": plot}
+
+
+cli.alias("evaluate", "eval")
 
 
 @cli.command()

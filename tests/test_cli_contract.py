@@ -146,8 +146,22 @@ def test_stdin_instance_and_pipeline(tiny_instance, tmp_path):
     assert r.returncode == 0, r.stderr
     col = tmp_path / "c.csv"
     col.write_text(r.stdout)
-    ev = run_tool(TOOL, "evaluate", tiny_instance, col, "--json")
+    ev = run_tool(TOOL, "eval", tiny_instance, col, "--json")
     assert json.loads(ev.stdout) == {"value": 4.0, "unsatisfied_weight": 1.0, "satisfied": 4, "m": 5, "uncoloured": 0}
+
+
+def test_a_renamed_subcommand_keeps_its_old_name_as_a_hidden_deprecated_alias(tiny_instance, tmp_path):
+    col = tmp_path / "c.csv"
+    col.write_text("vertex,colour\n10,1\n20,1\n30,1\n40,3\n50,3\n")
+    new = run_tool(TOOL, "eval", tiny_instance, col, "--json")
+    old = run_tool(TOOL, "evaluate", tiny_instance, col, "--json")
+    assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and new.stderr == ""
+    assert old.stderr == "Warning: `solve-maxecc evaluate` is deprecated; use `solve-maxecc eval` (same arguments " \
+                         "and options).\n"
+    helped = run_tool(TOOL, "--help").stdout
+    assert " eval " in helped and "evaluate" not in helped
+    r = run_tool(TOOL, "evaluate", tiny_instance, col, "-o", tmp_path / "x.csv")  # eval has no -o: usage error
+    assert r.returncode == 2 and "Usage: solve-maxecc eval " in r.stderr
 
 
 @pytest.mark.parametrize("shard,count,expected", [((1, 1), 5, [0, 1, 2, 3, 4]), ((2, 3), 7, [2, 3]),

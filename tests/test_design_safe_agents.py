@@ -107,7 +107,7 @@ def test_cli_attack_and_evaluate_agree(tmp_path):
     env = json.loads((tmp_path / "env.json").read_text())
     d.write_text(json.dumps(env["base_design"]))
     a = js(run_tool(TOOL, "attack", d, tmp_path / "env.json", "-o", tmp_path / "a.jsonl", "--keep", 3, "--json"))
-    e = js(run_tool(TOOL, "evaluate", d, "travel", "--episodes", 500, "--json"))
+    e = js(run_tool(TOOL, "eval", d, "travel", "--episodes", 500, "--json"))
     assert a["worst_case_safety"] == e["worst_case_safety"] and a["strongest_attack"] == e["strongest_attack"]
     lines = (tmp_path / "a.jsonl").read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[0])["rank"] == 1
@@ -262,7 +262,7 @@ def test_agentdojo_env_through_the_cli(tmp_path):
     out = tmp_path / "run"
     s = js(run_tool(TOOL, "search", "agentdojo:banking", "-o", out, "--iterations", 4, "--json"))
     assert s["env"] == "agentdojo:banking" and s["n_designs"] == 5
-    e = js(run_tool(TOOL, "evaluate", out / "best_design.json", "agentdojo:banking", "--episodes", 200, "--json"))
+    e = js(run_tool(TOOL, "eval", out / "best_design.json", "agentdojo:banking", "--episodes", 200, "--json"))
     assert e["worst_case_safety"] == s["best_worst_case_safety"]
     assert e["safety_ci"][0] - 0.05 <= e["worst_case_safety"] <= e["safety_ci"][1] + 0.05
     assert e["strongest_attack"]["target"].startswith("banking-injection_task_")
@@ -307,7 +307,7 @@ def test_search_cli_writes_the_run_directory(tmp_path):
     assert len((out / "archive.jsonl").read_text().splitlines()) == s["n_designs"] == 7
     again = run_tool(TOOL, "search", "finance", "-o", out, "--iterations", 6)
     assert again.returncode == 1 and "exists" in again.stderr
-    e = js(run_tool(TOOL, "evaluate", out / "best_design.json", "finance", "--episodes", 300, "--json"))
+    e = js(run_tool(TOOL, "eval", out / "best_design.json", "finance", "--episodes", 300, "--json"))
     assert e["worst_case_safety"] == s["best_worst_case_safety"]
 
 
@@ -318,7 +318,7 @@ def test_optimum_enumerates_the_space(tmp_path):
     assert s["n_designs"] == 4096 == len(rows) - 1
     best = max(float(r.split(",")[3]) for r in rows[1:])
     assert best == pytest.approx(s["score"], abs=1e-6)
-    e = js(run_tool(TOOL, "evaluate", tmp_path / "opt.json", "code", "--styles", "direct", "--max-hops", 1,
+    e = js(run_tool(TOOL, "eval", tmp_path / "opt.json", "code", "--styles", "direct", "--max-hops", 1,
                     "--episodes", 200, "--json"))
     assert e["worst_case_safety"] == pytest.approx(s["worst_case_safety"], abs=1e-6)
 
@@ -458,7 +458,7 @@ def test_usage_errors_exit_2(tmp_path):
 def test_help_and_tiny_run_subprocess(tmp_path):
     h = run_tool(TOOL, "--help")
     assert h.returncode == 0 and "Example" in h.stdout and "reconstructed" in h.stdout
-    for sub in ("search", "attack", "evaluate", "optimum", "run", "envs", "presets", "demo"):
+    for sub in ("search", "attack", "eval", "optimum", "run", "envs", "presets", "demo"):
         hs = run_tool(TOOL, sub, "--help")
         assert hs.returncode == 0 and "JSON keys:" in hs.stdout and "Example" in hs.stdout, sub
     s = js(run_tool(TOOL, "demo", "--outdir", tmp_path / "demo", "--iterations", 4, "--json"))
@@ -488,8 +488,8 @@ CASES = [
              ("missing", "empty", "binary", "folder", "truncated_jsonl"), _setup, "replay"),
     FuzzCase("attack", ["attack", "{bad}", "travel", "-o", "{out}/a.jsonl"], ".json", JSONK, _setup, "design"),
     FuzzCase("attack", ["attack", "{design}", "{bad}", "-o", "{out}/a.jsonl"], ".json", JSONK, _setup, "env"),
-    FuzzCase("evaluate", ["evaluate", "{bad}", "travel", "--episodes", "10"], ".json", JSONK, _setup, "design"),
-    FuzzCase("evaluate", ["evaluate", "{design}", "{bad}", "--episodes", "10"], ".json", JSONK, _setup, "env"),
+    FuzzCase("eval", ["eval", "{bad}", "travel", "--episodes", "10"], ".json", JSONK, _setup, "design"),
+    FuzzCase("eval", ["eval", "{design}", "{bad}", "--episodes", "10"], ".json", JSONK, _setup, "env"),
     FuzzCase("optimum", ["optimum", "{bad}", "-o", "{out}/s.csv"], ".json", JSONK, _setup, "env"),
     FuzzCase("run", ["run", "{bad}", "travel", "-o", "{out}/t.jsonl"], ".json", JSONK, _setup, "design"),
     FuzzCase("run", ["run", "{design}", "{bad}", "-o", "{out}/t.jsonl"], ".json", JSONK, _setup, "env"),
@@ -511,7 +511,7 @@ def test_wrong_shaped_env_and_design_json(tmp_path, capsys, obj):
     files = _setup(tmp_path)
     p = tmp_path / "w.json"
     p.write_text(json.dumps(obj))
-    for argv in (["evaluate", str(p), "travel"], ["evaluate", str(files["design"]), str(p)]):
+    for argv in (["eval", str(p), "travel"], ["eval", str(files["design"]), str(p)]):
         code, _, err = run_inprocess(TOOL, argv, capsys)
         assert code in (1, 2) and err.startswith(("Error:", "Usage:")) and "w.json" in err, err
 

@@ -56,7 +56,7 @@ def test_weighted_jsonl_flows_through(tmp_path):
     s = js(run_tool(TOOL, "solve", inst, "-o", out, "--json"))
     assert s["value"] == 6.0 and s["lp_value"] == pytest.approx(6.0)
     assert out.read_text().splitlines() == ["vertex,colour", "a,red", "b,red", "c,blue"]
-    assert js(run_tool(TOOL, "evaluate", inst, out, "--json"))["value"] == 6.0
+    assert js(run_tool(TOOL, "eval", inst, out, "--json"))["value"] == 6.0
 
 
 def test_generate_labels_and_evaluate_both_objectives(tmp_path):
@@ -64,12 +64,12 @@ def test_generate_labels_and_evaluate_both_objectives(tmp_path):
     js(run_tool(TOOL, "generate", "--n", 300, "--noise", 0.3, "-o", inst, "--labels", truth, "--json"))
     s = js(run_tool(TOOL, "solve", inst, "-a", "best", "-t", 50, "-o", col, "--json"))
     assert set(s["values"]) >= {"veldt-threshold", "combinatorial"} and s["min_lower_bound"] > 0
-    e = js(run_tool(TOOL, "evaluate", inst, col, "--labels", truth, "--json"))
+    e = js(run_tool(TOOL, "eval", inst, col, "--labels", truth, "--json"))
     assert e["value"] == pytest.approx(s["value"]) and e["unsatisfied_weight"] == pytest.approx(s["unsatisfied_weight"])
     assert 0.3 < e["ari"] <= 1 and 0.3 < e["nmi"] <= 1
     # a label file that misses a vertex of the instance is refused, naming the file
     truth.write_text("\n".join(truth.read_text().splitlines()[:-1]) + "\n")
-    r = run_tool(TOOL, "evaluate", inst, col, "--labels", truth)
+    r = run_tool(TOOL, "eval", inst, col, "--labels", truth)
     assert r.returncode == 1 and "truth.csv" in r.stderr and "no label" in r.stderr
     assert run_tool(TOOL, "generate", "--kind", "star", "-o", tmp_path / "s.txt", "--labels", truth).returncode == 2
     comb = js(run_tool(TOOL, "solve", inst, "-a", "combinatorial", "--json"))
@@ -154,10 +154,10 @@ FUZZ = [
     FuzzCase("solve", ["solve", "{bad}", "-o", "{out}/c.csv", "-t", "5"], suffix=".jsonl", kinds=JSON_KINDS),
     FuzzCase("solve", ["solve", "{inst}", "--lp", "{bad}", "-o", "{out}/c.csv", "-t", "5"], suffix=".npz",
              setup=_instance, kinds=DEFAULT_KINDS + ("garbage_npz", "garbage_pt"), label="--lp"),
-    FuzzCase("evaluate", ["evaluate", "{bad}", "{inst}"], suffix=".txt", setup=_instance, kinds=TEXT_KINDS),
-    FuzzCase("evaluate", ["evaluate", "{inst}", "{bad}"], suffix=".csv", setup=_instance,
+    FuzzCase("eval", ["eval", "{bad}", "{inst}"], suffix=".txt", setup=_instance, kinds=TEXT_KINDS),
+    FuzzCase("eval", ["eval", "{inst}", "{bad}"], suffix=".csv", setup=_instance,
              kinds=TEXT_KINDS + ("truncated_json",), label="colouring"),
-    FuzzCase("evaluate", ["evaluate", "{inst}", "{col}", "--labels", "{bad}"], suffix=".csv",
+    FuzzCase("eval", ["eval", "{inst}", "{col}", "--labels", "{bad}"], suffix=".csv",
              setup=_instance_and_colouring, kinds=TEXT_KINDS, label="--labels"),
 ]
 

@@ -380,7 +380,7 @@ def test_cli_pipeline_embed_fit_apply_run_evaluate(tiny_model, tmp_path, capsys)
     assert json.loads(out)["disturbance"] > 0
     assert call(capsys, "fit", "--neutral", d / "n.npz", "--source", d / "h.npz", "--target", d / "m.npz",
                 "-m", "casteer", "-o", d / "cs.safetensors")[0] == 0
-    code, out, err = call(capsys, "evaluate", d / "ms.safetensors", d / "cs.safetensors", "--model", tiny_model,
+    code, out, err = call(capsys, "eval", d / "ms.safetensors", d / "cs.safetensors", "--model", tiny_model,
                           "--source", d / "h.json", "--target", d / "m.json", "--neutral", d / "neutral.txt",
                           "--unrelated", d / "neutral.txt", "--strengths", "0,1", "-o", d / "t.csv",
                           "--plot", d / "p.png", "--json", "--no-progress")
@@ -496,9 +496,9 @@ def test_cli_fit_is_the_library_fit(tmp_path, capsys):
     (["fit", "--source", "s.npz", "--device", "cuda", "-o", "x.safetensors"], "--device"),
     (["apply", "a.safetensors", "b.npz", "-o", "c.csv"], "--output"),
     (["embed", "t.txt", "-o", "e.json"], "--output"),
-    (["evaluate", "a.safetensors", "--source", "s", "--target", "t", "--neutral", "n", "--unrelated", "u",
+    (["eval", "a.safetensors", "--source", "s", "--target", "t", "--neutral", "n", "--unrelated", "u",
       "--plot", "p.jpg"], "--plot"),
-    (["evaluate", "a.safetensors", "--source", "s", "--target", "t", "--neutral", "n", "--unrelated", "u",
+    (["eval", "a.safetensors", "--source", "s", "--target", "t", "--neutral", "n", "--unrelated", "u",
       "--strengths", "1,x"], "--strengths"),
     (["generate", "-o", "-"], "--output"),
     (["generate", "-o", "g", "--ratio", "0"], "--ratio"),
@@ -559,15 +559,15 @@ def _steer_fuzz_cases():
         FuzzCase("embed", ["embed", "{model}", "{bad}", "-o", "{out}/e.npz"], ".json", js, _valid_inputs, "json"),
         FuzzCase("embed", ["embed", "{model}", "{bad}", "-o", "{out}/e.npz"], ".csv", txt + ("wrong_csv",),
                  _valid_inputs, "csv"),
-        FuzzCase("evaluate", ["evaluate", "{bad}", "--model", "{model}", *ev], ".safetensors", st, _valid_inputs,
+        FuzzCase("eval", ["eval", "{bad}", "--model", "{model}", *ev], ".safetensors", st, _valid_inputs,
                  "steer"),
         FuzzCase("generate", ["generate", "--config", "{bad}", "-o", "{out}/g"], ".toml", cfg, None, "config"),
         FuzzCase("demo", ["demo", "--config", "{bad}", "--outdir", "{out}/d"], ".toml", cfg, None, "config"),
     ]
     for slot in ("--source", "--target", "--neutral", "--unrelated"):
-        argv = ["evaluate", "{st}", "--model", "{model}", *ev]
+        argv = ["eval", "{st}", "--model", "{model}", *ev]
         argv[argv.index(slot) + 1] = "{bad}"
-        cases.append(FuzzCase("evaluate", argv, ".txt", txt, _valid_inputs, slot.strip("-")))
+        cases.append(FuzzCase("eval", argv, ".txt", txt, _valid_inputs, slot.strip("-")))
     return cases
 
 

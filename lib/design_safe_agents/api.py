@@ -242,7 +242,7 @@ def attack_design(design, env, game, keep: int = 10, attack_budget: int = 0, see
 
 
 def evaluate_design(design, env, game, ecfg, seed: int = 0, llm_cfg=None) -> Result:
-    """`evaluate DESIGN ENV`: Q, worst-case S against the best response, and a Monte-Carlo CI."""
+    """`eval DESIGN ENV`: Q, worst-case S against the best response, and a Monte-Carlo CI."""
     from icmlkit.lib.design_safe_agents.llm import agent_decider, make_backends
     from icmlkit.lib.design_safe_agents.runtime import mc_quality, mc_safety
     from icmlkit.lib.design_safe_agents.schema import Design, design_json

@@ -59,7 +59,7 @@ class LLMConfig:
 
     meta_agent_model: str = option("", "Meta-Agent backend (empty: the programmatic Meta-Agent).")
     adversary_model: str = option("", "Meta-Adversary backend (empty: the enumerating adversary).")
-    agent_model: str = option("", "Backend playing agents whose model is 'llm' (run, evaluate --method mc).")
+    agent_model: str = option("", "Backend playing agents whose model is 'llm' (run, eval --method mc).")
     judge_model: str = option("", "Optional LLM judge of harm beside the programmatic check (run).")
     api_key_env: str = option("OPENAI_API_KEY", "Environment variable holding the endpoints' API key.")
     cassette: str = option("", "Record every LLM exchange to this JSONL cassette.")

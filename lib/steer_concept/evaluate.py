@@ -213,12 +213,12 @@ def pareto_plot(path, rows: list[dict], switch: float = 0.9, title: str = "") ->
     return True
 
 
-# --------------------------------------------------------------------------- `steer-concept evaluate`
+# --------------------------------------------------------------------------- `steer-concept eval`
 
 
 @dataclass
 class EvaluateConfig:
-    """Settings of ``steer-concept evaluate``."""
+    """Settings of ``steer-concept eval``."""
 
     strengths: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5, 2.0, 3.0], metadata={
         "help": "Comma-separated strengths (beta)."})

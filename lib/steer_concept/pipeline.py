@@ -252,7 +252,7 @@ class RunResult:
 
 def disturbance(steered, unsteered) -> float:
     """Mean 1 - cos(steered, unsteered) over rows, in float64 with each cosine clipped to [-1, 1]
-    (the score of ``run --compare`` and of ``evaluate``).
+    (the score of ``run --compare`` and of ``eval``).
 
     Why the clip: 1 - cos is >= 0 mathematically, but the cosine of two (nearly) equal float32
     embeddings can round to slightly above 1 (by ~1e-8 when computed in float32, ~1e-16 in float64),
