@@ -36,7 +36,7 @@ model's internals, so HTTP endpoints (OpenAI-compatible servers) cannot serve it
 
 \b
 Examples:
-  attribute-tokens make-task vt --n 50 --style text -o vt.jsonl
+  attribute-tokens generate vt --n 50 --style text -o vt.jsonl
   attribute-tokens trace smollm2 --input vt.jsonl --method flashtrace --hops 1 -o vt.trace.jsonl --html vt.html
   attribute-tokens trace toy/ --prompt "X1 47 . X2 X1 . ? X2" --target " X2 X1 47 ANSWER 47" \\
       --output-span 12:12 --reasoning-span 8:10 --json
@@ -46,7 +46,7 @@ Examples:
 
 SPAN_UNIT = click.option("--span-unit", type=click.Choice(["token", "char"]), default="token", show_default=True,
                          help="Units of the spans: inclusive token indices of the formatted prompt + target, or "
-                         "inclusive character offsets (make-task writes char spans and says so per row).")
+                         "inclusive character offsets (`generate` writes char spans and says so per row).")
 MODEL_ARG = click.argument("model")
 
 
@@ -222,11 +222,11 @@ def timing(run, model, output, cfg, tcfg):
     return res
 
 
-@cli.command("make-task")
+@cli.command()
 @click.argument("kind", type=click.Choice(["niah-kv", "vt"]))
 @output_option("The examples as JSON Lines.", suffixes=(".jsonl",), required=True)
 @config_options(TaskConfig)
-def make_task_cmd(run, kind, output, cfg):
+def generate(run, kind, output, cfg):
     """Generate a task with gold evidence: NIAH-KV or variable tracking with a written chain.
 
     \b
@@ -234,8 +234,8 @@ def make_task_cmd(run, kind, output, cfg):
     answer}. [reconstructed] templates (RULER-style, re-implemented).
     JSON keys: kind, n, output, mean_prompt_chars.
     Examples:
-      attribute-tokens make-task niah-kv --n 200 -o niah.jsonl
-      attribute-tokens make-task vt --style text --n 50 -o vt.jsonl
+      attribute-tokens generate niah-kv --n 200 -o niah.jsonl
+      attribute-tokens generate vt --style text --n 50 -o vt.jsonl
     """
     from icmlkit.lib.attribute_tokens.tasks import make_task
     from icmlkit.lib.core.io import write_rows
@@ -248,7 +248,7 @@ def make_task_cmd(run, kind, output, cfg):
             "mean_prompt_chars": round(sum(len(r["prompt"]) for r in rows) / len(rows), 1)}
 
 
-cli.add_command(make_task_cmd, name="generate")  # the platform's name for synthetic generators (same command)
+cli.alias("make-task", "generate")
 
 
 @cli.command("train-toy", device=True)

@@ -11,7 +11,7 @@ from icmlkit.lib.distill_agent.config import (AgentConfig, EnvConfig, EvalConfig
 
 TOOL = "distill-agent"
 RECONSTRUCTED = (
-    "[reconstructed] (not in the paper's text): the make-env toy (lookup + arithmetic DSL, private-recall "
+    "[reconstructed] (not in the paper's text): the synthetic toy (lookup + arithmetic DSL, private-recall "
     "teacher, replay oracle), the endpoint prompts, the sandbox's replay after a timeout, the plain "
     "[Q]/[A]/[O] rendering of local students, the equivalence test by environment state (observation "
     "equality without an environment), exact-match answer checking, and the GRPO loop itself (the paper "
@@ -26,18 +26,18 @@ The student rolls out; a judge (seeing the gold answer and the numbered steps) f
 wrong step e (1-indexed, step 1 = the plan); the steps before e are kept, the teacher writes ONE
 step, the student resumes (at most 3 repairs). Correct trajectories train the student (SCoRe-SFT);
 the verified prefixes before the last repair seed GRPO with a key-step reward (SCoRe-RL).
-Teacher / judge: `oracle` (the exact make-env teacher) or openai://HOST:PORT/v1?model=NAME;
+Teacher / judge: `oracle` (the exact teacher of the synthetic toy) or openai://HOST:PORT/v1?model=NAME;
 student: a model folder written by `sft`/`rl`, a Hugging Face folder, smollm2, or an endpoint.
 
 {RECONSTRUCTED}
 
 \b
-Example (the whole pipeline on the make-env toy):
-  distill-agent make-env --n-tasks 200 -o seeds.jsonl
+Example (the whole pipeline on the synthetic toy):
+  distill-agent generate --n-tasks 200 -o seeds.jsonl
   distill-agent bc-init seeds.jsonl --teacher oracle -o bc.jsonl
   distill-agent to-sft bc.jsonl --split all -o bc_sft.jsonl
   distill-agent sft bc_sft.jsonl --init tiny -o student_bc
-  distill-agent make-env --n-tasks 200 --seed 1 -o tasks.jsonl
+  distill-agent generate --n-tasks 200 --seed 1 -o tasks.jsonl
   distill-agent mps tasks.jsonl --student student_bc --teacher oracle --judge oracle -o mps.jsonl --json
   distill-agent to-sft mps.jsonl -o score_sft.jsonl && distill-agent to-rl mps.jsonl -o rl.json
   distill-agent rl rl.json --init student_bc -o student_rl --json
@@ -70,11 +70,11 @@ search_option = click.option("--search", "search_file", default=None,
                              help="JSON {query: text} answering web_search(q) in the Python sandbox (offline).")
 
 
-@cli.command("make-env")
+@cli.command()
 @output_option("The tasks (JSON Lines: id, question, answer, env).", suffixes=(".jsonl",), required=True)
 @config_options(EnvConfig)
-def make_env(run, output, cfg):
-    """Generate lookup + arithmetic tasks of the make-env toy [reconstructed].
+def generate(run, output, cfg):
+    """Generate the lookup + arithmetic tasks of the synthetic toy [reconstructed].
 
     "compute k3 + k7 - k1" over a hidden key table; the DSL has LOOKUP k, CALC x op y and
     ANSWER v; the exact teacher recalls the keys in env.private (writes their values without
@@ -82,7 +82,7 @@ def make_env(run, output, cfg):
 
     \b
     JSON keys: n_tasks, min_keys, max_keys, private_key_share, mean_steps.
-    Example:  distill-agent make-env --n-tasks 500 --min-keys 4 --max-keys 5 --seed 7 -o heldout.jsonl
+    Example:  distill-agent generate --n-tasks 500 --min-keys 4 --max-keys 5 --seed 7 -o heldout.jsonl
     """
     from icmlkit.lib.distill_agent.api import make_env as go
 
@@ -92,9 +92,12 @@ def make_env(run, output, cfg):
     return res.summary
 
 
+cli.alias("make-env", "generate")
+
+
 @cli.command("bc-init")
 @click.argument("seeds")
-@click.option("--teacher", required=True, help="oracle (make-env tasks) or openai://HOST:PORT/v1?model=NAME.")
+@click.option("--teacher", required=True, help="oracle (tasks of `generate`) or openai://HOST:PORT/v1?model=NAME.")
 @output_option("Teacher trajectories (JSON Lines, the upstream BC-init schema).", suffixes=(".jsonl",),
                required=True)
 @search_option
@@ -190,7 +193,7 @@ def to_rl(run, trajectories, output, cfg):
 
     Plus plain-question items from repair-free trajectories (p = 0.5 wrong, 0.1 correct).
     Fields: prompt, chosen, chosen_observation, rejected, rejected_observation, correct_step,
-    gt_answer (and env for make-env tasks).
+    gt_answer (and env for tasks of `generate`).
 
     \b
     JSON keys: n_in, n_split, n_items, n_repair_items, n_plain_items.
@@ -288,13 +291,13 @@ def rl(run, items, init, output, checkpoint_every, resume, search_file, cfg, age
 @config_options(EvalConfig)
 @config_options(AgentConfig, arg="agent_cfg")
 def eval_cmd(run, model, bench, output, shard, search_file, cfg, agent_cfg):
-    """Run the agent on a task file (make-env tasks or a benchmark's question/answer rows); pass@1.
+    """Run the agent on a task file (tasks of `generate` or a benchmark's question/answer rows); pass@1.
 
     Answers are matched exactly after normalisation (\\boxed{} unwrapped) [reconstructed: the
     paper uses an LLM judge]. The benchmark files of the paper are read in place, never copied.
 
     \b
-    JSON keys: n, accuracy, accuracy_ci (Wilson 95%), hallucination_rate (make-env tasks only), mean_steps, llm_calls.
+    JSON keys: n, accuracy, accuracy_ci (Wilson 95%), hallucination_rate (tasks of `generate` only), mean_steps, llm_calls.
     Example:  distill-agent eval student_rl heldout.jsonl --shard 1/4 -o rows.jsonl --json
     """
     from icmlkit.lib.distill_agent.api import evaluate as go
@@ -308,7 +311,7 @@ def eval_cmd(run, model, bench, output, shard, search_file, cfg, agent_cfg):
 
 add_demo(
     cli, "icmlkit.lib.distill_agent.demo:run_demo", device=True,
-    doc="""The whole pipeline on the make-env toy in about a minute: BC init, MPS, SCoRe-SFT, RL, eval.
+    doc="""The whole pipeline on the synthetic toy in about a minute: BC init, MPS, SCoRe-SFT, RL, eval.
 
     Writes the data files, the models' eval rows, summary.json and manifest.json into OUTDIR.
 

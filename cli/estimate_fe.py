@@ -371,6 +371,8 @@ def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, const
 def systems(run, name, output):
     """List the built-in analytic systems with their exact free energies (kT).
 
+    These are the tool's known-answer generators (`sample` draws the Boltzmann frames of any system).
+
     \b
     JSON keys: systems (name, kind, n_atoms, f_exact_kT, how, spec); with --name and -o: output, name.
     Example:  estimate-fe systems --name triatomic -o tri.json

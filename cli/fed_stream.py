@@ -30,13 +30,13 @@ weighted memory, Wang's DRSR cache; ablations dds-only, saw-only.
 {RECONSTRUCTED}
 
 \b
-Stream files: the .npz of make-stream (x, label, group, client, period, exact hist, test
+Stream files: the .npz of `generate` (x, label, group, client, period, exact hist, test
 pools), or your own .csv[.gz] / .parquet / .npz with columns client, period, label and any
 number of numeric feature columns (20% of each batch is held out for scoring, ours).
 
 \b
 Examples:
-  fed-stream make-stream --dataset digits --clients 10 --periods 60 -o digits.npz
+  fed-stream generate --dataset digits --clients 10 --periods 60 -o digits.npz
   fed-stream run digits.npz -s dds-saw --oracle noisy:0.3 --buffer 90 -o runs/dds --json
   fed-stream compare digits.npz --strategies dds-saw,fedavg-fifo --seeds 5 -o runs/cmp --json
   fed-stream export-flower digits.npz -o flower_app && cd flower_app && flwr run .""",
@@ -56,11 +56,11 @@ def _flower_check(cfg) -> None:
         require_module("flwr", "fed-stream-flower", "flwr[simulation]==1.42.*")
 
 
-@cli.command("make-stream")
+@cli.command()
 @config_options(StreamConfig)
 @output_option("The stream .npz (its JSON spec goes beside it as <name>.json).", suffixes=(".npz",),
                stdout=False, required=True)
-def make_stream_cmd(run, cfg, output):
+def generate(run, cfg, output):
     """Generate a stream with exact per-(client, period) distributions.
 
     digits / mnist / mnist1d / gaussian: label shift (groups = classes); rotated-digits /
@@ -71,7 +71,7 @@ def make_stream_cmd(run, cfg, output):
     \b
     JSON keys: dataset, clients, periods, groups, classes, kind, samples, dim, test_samples,
     arrivals_per_client_period, output, spec.
-    Example:  fed-stream make-stream --dataset rotated-mnist --periods 40 -o rmnist.npz --json
+    Example:  fed-stream generate --dataset rotated-mnist --periods 40 -o rmnist.npz --json
     """
     from icmlkit.lib.core.io import write_json
     from icmlkit.lib.fed_stream.streams import make_stream, stream_summary, write_stream
@@ -89,6 +89,9 @@ def make_stream_cmd(run, cfg, output):
     run.save(output, write_stream, stream)
     run.save(spec_path, write_json, {**stream.spec, **stream_summary(stream)})
     return {"dataset": cfg.dataset, **stream_summary(stream), "output": output, "spec": spec_path}
+
+
+cli.alias("make-stream", "generate")
 
 
 def _write_run(folder, res, cfg) -> None:

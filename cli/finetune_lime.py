@@ -35,7 +35,7 @@ MODEL: a local Hugging Face causal-LM folder (e.g. from `pretrain-toy`), a .gguf
 \b
 Example (a pipeline):
   finetune-lime pretrain-toy -o toy --steps 800
-  finetune-lime make-tasks -o tasks.jsonl --n-per-task 200
+  finetune-lime generate -o tasks.jsonl --n-per-task 200
   finetune-lime train toy tasks.jsonl --method lime-lora --experts 4 --rank 2 -o lime.safetensors
   finetune-lime eval toy lime.safetensors tasks.jsonl --json | jq .per_task
   finetune-lime routing toy lime.safetensors tasks.jsonl -o use.csv --png use.png""",
@@ -155,12 +155,14 @@ def eval_(run, model, adapter, data, output, cfg, fail_under):
 @output_option("The generations (.jsonl or .csv; stdout as CSV).",
                suffixes=(".jsonl", ".csv"), required=True)
 @config_options(EvalConfig)
-def generate(run, model, adapter, data, output, cfg):
+def predict(run, model, adapter, data, output, cfg):
     """Greedy continuations of the prompts of DATA (rows with task, prompt; target not needed).
+
+    Formerly `generate` (that verb now writes the synthetic tasks, as in every tool).
 
     \b
     JSON keys: method, n, max_new_tokens.
-    Example:  finetune-lime generate toy lime.safetensors prompts.jsonl -o gen.jsonl --max-new-tokens 8
+    Example:  finetune-lime predict toy lime.safetensors prompts.jsonl -o gen.jsonl --max-new-tokens 8
     """
     from icmlkit.lib.core.io import write_rows
     from icmlkit.lib.finetune_lime.train import generate as gen
@@ -231,24 +233,32 @@ def count(run, model, cfg):
     return count_params(cfg, load_backbone(model).model)
 
 
-@cli.command("make-tasks")
+@cli.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100,
+                               "allow_extra_args": True})
 @output_option("The task rows (.jsonl or .csv).", suffixes=(".jsonl", ".csv"), required=True)
 @config_options(TasksConfig)
-def make_tasks(run, output, cfg):
+def generate(run, output, cfg):
     """Write the conflicting synthetic tasks (sort asc vs desc, add vs sub, Caesar shifts, ...) in one stream.
 
     Task identity only in the prompt's two-letter code [reconstructed task design].
 
     \b
     JSON keys: tasks, rows, output.
-    Example:  finetune-lime make-tasks -o tasks.jsonl --tasks sort_asc,sort_desc,add,sub --n-per-task 300
+    Example:  finetune-lime generate -o tasks.jsonl --tasks sort_asc,sort_desc,add,sub --n-per-task 300
     """
     from icmlkit.lib.finetune_lime.data import make_tasks as mk, write_task_rows
 
+    extra = click.get_current_context().args
+    if extra:  # the old `generate MODEL ADAPTER DATA` (now `predict`)
+        raise click.UsageError(f"generate takes no arguments (got {' '.join(extra)}); the greedy continuations "
+                               "of a model are `finetune-lime predict MODEL ADAPTER DATA`")
     run.output(output)
     rows = mk(cfg, seed=run.seed)
     run.save(output, write_task_rows, rows)
     return {"tasks": list(cfg.tasks), "rows": len(rows), "output": output}
+
+
+cli.alias("make-tasks", "generate")
 
 
 @cli.command("pretrain-toy", device=True)

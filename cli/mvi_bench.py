@@ -10,7 +10,7 @@ TOOL = "mvi-bench"
 RECONSTRUCTED = (
     "[reconstructed] (not confirmed by the paper text): the levels of mirror (attribute) and occlusion "
     "(relationship); the pair key of the official annotations; per-level pooling; the flip-rate "
-    "definition; the EfficientNet-Lite0 option scorer and its ImageNet keyword table; make-synth's scenes."
+    "definition; the EfficientNet-Lite0 option scorer and its ImageNet keyword table; the scenes of `generate`."
 )
 
 cli = ToolGroup(
@@ -34,7 +34,7 @@ folder (illusion/control pairs -> misleading/normal).
 
 \b
 Examples:
-  mvi-bench make-synth synth/
+  mvi-bench generate synth/
   mvi-bench run synth/annotations.json --model effnet -o effnet.jsonl
   mvi-bench run synth/ --model 'openai://127.0.0.1:8000/v1?model=Qwen2.5-VL-7B' --concurrency 8 -o q.jsonl
   mvi-bench score effnet.jsonl -o table.md --json
@@ -174,10 +174,10 @@ def import_vlmeval(run, predictions, output, model_name, parser):
     return {**res.summary, "output": output}
 
 
-@cli.command("make-synth")
+@cli.command()
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @config_options(SynthConfig)
-def make_synth(run, out_dir, cfg):
+def generate(run, out_dir, cfg):
     """Write synthetic pairs in the official schema (annotations.json + images/) [reconstructed].
 
     Real-photo pairs (scikit-image, scikit-learn) for resemblance, representation and mirror;
@@ -186,7 +186,7 @@ def make_synth(run, out_dir, cfg):
 
     \b
     JSON keys: n_pairs, n_items, per_category, annotations, outdir.
-    Example:  mvi-bench make-synth synth/ --pairs 120 --seed 0
+    Example:  mvi-bench generate synth/ --pairs 120 --seed 0
     """
     from icmlkit.lib.mvi_bench import make_synth as make
 
@@ -195,6 +195,9 @@ def make_synth(run, out_dir, cfg):
     with run.run_dir(out_dir) as folder:
         summary = make(cfg, folder, seed=run.seed)
     return {**summary, "annotations": f"{out_dir}/annotations.json", "outdir": out_dir}
+
+
+cli.alias("make-synth", "generate")
 
 
 add_demo(

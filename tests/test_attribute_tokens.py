@@ -212,7 +212,7 @@ def invoke(argv, capsys):
 
 def _vt_file(tmp_path, n=3) -> Path:
     p = tmp_path / "vt.jsonl"
-    code = run_cli(cli, TOOL, ["make-task", "vt", "--n", str(n), "--fillers", "3", "--chains", "2", "-o", str(p)])
+    code = run_cli(cli, TOOL, ["generate", "vt", "--n", str(n), "--fillers", "3", "--chains", "2", "-o", str(p)])
     assert code == 0
     return p
 
@@ -417,7 +417,7 @@ def _model(base):
 
 def _model_and_data(base):
     p = base / "vt.jsonl"
-    run_cli(cli, TOOL, ["make-task", "vt", "--n", "1", "--chains", "2", "--fillers", "1", "-o", str(p)])
+    run_cli(cli, TOOL, ["generate", "vt", "--n", "1", "--chains", "2", "--fillers", "1", "-o", str(p)])
     return {"toy": _toy_folder(), "data": p}
 
 
@@ -455,7 +455,7 @@ def test_wrong_shaped_rows_are_one_line_errors(tmp_path, capsys):
 @pytest.mark.slow
 def test_smollm2_trace_and_hops_move_mass_to_the_prompt(tmp_path, capsys):
     vt = tmp_path / "vt.jsonl"
-    run_cli(cli, TOOL, ["make-task", "vt", "--style", "text", "--n", "1", "--chains", "2", "--fillers", "1",
+    run_cli(cli, TOOL, ["generate", "vt", "--style", "text", "--n", "1", "--chains", "2", "--fillers", "1",
                         "-o", str(vt)])
     code, out, err = invoke(["trace", "smollm2", "--input", str(vt), "--json"], capsys)
     assert code == 0, err
@@ -481,7 +481,7 @@ def test_subprocess_help_bad_flag_and_tiny_run(tmp_path):
     r = run_tool(TOOL, "--help")
     assert r.returncode == 0 and "HTTP endpoints" in r.stdout and "[reconstructed]" in r.stdout
     assert run_tool(TOOL, "trace", "--no-such").returncode == 2
-    r = run_tool(TOOL, "make-task", "niah-kv", "--n", "2", "-o", tmp_path / "n.jsonl", "--json")
+    r = run_tool(TOOL, "generate", "niah-kv", "--n", "2", "-o", tmp_path / "n.jsonl", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["n"] == 2
 
 

@@ -369,10 +369,10 @@ def tiny_student(tmp_path_factory):
 
 def test_make_env_is_deterministic_and_bad_step_exits_1(tmp_path, capsys):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    js(cli(["make-env", "--n-tasks", 20, "--seed", 3, "-o", a, "--json"], capsys))
-    js(cli(["make-env", "--n-tasks", 20, "--seed", 3, "-o", b, "--json"], capsys))
+    js(cli(["generate", "--n-tasks", 20, "--seed", 3, "-o", a, "--json"], capsys))
+    js(cli(["generate", "--n-tasks", 20, "--seed", 3, "-o", b, "--json"], capsys))
     assert a.read_bytes() == b.read_bytes()
-    assert cli(["make-env", "--min-keys", 4, "--max-keys", 2, "-o", tmp_path / "c.jsonl"], capsys)[0] == 2
+    assert cli(["generate", "--min-keys", 4, "--max-keys", 2, "-o", tmp_path / "c.jsonl"], capsys)[0] == 2
 
 
 def test_bad_trajectories_exit_1_naming_file_line_field(tmp_path, capsys):
@@ -575,7 +575,7 @@ def test_help_bad_flag_and_cuda(tmp_path):
     r = run_tool(TOOL, "--help")
     assert r.returncode == 0 and "Example" in r.stdout and "[reconstructed]" in r.stdout
     assert run_tool(TOOL, "mps", "--bogus").returncode == 2
-    r = run_tool(TOOL, "make-env", "--n-tasks", 3, "-o", tmp_path / "t.jsonl", "--json")
+    r = run_tool(TOOL, "generate", "--n-tasks", 3, "-o", tmp_path / "t.jsonl", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["n_tasks"] == 3
 
 
@@ -688,8 +688,8 @@ def test_cached_decoding_of_a_hf_student_equals_full_recomputation(temperature):
 
 def test_make_env_natural_questions_name_the_same_task(tmp_path, capsys):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    js(cli(["make-env", "--n-tasks", 5, "--seed", 2, "-o", a, "--json"], capsys))
-    js(cli(["make-env", "--n-tasks", 5, "--seed", 2, "--question", "natural", "-o", b, "--json"], capsys))
+    js(cli(["generate", "--n-tasks", 5, "--seed", 2, "-o", a, "--json"], capsys))
+    js(cli(["generate", "--n-tasks", 5, "--seed", 2, "--question", "natural", "-o", b, "--json"], capsys))
     for x, y in zip(map(json.loads, a.read_text().splitlines()), map(json.loads, b.read_text().splitlines())):
         assert x["env"] == y["env"] and x["answer"] == y["answer"]
         env = y["env"]
@@ -697,7 +697,7 @@ def test_make_env_natural_questions_name_the_same_task(tmp_path, capsys):
         want = "What is the value of " + env["keys"][0] + "".join(
             f", {words[o]} the value of {k}" for o, k in zip(env["ops"], env["keys"][1:])) + "?"
         assert y["question"] == want and x["question"].startswith("compute ")
-    assert cli(["make-env", "--question", "prose", "-o", tmp_path / "c.jsonl"], capsys)[0] == 2
+    assert cli(["generate", "--question", "prose", "-o", tmp_path / "c.jsonl"], capsys)[0] == 2
 
 
 def test_make_env_pipeline_runs_a_to_e_with_equal_teacher_tokens(tmp_path):

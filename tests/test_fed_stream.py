@@ -172,7 +172,7 @@ def test_mnist1d_stream_generated_offline(tmp_path, capsys):
         import mnist1d  # noqa: F401
     except ImportError:
         out = tmp_path / "m.npz"
-        code, _, err = run_inprocess(TOOL, ["make-stream", "--dataset", "mnist1d", "-o", str(out)], capsys)
+        code, _, err = run_inprocess(TOOL, ["generate", "--dataset", "mnist1d", "-o", str(out)], capsys)
         assert code == 4 and "pip install 'icmlkit[fed-stream]'" in err and "mnist1d" in err
         assert not out.exists()
         return
@@ -355,7 +355,7 @@ def test_user_model_factory_and_same_seed_same_bytes(tmp_path, capsys):
     assert set(res.params) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     outs = []
     for i in range(2):
-        code, _, err = run_inprocess(TOOL, ["make-stream", "--dataset", "gaussian", "--clients", "2", "--periods", "3",
+        code, _, err = run_inprocess(TOOL, ["generate", "--dataset", "gaussian", "--clients", "2", "--periods", "3",
                                             "--arrivals", "5", "-o", str(tmp_path / f"s{i}.npz")], capsys)
         assert code == 0, err
         outs.append((tmp_path / f"s{i}.npz").read_bytes())
@@ -512,7 +512,7 @@ FUZZ = [
     FuzzCase("compare", ["compare", "{bad}", "-o", "{out}/c", "--seeds", "1"], suffix=".csv", kinds=FUZZ_KINDS_CSV),
     FuzzCase("export-flower", ["export-flower", "{bad}", "-o", "{out}/app"], suffix=".npz", kinds=FUZZ_KINDS_NPZ),
     FuzzCase("export-flower", ["export-flower", "{bad}", "-o", "{out}/app"], suffix=".csv", kinds=FUZZ_KINDS_CSV),
-    FuzzCase("make-stream", ["make-stream", "-o", "{out}/s.npz", "--config", "{bad}"], suffix=".json",
+    FuzzCase("generate", ["generate", "-o", "{out}/s.npz", "--config", "{bad}"], suffix=".json",
              kinds=("missing", "empty", "binary", "folder", "truncated_json"), label="config"),
 ]
 
@@ -523,11 +523,11 @@ def test_malformed_inputs(case, tmp_path, capsys):
 
 
 def test_executable_help_bad_flag_and_tiny_run(tmp_path):
-    ok = run_tool(TOOL, "make-stream", "--help")
+    ok = run_tool(TOOL, "generate", "--help")
     assert ok.returncode == 0 and "[reconstructed]" in ok.stdout
     bad = run_tool(TOOL, "run", "--no-such-flag")
     assert bad.returncode == 2
-    r = run_tool(TOOL, "make-stream", "--dataset", "gaussian", "--clients", "2", "--periods", "3", "--arrivals",
+    r = run_tool(TOOL, "generate", "--dataset", "gaussian", "--clients", "2", "--periods", "3", "--arrivals",
                  "4", "-o", tmp_path / "s.npz", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["samples"] == 24 and (tmp_path / "s.json").is_file()

@@ -510,7 +510,7 @@ def test_nmi_matches_known_values():
 # --------------------------------------------------------------------------- command line
 
 
-def test_cli_train_eval_routing_count_generate(model_dir, tasks_file, adapter_file, tmp_path, capsys):
+def test_cli_train_eval_routing_count_predict(model_dir, tasks_file, adapter_file, tmp_path, capsys):
     meta = read_adapter(adapter_file)[2]
     assert json.loads(meta["config"])["method"] == "lime-lora"
     assert (adapter_file.parent / "a.config.json").exists() and (adapter_file.parent / "a.steps.csv").exists()
@@ -528,9 +528,12 @@ def test_cli_train_eval_routing_count_generate(model_dir, tasks_file, adapter_fi
     code, out, err = _cli(["count", str(model_dir), "--method", "lime-lora", "--json"], capsys)
     s = json.loads(out)
     assert code == 0 and s["trainable_params"] == s["closed_form"]
-    code, out, err = _cli(["generate", str(model_dir), str(adapter_file), str(tasks_file), "-o",
+    code, out, err = _cli(["predict", str(model_dir), str(adapter_file), str(tasks_file), "-o",
                            str(tmp_path / "g.csv"), "--max-new-tokens", "2"], capsys)
     assert code == 0, err
+    code, out, err = _cli(["generate", str(model_dir), str(adapter_file), str(tasks_file), "-o",
+                           str(tmp_path / "g2.csv")], capsys)  # the old name of predict: pointed to it
+    assert code == 2 and "finetune-lime predict MODEL ADAPTER DATA" in err and not (tmp_path / "g2.csv").exists()
     code, out, err = _cli(["eval", str(model_dir), str(adapter_file), str(tasks_file), "--fail-under", "1.01",
                            "--max-new-tokens", "1"], capsys)
     assert code == 3
@@ -560,7 +563,7 @@ def test_cli_bad_inputs_fail_as_stated(model_dir, tasks_file, tmp_path, capsys):
 def test_cli_make_tasks_csv_roundtrip(tmp_path, capsys):
     from icmlkit.lib.finetune_lime.data import read_rows
 
-    code, out, err = _cli(["make-tasks", "-o", str(tmp_path / "t.csv"), "--tasks", "add,sub,max", "--n-per-task",
+    code, out, err = _cli(["generate", "-o", str(tmp_path / "t.csv"), "--tasks", "add,sub,max", "--n-per-task",
                            "5", "--json"], capsys)
     assert code == 0, err
     rows = read_rows(tmp_path / "t.csv")
@@ -571,7 +574,7 @@ def test_cli_make_tasks_csv_roundtrip(tmp_path, capsys):
             assert int(r.target) == int(nums[0]) + int(nums[1])
         if r.task == "sub":
             assert int(r.target) == int(nums[0]) - int(nums[1]) >= 0
-    code, _, err = _cli(["make-tasks", "-o", str(tmp_path / "u.csv"), "--tasks", "nope"], capsys)
+    code, _, err = _cli(["generate", "-o", str(tmp_path / "u.csv"), "--tasks", "nope"], capsys)
     assert code == 2 and "nope" in err
 
 
@@ -610,9 +613,9 @@ CASES = [
              kinds=DATA_KINDS, setup=_setup_adapter, label="data"),
     FuzzCase("eval", ["eval", "{bad}", "{adapter}", "{data}", "-o", "{out}/p.jsonl"], setup=_setup_adapter,
              label="model"),
-    FuzzCase("generate", ["generate", "{model}", "{bad}", "{data}", "-o", "{out}/g.jsonl"], suffix=".safetensors",
+    FuzzCase("predict", ["predict", "{model}", "{bad}", "{data}", "-o", "{out}/g.jsonl"], suffix=".safetensors",
              kinds=("missing", "empty", "binary", "folder"), setup=_setup_adapter, label="adapter"),
-    FuzzCase("generate", ["generate", "{model}", "{adapter}", "{bad}", "-o", "{out}/g.jsonl"], suffix=".csv",
+    FuzzCase("predict", ["predict", "{model}", "{adapter}", "{bad}", "-o", "{out}/g.jsonl"], suffix=".csv",
              kinds=("missing", "empty", "binary", "wrong_csv"), setup=_setup_adapter, label="data"),
     FuzzCase("routing", ["routing", "{model}", "{bad}", "{data}", "-o", "{out}/u.csv"], suffix=".safetensors",
              kinds=("missing", "empty", "binary", "folder"), setup=_setup_adapter, label="adapter"),
@@ -645,7 +648,7 @@ def test_subprocess_help_bad_flag_and_tiny_run(tmp_path):
     r = run_tool(TOOL, "--help")
     assert r.returncode == 0 and "Example" in r.stdout
     assert run_tool(TOOL, "train", "--no-such").returncode == 2
-    r = run_tool(TOOL, "make-tasks", "-o", tmp_path / "t.jsonl", "--n-per-task", "2", "--json")
+    r = run_tool(TOOL, "generate", "-o", tmp_path / "t.jsonl", "--n-per-task", "2", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["rows"] == 16
 
 

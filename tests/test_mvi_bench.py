@@ -443,14 +443,14 @@ def test_film_reader_pairs_illusions_with_controls():
 def test_usage_errors(synth, tmp_path, capsys):
     assert cli(capsys, "run", synth, "--model", "gpt", "-o", tmp_path / "a.jsonl")[0] == 2
     assert cli(capsys, "run", synth, "--model", "oracle", "-o", tmp_path / "a.csv")[0] == 2
-    assert cli(capsys, "make-synth", tmp_path / "x", "--pairs", 13)[0] == 2
+    assert cli(capsys, "generate", tmp_path / "x", "--pairs", 13)[0] == 2
     assert cli(capsys, "run", synth, "--model", "oracle", "--shard", "5/3", "-o", tmp_path / "b.jsonl")[0] == 2
 
 
 def test_make_synth_schema_and_determinism(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
-    js(capsys, "make-synth", a, "--pairs", 6, "--size", 64)
-    js(capsys, "make-synth", b, "--pairs", 6, "--size", 64)
+    js(capsys, "generate", a, "--pairs", 6, "--size", 64)
+    js(capsys, "generate", b, "--pairs", 6, "--size", 64)
     recs = json.loads((a / "annotations.json").read_text())
     assert len(recs) == 12 and set(recs[0]) >= {"image", "question", "choices", "answer", "category", "type", "source"}
     assert all(r["answer"] in r["choices"] for r in recs)

@@ -4,7 +4,7 @@ one example), ``trace_rows``, ``evaluate``, ``timing``, and the output writers (
 Index spaces: the formatted text is ``prompt + target``; its tokens are the prompt's (with the
 tokenizer's special tokens) followed by the target's (without), joined as id lists (no merge across
 the boundary). Spans are inclusive token indices of that sequence (``span_unit="token"``) or
-inclusive character offsets of ``prompt + target`` (``span_unit="char"``, what ``make-task`` writes).
+inclusive character offsets of ``prompt + target`` (``span_unit="char"``, what ``generate`` writes).
 G (the generated part that hops go through) = the hull of the reasoning span and the output span;
 P = the tokens before the target. [reconstructed: the official tool's span conventions are its own.]
 """

@@ -1,4 +1,4 @@
-"""Option dataclasses of attribute-tokens (trace, eval, timing, make-task, train-toy), with their
+"""Option dataclasses of attribute-tokens (trace, eval, timing, generate, train-toy), with their
 command-line help. Standard library only: the CLI builds its flags from these at import time and
 ``--help`` must not import torch or numpy."""
 from __future__ import annotations

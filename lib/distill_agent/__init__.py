@@ -1,4 +1,4 @@
-"""SCoRe (student-centred agent distillation): the agent format, the Python sandbox, the make-env toy,
+"""SCoRe (student-centred agent distillation): the agent format, the Python sandbox, the synthetic toy (``generate``),
 teacher / judge / student backends, Mentored Problem Solving, SFT / RL converters, SFT and GRPO
 training, evaluation (method sheet distill-agent.md).
 

@@ -256,7 +256,7 @@ def clean_steps(steps: list[dict]) -> list[dict]:
 
 
 def read_tasks(path) -> list[dict]:
-    """Task rows ``{"question", "answer"|"true_answer", ["id"], ["env"]}`` (make-env output, a seed set
+    """Task rows ``{"question", "answer"|"true_answer", ["id"], ["env"]}`` (``generate`` output, a seed set
     or a benchmark file), validated; returns ``{"id", "question", "answer", "env"}``."""
     from icmlkit.lib.core.io import display_name, read_jsonl
 

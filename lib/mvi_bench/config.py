@@ -90,7 +90,7 @@ class ScoreConfig:
 
 @dataclass
 class SynthConfig:
-    """``mvi-bench make-synth``."""
+    """``mvi-bench generate``."""
 
     pairs: int = option(120, "Pairs in all, spread evenly over the six categories.", min=6, max=6000)
     size: int = option(224, "Image side in pixels.", min=64, max=1024)

@@ -1,4 +1,4 @@
-"""``mvi-bench make-synth``: an offline stand-in for MVI-Bench in the official schema **[reconstructed]**.
+"""``mvi-bench generate``: an offline stand-in for MVI-Bench in the official schema **[reconstructed]**.
 
 Pairs spread evenly over the six categories, answers known by construction (both images of a pair
 share question, options and gold answer; only the misleading cue differs):
