@@ -230,7 +230,8 @@ def test_model_edits_trade_quality_and_safety_by_the_data(travel):
 
 def test_agentdojo_calls_per_task_recount():
     pytest.importorskip("agentdojo")
-    from icmlkit.lib.design_safe_agents.agentdojo_env import SUITES, suite_parts
+    from icmlkit.lib.agentdojo import SUITES
+    from icmlkit.lib.design_safe_agents.agentdojo_env import suite_parts
     from icmlkit.lib.design_safe_agents.presets import GT_CALLS, GT_TASKS
 
     calls = tasks = 0

@@ -26,11 +26,10 @@ the ground truth is empty in this benchmark version) are left out and listed in 
 """
 from __future__ import annotations
 
+from icmlkit.lib.agentdojo import BENCHMARK_VERSION as VERSION
+from icmlkit.lib.agentdojo import SUITES, jsonable, load_suites, ordered_tasks
 from icmlkit.lib.core.errors import UsageError
-from icmlkit.lib.trace_injection.agentdojo_data import jsonable, load_suites
 
-SUITES = ("workspace", "travel", "banking", "slack")
-VERSION = "v1.2.2"
 READ_PREFIXES = ("get_", "search_", "read_", "check_", "list_")
 
 _CATEGORIES = (
@@ -55,11 +54,6 @@ def category(tool: str) -> str:
     return "other"
 
 
-def _num(task_id: str) -> int:
-    tail = task_id.rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
-
-
 def suite_parts(suite_name: str):
     """(suite, default environment, user tasks [(id, calls)], injection tasks [(id, task, calls, harmful index)],
     skipped injection task ids) of one suite."""
@@ -69,9 +63,9 @@ def suite_parts(suite_name: str):
     suite = suites[suite_name]
     env = suite.load_and_inject_default_environment({})
     users = [(tid, list(t.ground_truth(env.model_copy(deep=True))))
-             for tid, t in sorted(suite.user_tasks.items(), key=lambda kv: _num(kv[0]))]
+             for tid, t in ordered_tasks(suite.user_tasks)]
     inj, skipped = [], []
-    for tid, t in sorted(suite.injection_tasks.items(), key=lambda kv: _num(kv[0])):
+    for tid, t in ordered_tasks(suite.injection_tasks):
         calls = list(t.ground_truth(env.model_copy(deep=True)))
         idx = next((i for i, c in enumerate(calls) if not is_read(c.function)), None)
         if idx is None:

@@ -403,7 +403,7 @@ def list_envs() -> Result:
                      "menu": len(env_menu(env)), "description": env.description})
     have_ad = importlib.util.find_spec("agentdojo") is not None
     if have_ad:
-        from icmlkit.lib.design_safe_agents.agentdojo_env import SUITES
+        from icmlkit.lib.agentdojo import SUITES
 
         for suite in SUITES:
             env = load_env(f"agentdojo:{suite}")

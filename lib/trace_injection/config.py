@@ -152,7 +152,7 @@ def load_sink_table(path: str) -> dict[str, str]:
 # options once (cli/_common.config_options), and the demo and the benchmark build them in code.
 
 def _suites() -> list[str]:
-    from icmlkit.lib.trace_injection.agentdojo_data import SUITES
+    from icmlkit.lib.agentdojo import SUITES
 
     return list(SUITES)
 
