@@ -1,49 +1,60 @@
-"""Benchmark of estimate-fe (CARD) on this machine, in parts that merge into one results file.
+"""Benchmark of estimate-fe (CARD) on this machine. Parts (bench/_common.py harness), in the order a
+full run takes them (about five hours on 2 cores; each long part resumes at its first item not done):
 
-- ``--part analytic``: CARD on three analytic systems with exact free energies (an anisotropic
-  4-particle harmonic trap, 4 particles in a tilted double well, the harmonic triatomic whose F is
-  computed by 3-D quadrature). Targets per system: |F - F_exact| <= 0.1 kT, BAR error <= 0.05 kT.
-- ``--part solvation --coords cartesian|internal [--kl-steps N] [--md-interval FS]``: chloromethane, methanol and
-  methanethiol (FreeSolv): CARD's Delta G(vacuum -> OBC2) = kT (f_obc2 - f_vacuum) and, on the very
-  same end-state frames, end-state BAR (the model-free baseline at equal MD); forward ESS per
-  environment (issue 28 target: >= 10 % on methanol and methanethiol). ``--md-interval FS`` spaces
-  the 2000 end-state frames FS fs apart instead of 50 (500: 1 ns of MD instead of 100 ps; the
-  frames train CARD and feed end-state BAR alike). ``--constraints hbonds`` (with ``--coords internal``)
-  holds every bond to a hydrogen at its force-field length in the MD, the energies and CARD's chart
-  (rows tagged ``+hbonds``; their lambda-MBAR reference is ``--part lambda --constraints hbonds``).
-- ``--part lambda``: the 11-window lambda-MBAR reference of those molecules. Target:
-  |Delta G_CARD - Delta G_MBAR| <= 0.3 kcal/mol; cost as energy evaluations (MD steps count one
-  each) and wall time with and without the end-state MD; the "without MD" ratio is always quoted
-  with the accuracy of that route (EXP forward on the model samples).
-- ``--part transfer-train --env vacuum|obc2`` and ``--part transfer-eval``: one model per
-  environment over FreeSolv molecules chosen by a rule (:mod:`icmlkit.lib.estimate_fe.transfer`), evaluated
-  on held-out molecules with no MD of them, against end-state BAR and lambda MBAR (MAE target
-  <= 0.5 kcal/mol, energy-evaluation ratios reported): 44 training and 8 held-out molecules.
-- ``--part alanine [--constraints hbonds]``: alanine dipeptide in vacuum (built in, amber14), the
-  harder single system: CARD with internal coordinates on 1 ns of MD; F, both EXP directions,
-  overlap and ESS (no exact F exists).
-- ``--part transfer-seeds --seeds 1,2 [--constraints hbonds]``: the stored held-out rows re-estimated
-  with other sample seeds (same models, same references): the MAE per seed and its worst case.
-- ``--part carry-over --rev REV``: imports the analytic rows, the lambda-MBAR references and the
-  Cartesian CARD rows of an earlier results file (same code paths and seeds), marked as such.
+analytic             CARD on three analytic systems with exact free energies (an anisotropic 4-particle
+                     harmonic trap, 4 particles in a tilted double well, the harmonic triatomic whose F is
+                     computed by 3-D quadrature). Targets per system: |F - F_exact| <= 0.1 kT, BAR
+                     error <= 0.05 kT.
+lambda               the 11-window lambda-MBAR reference of chloromethane, methanol and methanethiol
+                     (FreeSolv). Target: |Delta G_CARD - Delta G_MBAR| <= 0.3 kcal/mol; cost as energy
+                     evaluations (MD steps count one each) and wall time with and without the end-state
+                     MD; the "without MD" ratio is always quoted with the accuracy of that route (EXP
+                     forward on the model samples).
+solvation-cartesian  CARD's Delta G(vacuum -> OBC2) = kT (f_obc2 - f_vacuum) in Cartesian coordinates and,
+                     on the very same end-state frames, end-state BAR (the model-free baseline at equal
+                     MD); forward ESS per environment (issue 28 target: >= 10 % on methanol and
+                     methanethiol).
+solvation-internal   the same with internal coordinates.
+solvation-kl         internal coordinates + 100 reverse-KL (Stage III) steps, methanol and methanethiol.
+solvation-1ns        internal coordinates on 1 ns of MD (the 2000 end-state frames 500 fs apart instead
+                     of 50; the frames train CARD and feed end-state BAR alike).
+lambda-hbonds        the lambda-MBAR reference with every bond to a hydrogen held at its force-field
+                     length (--constraints hbonds), methanol and methanethiol.
+solvation-hbonds     internal coordinates + X-H constraints (MD, energies and CARD's chart), methanol and
+                     methanethiol, on 100 ps and on 1 ns of MD, and a second seed on 1 ns.
+alanine              alanine dipeptide in vacuum (built in, amber14), the harder single system: CARD with
+                     internal coordinates on 1 ns of MD, without and with X-H constraints; F, both EXP
+                     directions, overlap and ESS (no exact F exists).
+transfer             one model per environment over FreeSolv molecules chosen by a rule
+                     (:mod:`icmlkit.lib.estimate_fe.transfer`; 44 training, 8 held-out molecules),
+                     evaluated on the held-out molecules with no MD of them, against end-state BAR and
+                     lambda MBAR (MAE target <= 0.5 kcal/mol, energy-evaluation ratios reported).
+transfer-hbonds      the same with X-H constraints, and the held-out rows re-estimated with sample seeds
+                     1 and 2 (the same models and references).
 
-Each part fits in a few minutes on a loaded 2-core CPU; ``--part all`` (the default, what
-``make bench TOOL=estimate-fe`` runs) runs every computing part in turn. Writes
-bench/results/estimate_fe.json and bench/results/estimate_fe.md (the parts' dates, commands and
-loads are in ``results.parts``). ``--quick``: tiny sizes, prints without writing.
+The library reports each run's breakdown (MD, training, estimation seconds); the whole of each library
+call is timed once by time_call (repeats=1: runs of minutes). Run:  make bench TOOL=estimate-fe
+(or .venv/bin/python bench/estimate_fe.py [--quick] [--part P]).
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import time
-
-from _common import commit, machine, target, today, write_results
 from pathlib import Path
 
+from _common import Bench, speed_ratio, table, target, time_call
 from icmlkit.lib.estimate_fe.api import open_system
 from icmlkit.lib.estimate_fe.mm import freesolv_dir, freesolv_entry, kcal_per_kT, lambda_window_mbar
 from icmlkit.lib.estimate_fe.pipeline import run_system, solvation
+
+bench = Bench("estimate-fe")
+
+
+def once(fn):
+    """(fn(), its time_call record): one timed call of a run of minutes, no warm-up."""
+    got = {}
+    rec = time_call(lambda: got.update(value=fn()), repeats=1, warmup=0)
+    return got["value"], rec
+
 
 ANALYTIC = ["trap4", "dw4", "triatomic"]
 MOLECULES = {"mobley_4434915": "chloromethane", "mobley_1636752": "methanol", "mobley_525934": "methanethiol"}
@@ -71,25 +82,21 @@ QUICK = {"transfer": {"md_frames": 40, "md_interval": 5, "md_equil": 50, "steps"
 T = 298.15
 
 
-def bench_analytic(cfg) -> list[dict]:
-    rows = []
-    for name in ANALYTIC:
-        s = open_system(name)
-        c = cfg["analytic"]
-        t0 = time.perf_counter()
-        res = run_system(s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], steps=c["steps"],
-                         stage2_steps=c["stage2_steps"], n_samples=c["n_samples"], arch=cfg["model"])
-        fx = s.f_exact()
-        rows.append({"system": name, "kind": s.spec["kind"], "n_atoms": s.n_atoms, "f_exact_kT": fx,
-                     "f_kT": res["f_kT"], "f_err_kT": res["f_err_kT"],
-                     "error_kT": None if res["f_kT"] is None else res["f_kT"] - fx,
-                     "f_exp_forward_kT": res["f_exp_forward_kT"], "f_exp_reverse_kT": res["f_exp_reverse_kT"],
-                     "overlap": res["overlap"], "ess_forward": res["ess_forward"], "ess_reverse": res["ess_reverse"],
-                     "val_nll": res["val_nll"], "seconds_train": res["seconds_train"],
-                     "seconds_total": time.perf_counter() - t0})
-        print(f"[analytic] {name}: F {_f(res['f_kT'], '.4f')} +- {_f(res['f_err_kT'], '.4f')} vs {fx:.4f}", file=sys.stderr,
-              flush=True)
-    return rows
+def bench_analytic(name: str, cfg) -> dict:
+    """CARD on one analytic system with an exact F."""
+    s = open_system(name)
+    c = cfg["analytic"]
+    res, rec = once(lambda: run_system(s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"],
+                                       steps=c["steps"], stage2_steps=c["stage2_steps"], n_samples=c["n_samples"],
+                                       arch=cfg["model"]))
+    fx = s.f_exact()
+    print(f"[analytic] {name}: F {_f(res['f_kT'], '.4f')} +- {_f(res['f_err_kT'], '.4f')} vs {fx:.4f}", file=sys.stderr,
+          flush=True)
+    return {"system": name, "kind": s.spec["kind"], "n_atoms": s.n_atoms, "f_exact_kT": fx,
+            "f_kT": res["f_kT"], "f_err_kT": res["f_err_kT"], "error_kT": None if res["f_kT"] is None else res["f_kT"] - fx,
+            "f_exp_forward_kT": res["f_exp_forward_kT"], "f_exp_reverse_kT": res["f_exp_reverse_kT"],
+            "overlap": res["overlap"], "ess_forward": res["ess_forward"], "ess_reverse": res["ess_reverse"],
+            "val_nll": res["val_nll"], "seconds_train": res["seconds_train"], "seconds_total": rec["median_s"]}
 
 
 def variant(constraints: str) -> str:
@@ -114,11 +121,11 @@ def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: i
     entry = freesolv_entry(cid)
     # the library call of `estimate-fe solvation --outdir` (each environment on its own seed stream);
     # its end-state frames also give end-state BAR (`baseline --method endstate-bar`, same MD)
-    card = solvation(lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints), None,
-                     n_frames=c["n_frames"],
-                     interval=c["interval"], steps=c["steps"], stage2_steps=c["stage2_steps"], n_samples=c["n_samples"],
-                     equil=c["equil"], arch={**cfg["model"], "coords": coords}, train_fraction=c["train_fraction"], seed=seed,
-                     kl_steps=kl_steps)
+    card, rec = once(lambda: solvation(
+        lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints), None,
+        n_frames=c["n_frames"], interval=c["interval"], steps=c["steps"], stage2_steps=c["stage2_steps"],
+        n_samples=c["n_samples"], equil=c["equil"], arch={**cfg["model"], "coords": coords},
+        train_fraction=c["train_fraction"], seed=seed, kl_steps=kl_steps))
     per, eb = card["per_environment"], card["endstate_bar"]
     row = {
         "compound": cid, "name": MOLECULES[cid],
@@ -144,6 +151,7 @@ def bench_molecule(cid: str, cfg, coords: str, kl_steps: int = 0, md_interval: i
         "seconds_card_estimate": card["seconds_estimate"],
         "seconds_endstate_bar": eb["seconds_md"] + eb["seconds_estimate"],
         "seconds_endstate_bar_estimate": eb["seconds_estimate"], "kT_kcal": kcal_per_kT(T),
+        "seconds_solvation_call": rec["median_s"],  # time_call of the whole library call (CARD + end-state BAR)
     }
     print(f"[solvation/{row['coords']}] {MOLECULES[cid]}: CARD {_f(row['card_delta_g_kcal'])} +- {_f(row['card_err_kcal'])} "
           f"(ESS fwd {row['ess_forward_per_env']}), end-state BAR {_f(eb['delta_g_kcal'])} +- "
@@ -158,16 +166,16 @@ def bench_alanine(cfg, constraints: str) -> dict:
     basin, so F is that of the conformers the MD visits."""
     s = open_system("alanine-dipeptide", env="vacuum", temperature=T, constraints=constraints)
     c = cfg["alanine"]
-    t0 = time.perf_counter()
-    res = run_system(s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], steps=c["steps"],
-                     stage2_steps=c["stage2_steps"], n_samples=c["n_samples"], arch={**cfg["model"], "coords": "internal"},
-                     md={"interval": c["interval"], "equil": c["equil"]}, seed=0)
+    res, rec = once(lambda: run_system(
+        s, None, n_frames=c["n_frames"], train_fraction=c["train_fraction"], steps=c["steps"],
+        stage2_steps=c["stage2_steps"], n_samples=c["n_samples"], arch={**cfg["model"], "coords": "internal"},
+        md={"interval": c["interval"], "equil": c["equil"]}, seed=0))
     row = {"constraints": constraints, "n_atoms": s.n_atoms,
            "n_free": 3 * s.n_atoms - 6 - len(s.bonded_params()["constraints"]),
            **{k: res[k] for k in ("f_kT", "f_err_kT", "f_exp_forward_kT", "f_exp_reverse_kT", "overlap", "ess_forward",
                                   "ess_reverse", "val_nll", "seconds_md", "seconds_train", "seconds_estimate",
                                   "energy_evals_md", "energy_evals", "nonfinite_model_energies")},
-           "md_ps": c["n_frames"] * c["interval"] / 1000, "seconds_total": time.perf_counter() - t0}
+           "md_ps": c["n_frames"] * c["interval"] / 1000, "seconds_total": rec["median_s"]}
     print(f"[alanine/{constraints}] F {_f(res['f_kT'], '.3f')} +- {_f(res['f_err_kT'], '.3f')} kT, EXP fwd "
           f"{_f(res['f_exp_forward_kT'], '.3f')}, rev {_f(res['f_exp_reverse_kT'], '.3f')}, overlap {res['overlap']:.3f}, "
           f"ESS fwd {res['ess_forward']:.4f}", file=sys.stderr, flush=True)
@@ -176,16 +184,14 @@ def bench_alanine(cfg, constraints: str) -> dict:
 
 def bench_lambda(cid: str, cfg, constraints: str = "none") -> dict:
     b = cfg["baseline"]
-    base = lambda_window_mbar(*_files(cid), temperature=T, windows=b["windows"], frames_per_window=b["frames_per_window"],
-                              interval=b["interval"], equil=b["equil"], seed=7, constraints=constraints)
+    base, rec = once(lambda: lambda_window_mbar(
+        *_files(cid), temperature=T, windows=b["windows"], frames_per_window=b["frames_per_window"],
+        interval=b["interval"], equil=b["equil"], seed=7, constraints=constraints))
     print(f"[lambda-mbar {constraints}] {MOLECULES[cid]}: {base['delta_g_kcal']:.3f} +- {base['delta_g_err_kcal']:.3f}",
           file=sys.stderr, flush=True)
     return {"compound": cid, "name": MOLECULES[cid], "constraints": constraints, "delta_g_kcal": base["delta_g_kcal"],
             "err_kcal": base["delta_g_err_kcal"], "min_neighbour_overlap": base["overlap"],
-            "energy_evals": base["energy_evals"], "seconds": base["seconds_md"] + base["seconds_estimate"]}
-
-
-OUT = Path(__file__).resolve().parents[1] / "outputs" / "bench-estimate-fe"
+            "energy_evals": base["energy_evals"], "seconds": base["seconds_md"] + base["seconds_estimate"], "seconds_call": rec["median_s"]}
 
 
 def transfer_split(cfg) -> tuple[list[dict], list[dict]]:
@@ -197,9 +203,9 @@ def transfer_split(cfg) -> tuple[list[dict], list[dict]]:
     return [by[c] for c in train], [by[c] for c in held]
 
 
-def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") -> dict:
-    """MD of the training molecules in ``env`` and one multi-molecule model on them (saved under outputs/)."""
-    from icmlkit.lib.core.io import write_json
+def bench_transfer_train(cfg, env: str, quick: bool, constraints: str, folder: Path) -> dict:
+    """MD of the training molecules in ``env`` and one multi-molecule model on them (saved in ``folder``,
+    the part's cache folder under outputs/bench/)."""
     from icmlkit.lib.estimate_fe import card as C
     from icmlkit.lib.estimate_fe.transfer import fit
 
@@ -212,19 +218,18 @@ def bench_transfer_train(cfg, env: str, quick: bool, constraints: str = "none") 
                        steps=c["steps"], batch=c["batch"], d=c["d"], layers=c["layers"], K=c["K"],
                        time_limit=c["time_limit"], seed=0)
     print(f"[transfer/{env}] MD of {len(train)} molecules: {info['seconds_md']:.0f} s", file=sys.stderr, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    C.save(OUT / f"transfer.{env}{variant(constraints)}.pt", bundle)
+    folder.mkdir(parents=True, exist_ok=True)
+    C.save(folder / f"transfer.{env}{variant(constraints)}.pt", bundle)
     summary = {"env": env, "constraints": constraints, "train": [e["compound"] for e in train],
                "held_out": [e["compound"] for e in held],
                **{k: info[k] for k in ("seconds_md", "energy_evals_md", "seconds_train", "steps_done",
                                        "final_nll_per_coord")}}
-    write_json(OUT / f"transfer.{env}{variant(constraints)}.json", summary)
     print(f"[transfer/{env}] trained {info['steps_done']} steps in {info['seconds_train']:.0f} s", file=sys.stderr,
           flush=True)
     return summary
 
 
-def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none") -> list[dict]:
+def bench_transfer_eval(cfg, names: list[str] | None, constraints: str, folder: Path) -> list[dict]:
     """Held-out molecules: CARD from samples alone (no MD of them) vs end-state BAR and lambda MBAR."""
     from icmlkit.lib.core.io import read_torch
     from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS, endstate_bar, endstate_md
@@ -234,7 +239,7 @@ def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none")
     _, held = transfer_split(cfg)
     if names:
         held = [e for e in held if e["compound"] in names or e["name"] in names]
-    bundles = {env: read_torch(OUT / f"transfer.{env}{variant(constraints)}.pt", "model") for env in ENVIRONMENTS}
+    bundles = {env: read_torch(folder / f"transfer.{env}{variant(constraints)}.pt", "model") for env in ENVIRONMENTS}
     rows = []
     for e in held:
         cid = e["compound"]
@@ -243,14 +248,15 @@ def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none")
             raise SystemExit(f"held-out {cid} is among the training molecules of the {seen} model(s)")
         systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints)
                    for env in ENVIRONMENTS}
-        h = hydration(bundles, systems, n_samples=c["samples"], seed=0)
-        fr = endstate_md(systems, c["endstate_frames"], seed=0, interval=c["endstate_interval"], equil=c["endstate_equil"])
-        eb = endstate_bar(systems, fr, T)
-        lam = lambda_window_mbar(*_files(cid), temperature=T, windows=cfg["baseline"]["windows"],
-                                 frames_per_window=c["lambda_frames"], interval=cfg["baseline"]["interval"],
-                                 equil=c["lambda_equil"], seed=7, constraints=constraints)
+        h, t_card = once(lambda: hydration(bundles, systems, n_samples=c["samples"], seed=0))
+        eb, t_eb = once(lambda: endstate_bar(systems, endstate_md(systems, c["endstate_frames"], seed=0,
+                                                                  interval=c["endstate_interval"],
+                                                                  equil=c["endstate_equil"]), T))
+        lam, t_mbar = once(lambda: lambda_window_mbar(
+            *_files(cid), temperature=T, windows=cfg["baseline"]["windows"], frames_per_window=c["lambda_frames"],
+            interval=cfg["baseline"]["interval"], equil=c["lambda_equil"], seed=7, constraints=constraints))
         evals_card = h["energy_evals_independent"]
-        s_mbar, s_eb = lam["seconds_md"] + lam["seconds_estimate"], eb["seconds_md"] + eb["seconds_estimate"]
+        s_mbar, s_eb = t_mbar["median_s"], t_eb["median_s"]
         m = lam["delta_g_kcal"]
         dg, dg_paired, gap = h["delta_g_independent_kcal"], h["delta_g_paired_kcal"], h["vertical_gap_kcal"]
         ess = h["ess_forward"]
@@ -269,8 +275,9 @@ def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none")
                "evals_endstate_bar": eb["energy_evals"], "evals_mbar": lam["energy_evals"],
                "ratio_evals_endstate_over_card": eb["energy_evals"] / evals_card,
                "ratio_evals_mbar_over_card": lam["energy_evals"] / evals_card,
-               "seconds_card": h["seconds"], "seconds_endstate_bar": s_eb, "seconds_mbar": s_mbar,
-               "ratio_seconds_mbar_over_card": s_mbar / h["seconds"], "ratio_seconds_endstate_over_card": s_eb / h["seconds"]}
+               "seconds_card": t_card["median_s"], "seconds_endstate_bar": s_eb, "seconds_mbar": s_mbar,
+               "ratio_seconds_mbar_over_card": speed_ratio(t_mbar, t_card)["ratio"],
+               "ratio_seconds_endstate_over_card": speed_ratio(t_eb, t_card)["ratio"]}
         print(f"[transfer] {e['name']}: CARD {dg:.3f} [{row['ci_lo']:.2f}, {row['ci_hi']:.2f}], paired {dg_paired:.3f}, "
               f"vertical gap {gap:.3f} (ESS fwd {row['ess_forward']}), end-state BAR {_f(eb['delta_g_kcal'])}, "
               f"MBAR {m:.3f}", file=sys.stderr, flush=True)
@@ -278,32 +285,27 @@ def bench_transfer_eval(cfg, names: list[str] | None, constraints: str = "none")
     return rows
 
 
-def bench_transfer_seeds(R: dict, cfg, seeds: list[int], constraints: str, quick: bool):
-    """The stored held-out rows of a transfer variant re-estimated with other sample seeds (the same
-    models and references): how far the estimates move with the samples. Yields after each molecule."""
+def bench_transfer_seeds(rows: dict, cfg, seeds: list[int], constraints: str, folder: Path) -> dict:
+    """Held-out ``rows`` of a transfer variant re-estimated with other sample seeds (the same models and
+    references): how far the estimates move with the samples. {compound: {seed: estimates}}."""
     from icmlkit.lib.core.io import read_torch
     from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS
     from icmlkit.lib.estimate_fe.transfer import hydration
 
     sfx = variant(constraints)
-    bundles = {env: read_torch(OUT / f"transfer.{env}{sfx}.pt", "model") for env in ENVIRONMENTS}
-    rows = R.get(f"transfer_rows{sfx}", {})
-    if not rows and quick:  # a quick run stores nothing to re-estimate
-        print(f"[transfer-seeds{sfx}] quick run: no stored rows, nothing to do", file=sys.stderr, flush=True)
-        return
-    if not rows:
-        raise SystemExit(f"no stored transfer rows{sfx}: run --part transfer-eval first")
+    bundles = {env: read_torch(folder / f"transfer.{env}{sfx}.pt", "model") for env in ENVIRONMENTS}
+    out = {}
     for cid, row in sorted(rows.items()):
         systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints)
                    for env in ENVIRONMENTS}
         for seed in seeds:
             h = hydration(bundles, systems, n_samples=cfg["transfer"]["samples"], seed=seed)
-            row.setdefault("by_seed", {})[str(seed)] = {
+            out.setdefault(cid, {})[str(seed)] = {
                 "card_delta_g_kcal": h["delta_g_independent_kcal"], "card_paired_delta_g_kcal": h["delta_g_paired_kcal"],
                 "ess_forward": {env: h["ess_forward"][env][env] for env in ENVIRONMENTS}}
             print(f"[transfer-seeds{sfx}] {row['name']} seed {seed}: CARD {h['delta_g_independent_kcal']:.3f}, paired "
                   f"{h['delta_g_paired_kcal']:.3f}, MBAR {row['mbar_delta_g_kcal']:.3f}", file=sys.stderr, flush=True)
-        yield
+    return out
 
 
 def seed_maes(rows: list[dict]) -> dict | None:
@@ -322,8 +324,9 @@ def seed_maes(rows: list[dict]) -> dict | None:
     return out
 
 
-def transfer_summary(R: dict, cfg, sfx: str = "") -> dict | None:
-    """The held-out table of one transfer variant (``sfx`` '' or '+hbonds')."""
+def transfer_summary(R: dict, sfx: str = "") -> dict | None:
+    """The held-out table of one transfer variant (``sfx`` '' or '+hbonds'; its settings in
+    ``R['transfer_settings' + sfx]``)."""
     import numpy as np
 
     first = next(iter(R.get(f"transfer_train{sfx}", {}).values()), None)
@@ -345,7 +348,7 @@ def transfer_summary(R: dict, cfg, sfx: str = "") -> dict | None:
     paired = all("card_paired_delta_g_kcal" in r for r in rows)
     es = [r["abs_err_endstate_kcal"] for r in rows if r["abs_err_endstate_kcal"] is not None]
     n_train = len(first["train"]) if first else None
-    c = cfg["transfer"]
+    c = R[f"transfer_settings{sfx}"]
     lo, hi = c["heavy_atoms"]
     sized = n_train is not None and 30 <= n_train <= 100 and 8 <= len(rows) <= 10
     note = (("" if sized else "UNDERSIZED: ") + f"one model per environment trained on {n_train} FreeSolv molecules, "
@@ -406,142 +409,6 @@ def _files(cid):
     from icmlkit.lib.estimate_fe.mm import freesolv_files
 
     return freesolv_files(cid)
-
-
-def markdown(res: dict) -> str:
-    R = res["results"]
-    lines = [f"# estimate-fe benchmark (2 cores shared, {res['machine']['cpu']}; parts run separately, see each part's "
-             "date, command and load)", "", f"Settings: {R.get('settings_note', '')}", ""]
-    for part, meta in sorted(R.get("parts", {}).items()):
-        lines.append(f"- part `{part}`: {meta['date']}, `{meta['command']}`, {meta['seconds']:.0f} s, load "
-                     f"{meta['load_start']} -> {meta['load_end']}")
-    if R.get("analytic"):
-        lines += ["", "## Exactness (kT)", "",
-                  "| system | atoms | F exact | F CARD (BAR) | BAR error | F - F exact | EXP fwd | EXP rev | overlap | ESS fwd | ESS rev |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in R["analytic"]:
-            lines.append(f"| {r['system']} | {r['n_atoms']} | {r['f_exact_kT']:.4f} | {_f(r['f_kT'], '.4f')} | {_f(r['f_err_kT'], '.4f')} | "
-                         f"{_f(r['error_kT'], '+.4f')} | {_f(r['f_exp_forward_kT'])} | {_f(r['f_exp_reverse_kT'])} | "
-                         f"{r['overlap']:.3f} | {r['ess_forward']:.3f} | {r['ess_reverse']:.3f} |")
-    rows = solvation_rows(R)
-    if rows:
-        lines += ["", "## Solvation vacuum -> OBC2 at equal MD (kcal/mol, 298.15 K)", "",
-                  "CARD and end-state BAR use the same end-state frames; lambda-MBAR (11 windows) is the reference.", "",
-                  "| molecule | coords | CARD (BAR) | end-state BAR | lambda MBAR | abs diff CARD | abs diff end-state BAR | "
-                  "min overlap CARD | ESS fwd vac / obc2 | ESS rev vac / obc2 | FreeSolv expt |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            ef, er = r["ess_forward_per_env"], r["ess_reverse_per_env"]
-            ess = (f"{100 * ef['vacuum']:.1f} % / {100 * ef['obc2']:.1f} % | {100 * er['vacuum']:.1f} % / {100 * er['obc2']:.1f} %"
-                   if ef else f"min {100 * r['ess_forward_min']:.1f} % | min {100 * r['ess_reverse_min']:.1f} %")
-            co = " (carried over)" if "carried_over_from" in r else ""
-            lines.append(f"| {r['name']} | {r['coords']}{co} | {_f(r['card_delta_g_kcal'])} +- {_f(r['card_err_kcal'])} | "
-                         f"{_f(r.get('endstate_bar_delta_g_kcal'))} +- {_f(r.get('endstate_bar_err_kcal'))} | "
-                         f"{_f(r.get('mbar_delta_g_kcal'))} +- {_f(r.get('mbar_err_kcal'))} | {_f(r.get('abs_diff_kcal'))} | "
-                         f"{_f(r.get('abs_diff_endstate_bar_kcal'))} | {r['overlap_min']:.3f} | "
-                         f"{ess} | {r['freesolv_expt_kcal']:.2f} |")
-        lines += ["", "## Cost (energy evaluations: MD steps + energy calls; this machine)", "",
-                  "The 'without MD' column counts only CARD's model samples and their energies (EXP forward), "
-                  "quoted with its accuracy; the models were still trained on this molecule's own MD.", "",
-                  "| molecule | coords | evals CARD with MD | evals end-state BAR (same MD) | evals lambda MBAR | "
-                  "MBAR / CARD with MD | MBAR / CARD without MD, with its abs error (EXP fwd) | s CARD with MD | "
-                  "s end-state BAR | s MBAR |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            if "evals_mbar" not in r:
-                continue
-            lines.append(f"| {r['name']} | {r['coords']} | {r['evals_card_with_md']} | {r.get('evals_endstate_bar', 'n/a')} | "
-                         f"{r['evals_mbar']} | {r['ratio_evals_mbar_over_card_with_md']:.2f} | "
-                         f"{r['ratio_evals_mbar_over_card_without_md']:.1f}x at {_f(r['abs_diff_exp_forward_kcal'])} kcal/mol | "
-                         f"{r['seconds_card_with_md']:.0f} | {_f(r.get('seconds_endstate_bar'), '.0f')} | {r['seconds_mbar']:.0f} |")
-    for sfx in ("", "+hbonds"):
-        tr = R.get(f"transfer{sfx}")
-        if not tr:
-            continue
-        lines += ["", "## Transfer to held-out molecules (no MD of held-out molecules at inference)" + (
-            " with X-H constraints (--constraints hbonds)" if sfx else ""), "",
-                  tr["note"], "",
-                  "| held-out molecule | atoms | CARD EXP fwd (vac -> obc2) | 95 % CI | end-state BAR | lambda MBAR | "
-                  "abs err vs MBAR | ESS fwd vac / obc2 | evals CARD | evals end-state BAR / CARD | evals MBAR / CARD | "
-                  "s CARD | s MBAR / CARD |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in tr["held_out"]:
-            lines.append(f"| {r['name']} | {r['n_atoms']} | {_f(r['card_delta_g_kcal'])} | [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}] | "
-                         f"{_f(r['endstate_bar_delta_g_kcal'])} | {_f(r['mbar_delta_g_kcal'])} | {_f(r['abs_err_kcal'])} | "
-                         f"{100 * r['ess_forward']['vacuum']:.2f} % / {100 * r['ess_forward']['obc2']:.2f} % | "
-                         f"{r['evals_card']} | {r['ratio_evals_endstate_over_card']:.1f} | {r['ratio_evals_mbar_over_card']:.1f} | "
-                         f"{r['seconds_card']:.1f} | {r['ratio_seconds_mbar_over_card']:.1f} |")
-        lines += ["", f"MAE vs lambda-MBAR: {_f(tr['mae_kcal'])} kcal/mol (bootstrap 95 % CI [{_f(tr['mae_ci'][0])}, "
-                  f"{_f(tr['mae_ci'][1])}]); end-state BAR vs lambda-MBAR MAE {_f(tr['mae_endstate_kcal'])}."]
-        if tr.get("mae_paired_kcal") is not None:
-            lines += ["", "Paired estimate (reconstructed: both models' samples scored in both environments) and the "
-                      "vertical energy gap at the vacuum-minimised conformer (2 energy evaluations, no model, no MD):", "",
-                      "| held-out molecule | CARD paired | 95 % CI | abs err vs MBAR | vertical gap | abs err vs MBAR | "
-                      "ESS vac model in obc2 / obc2 model in vac | evals CARD paired |", "|---|---|---|---|---|---|---|---|"]
-            for r in tr["held_out"]:
-                x = r["ess_forward_cross"]
-                lines.append(f"| {r['name']} | {_f(r['card_paired_delta_g_kcal'])} | [{_f(r['paired_ci'][0])}, "
-                             f"{_f(r['paired_ci'][1])}] | {_f(r['abs_err_paired_kcal'])} | {_f(r['vertical_gap_kcal'])} | "
-                             f"{_f(r['abs_err_vertical_kcal'])} | {100 * x['vacuum']['obc2']:.2f} % / "
-                             f"{100 * x['obc2']['vacuum']:.2f} % | {r['evals_card_paired']} |")
-            lines += ["", f"MAE vs lambda-MBAR: CARD paired {_f(tr['mae_paired_kcal'])} kcal/mol (bootstrap 95 % CI "
-                      f"[{_f(tr['mae_paired_ci'][0])}, {_f(tr['mae_paired_ci'][1])}]), vertical gap "
-                      f"{_f(tr['mae_vertical_gap_kcal'])}."]
-        bs = tr.get("mae_by_sample_seed")
-        if bs:
-            lines += ["", "The same models and references with other sample seeds (`--part transfer-seeds`), MAE vs "
-                      "lambda-MBAR in kcal/mol: " + "; ".join(
-                          f"seed {sd}: per-environment {_f(bs['independent'][sd])}, paired {_f(bs['paired'][sd])}"
-                          for sd in bs["independent"]) + "."]
-    if R.get("alanine"):
-        a0 = next(iter(R["alanine"].values()))
-        lines += ["", "## Alanine dipeptide in vacuum (the harder single system; `--part alanine`)", "",
-                  f"ACE-ALA-NME built in (amber14/ff14SB, {a0['n_atoms']} atoms), {a0['md_ps']:.0f} ps of MD from the "
-                  "extended conformer, CARD with internal coordinates and the molecules' training sizes. There is no "
-                  "exact F: BAR, both EXP directions, the overlap and the ESS say how far to trust it.", "",
-                  "| constraints | free coords | F (BAR, kT) | EXP fwd | EXP rev | overlap | ESS fwd | ESS rev | s MD | "
-                  "s train | s estimate |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for k, a in sorted(R["alanine"].items()):
-            lines.append(f"| {k} | {a['n_free']} | {_f(a['f_kT'], '.3f')} +- {_f(a['f_err_kT'], '.3f')} | "
-                         f"{_f(a['f_exp_forward_kT'], '.3f')} | {_f(a['f_exp_reverse_kT'], '.3f')} | {a['overlap']:.3f} | "
-                         f"{100 * a['ess_forward']:.1f} % | {100 * a['ess_reverse']:.1f} % | {a['seconds_md']:.0f} | "
-                         f"{a['seconds_train']:.0f} | {a['seconds_estimate']:.0f} |")
-    lines += ["", "## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
-    for k, t in res["targets"].items():
-        v = t["value"]
-        vs = f"{v:.4g}" if isinstance(v, float) else str(v)
-        lines.append(f"| {k} | {vs} | {t['threshold']} | {'yes' if t['met'] else 'NO'} | {t['note']} |")
-    return "\n".join(lines) + "\n"
-
-
-def carry_over(R: dict, rev: str) -> None:
-    """Import the analytic rows, the lambda-MBAR references and the Cartesian CARD rows of the results
-    file at git revision ``rev`` (same code paths and seeds: lambda_window_mbar, the MD seed streams
-    and the Cartesian model are unchanged since), each marked ``carried_over_from``."""
-    import json
-    import subprocess
-
-    from _common import RESULTS
-
-    text = subprocess.run(["git", "show", f"{rev}:bench/results/estimate_fe.json"], cwd=RESULTS.parent, check=True,
-                          capture_output=True, text=True).stdout
-    old = json.loads(text)
-    src = {"commit": old["commit"], "date": old["date"], "command": old["command"]}
-    R["analytic"] = [{**r, "carried_over_from": src} for r in old["results"]["analytic"]]
-    for r in old["results"]["solvation"]:
-        R.setdefault("lambda_mbar", {})[r["compound"]] = {
-            "compound": r["compound"], "name": r["name"], "delta_g_kcal": r["mbar_delta_g_kcal"], "err_kcal": r["mbar_err_kcal"],
-            "min_neighbour_overlap": r["mbar_min_neighbour_overlap"], "energy_evals": r["evals_mbar"],
-            "seconds": r["seconds_mbar"], "carried_over_from": src}
-        keep = {k: r[k] for k in ("compound", "name", "smiles", "n_atoms", "card_delta_g_kcal", "card_err_kcal",
-                                  "card_exp_forward_delta_g_kcal", "freesolv_expt_kcal", "freesolv_calc_tip3p_kcal",
-                                  "f_vacuum_kT", "f_obc2_kT", "f_err_kT", "overlap_min", "ess_forward_min",
-                                  "ess_reverse_min", "overlap_per_env", "evals_card_with_md", "evals_card_without_md",
-                                  "seconds_card_with_md", "seconds_card_without_md", "seconds_card_md",
-                                  "seconds_card_train", "seconds_card_estimate", "kT_kcal")}
-        key = f"{r['name']}/cartesian"
-        if key not in R.get("solvation", {}) or "carried_over_from" in R["solvation"][key]:
-            R.setdefault("solvation", {})[key] = {**keep, "coords": "cartesian", "kl_steps": 0,
-                                                  "ess_forward_per_env": None, "ess_reverse_per_env": None,
-                                                  "carried_over_from": src}
 
 
 ENDSTATE_KEYS = ("endstate_bar_delta_g_kcal", "endstate_bar_err_kcal", "endstate_bar_overlap", "endstate_bar_n_effective",
@@ -626,183 +493,274 @@ def targets_of(R: dict) -> dict:
     return targets
 
 
-ALL_PARTS = [["--part", "analytic"], ["--part", "lambda"],
-             ["--part", "solvation", "--coords", "cartesian"], ["--part", "solvation", "--coords", "internal"],
-             ["--part", "solvation", "--coords", "internal", "--kl-steps", "100", "--molecules", "methanol"],
-             ["--part", "solvation", "--coords", "internal", "--md-interval", "500"],
-             ["--part", "lambda", "--constraints", "hbonds", "--molecules", "methanol,methanethiol"],
-             *[["--part", "solvation", "--coords", "internal", "--constraints", "hbonds", "--molecules",
-                "methanol,methanethiol", *extra] for extra in ([], ["--md-interval", "500"],
-                                                             ["--md-interval", "500", "--seed", "1"])],
-             ["--part", "alanine"], ["--part", "alanine", "--constraints", "hbonds"],
-             ["--part", "transfer-train", "--env", "vacuum"], ["--part", "transfer-train", "--env", "obc2"],
-             ["--part", "transfer-eval"],
-             *[[*argv, "--constraints", "hbonds"] for argv in (["--part", "transfer-train", "--env", "vacuum"],
-                                                                ["--part", "transfer-train", "--env", "obc2"],
-                                                                ["--part", "transfer-eval"], ["--part", "transfer-seeds"])]]
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
 
 
-def main() -> None:
-    import copy
-    import json
-    import os
+def markdown(R: dict) -> str:
+    lines = [f"Settings: {settings_note(CFG)}", ""]
+    if R.get("analytic"):
+        lines += ["## Exactness (kT)", "",
+                  table([{"system": r["system"], "atoms": r["n_atoms"], "F exact": f"{r['f_exact_kT']:.4f}",
+                          "F CARD (BAR)": _f(r["f_kT"], ".4f"), "BAR error": _f(r["f_err_kT"], ".4f"),
+                          "F - F exact": _f(r["error_kT"], "+.4f"), "EXP fwd": _f(r["f_exp_forward_kT"]),
+                          "EXP rev": _f(r["f_exp_reverse_kT"]), "overlap": f"{r['overlap']:.3f}",
+                          "ESS fwd": f"{r['ess_forward']:.3f}", "ESS rev": f"{r['ess_reverse']:.3f}"}
+                         for r in R["analytic"]])]
+    rows = solvation_rows(R)
+    if rows:
+        def ess(r, key, kind):
+            e = r[key]
+            return f"{_pct(e['vacuum'])} / {_pct(e['obc2'])}" if e else f"min {_pct(r[f'ess_{kind}_min'])}"
 
-    from _common import RESULTS
+        lines += ["## Solvation vacuum -> OBC2 at equal MD (kcal/mol, 298.15 K)", "",
+                  "CARD and end-state BAR use the same end-state frames; lambda-MBAR (11 windows) is the reference.", "",
+                  table([{"molecule": r["name"], "coords": r["coords"] + (" (carried over)" if "carried_over_from" in r
+                                                                          else ""),
+                          "CARD (BAR)": f"{_f(r['card_delta_g_kcal'])} +- {_f(r['card_err_kcal'])}",
+                          "end-state BAR": f"{_f(r.get('endstate_bar_delta_g_kcal'))} +- "
+                                           f"{_f(r.get('endstate_bar_err_kcal'))}",
+                          "lambda MBAR": f"{_f(r.get('mbar_delta_g_kcal'))} +- {_f(r.get('mbar_err_kcal'))}",
+                          "abs diff CARD": _f(r.get("abs_diff_kcal")),
+                          "abs diff end-state BAR": _f(r.get("abs_diff_endstate_bar_kcal")),
+                          "min overlap CARD": f"{r['overlap_min']:.3f}",
+                          "ESS fwd vac / obc2": ess(r, "ess_forward_per_env", "forward"),
+                          "ESS rev vac / obc2": ess(r, "ess_reverse_per_env", "reverse"),
+                          "FreeSolv expt": f"{r['freesolv_expt_kcal']:.2f}"} for r in rows]),
+                  "## Cost (energy evaluations: MD steps + energy calls; this machine)", "",
+                  "The 'without MD' column counts only CARD's model samples and their energies (EXP forward), "
+                  "quoted with its accuracy; the models were still trained on this molecule's own MD. Seconds are "
+                  "the library's breakdown of one run (MD, training, estimation), not repeated timings.", "",
+                  table([{"molecule": r["name"], "coords": r["coords"], "evals CARD with MD": r["evals_card_with_md"],
+                          "evals end-state BAR (same MD)": r.get("evals_endstate_bar", "n/a"),
+                          "evals lambda MBAR": r["evals_mbar"],
+                          "MBAR / CARD with MD": f"{r['ratio_evals_mbar_over_card_with_md']:.2f}",
+                          "MBAR / CARD without MD, with its abs error (EXP fwd)":
+                              f"{r['ratio_evals_mbar_over_card_without_md']:.1f}x at "
+                              f"{_f(r['abs_diff_exp_forward_kcal'])} kcal/mol",
+                          "s CARD with MD": f"{r['seconds_card_with_md']:.0f}",
+                          "s end-state BAR": _f(r.get("seconds_endstate_bar"), ".0f"), "s MBAR": f"{r['seconds_mbar']:.0f}"}
+                         for r in rows if "evals_mbar" in r])]
+    for sfx in ("", "+hbonds"):
+        tr = R.get(f"transfer{sfx}")
+        if not tr:
+            continue
+        lines += ["## Transfer to held-out molecules (no MD of held-out molecules at inference)" + (
+            " with X-H constraints (--constraints hbonds)" if sfx else ""), "", tr["note"], "",
+                  table([{"held-out molecule": r["name"], "atoms": r["n_atoms"],
+                          "CARD EXP fwd (vac -> obc2)": _f(r["card_delta_g_kcal"]),
+                          "95 % CI": f"[{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
+                          "end-state BAR": _f(r["endstate_bar_delta_g_kcal"]), "lambda MBAR": _f(r["mbar_delta_g_kcal"]),
+                          "abs err vs MBAR": _f(r["abs_err_kcal"]),
+                          "ESS fwd vac / obc2": f"{100 * r['ess_forward']['vacuum']:.2f} % / "
+                                                f"{100 * r['ess_forward']['obc2']:.2f} %",
+                          "evals CARD": r["evals_card"],
+                          "evals end-state BAR / CARD": f"{r['ratio_evals_endstate_over_card']:.1f}",
+                          "evals MBAR / CARD": f"{r['ratio_evals_mbar_over_card']:.1f}",
+                          "s CARD": f"{r['seconds_card']:.1f}", "s MBAR / CARD": f"{r['ratio_seconds_mbar_over_card']:.1f}"}
+                         for r in tr["held_out"]]),
+                  f"MAE vs lambda-MBAR: {_f(tr['mae_kcal'])} kcal/mol (bootstrap 95 % CI [{_f(tr['mae_ci'][0])}, "
+                  f"{_f(tr['mae_ci'][1])}]); end-state BAR vs lambda-MBAR MAE {_f(tr['mae_endstate_kcal'])}.", ""]
+        if tr.get("mae_paired_kcal") is not None:
+            lines += ["Paired estimate (reconstructed: both models' samples scored in both environments) and the "
+                      "vertical energy gap at the vacuum-minimised conformer (2 energy evaluations, no model, no MD):", "",
+                      table([{"held-out molecule": r["name"], "CARD paired": _f(r["card_paired_delta_g_kcal"]),
+                              "95 % CI": f"[{_f(r['paired_ci'][0])}, {_f(r['paired_ci'][1])}]",
+                              "abs err vs MBAR": _f(r["abs_err_paired_kcal"]), "vertical gap": _f(r["vertical_gap_kcal"]),
+                              "abs err vs MBAR (gap)": _f(r["abs_err_vertical_kcal"]),
+                              "ESS vac model in obc2 / obc2 model in vac":
+                                  f"{100 * r['ess_forward_cross']['vacuum']['obc2']:.2f} % / "
+                                  f"{100 * r['ess_forward_cross']['obc2']['vacuum']:.2f} %",
+                              "evals CARD paired": r["evals_card_paired"]} for r in tr["held_out"]]),
+                      f"MAE vs lambda-MBAR: CARD paired {_f(tr['mae_paired_kcal'])} kcal/mol (bootstrap 95 % CI "
+                      f"[{_f(tr['mae_paired_ci'][0])}, {_f(tr['mae_paired_ci'][1])}]), vertical gap "
+                      f"{_f(tr['mae_vertical_gap_kcal'])}.", ""]
+        bs = tr.get("mae_by_sample_seed")
+        if bs:
+            lines += ["The same models and references with other sample seeds, MAE vs lambda-MBAR in kcal/mol: "
+                      + "; ".join(f"seed {sd}: per-environment {_f(bs['independent'][sd])}, paired "
+                                  f"{_f(bs['paired'][sd])}" for sd in bs["independent"]) + ".", ""]
+    if R.get("alanine"):
+        a0 = next(iter(R["alanine"].values()))
+        lines += ["## Alanine dipeptide in vacuum (the harder single system)", "",
+                  f"ACE-ALA-NME built in (amber14/ff14SB, {a0['n_atoms']} atoms), {a0['md_ps']:.0f} ps of MD from the "
+                  "extended conformer, CARD with internal coordinates and the molecules' training sizes. There is no "
+                  "exact F: BAR, both EXP directions, the overlap and the ESS say how far to trust it.", "",
+                  table([{"constraints": k, "free coords": a["n_free"],
+                          "F (BAR, kT)": f"{_f(a['f_kT'], '.3f')} +- {_f(a['f_err_kT'], '.3f')}",
+                          "EXP fwd": _f(a["f_exp_forward_kT"], ".3f"), "EXP rev": _f(a["f_exp_reverse_kT"], ".3f"),
+                          "overlap": f"{a['overlap']:.3f}", "ESS fwd": _pct(a["ess_forward"]),
+                          "ESS rev": _pct(a["ess_reverse"]), "s MD": f"{a['seconds_md']:.0f}",
+                          "s train": f"{a['seconds_train']:.0f}", "s estimate": f"{a['seconds_estimate']:.0f}"}
+                         for k, a in sorted(R["alanine"].items())])]
+    return "\n".join(lines)
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test of the script, not a result)")
-    ap.add_argument("--part", choices=("all", "analytic", "solvation", "lambda", "alanine", "transfer-train",
-                                       "transfer-eval", "transfer-seeds",
-                                       "carry-over"), default="all",
-                    help="which part to run (each fits in a few minutes); results merge into the results file; "
-                         "all (the default, about three hours on 2 cores): every part but carry-over, one after the "
-                         "other")
-    ap.add_argument("--molecules", default=",".join(MOLECULES.values()), help="solvation/lambda: comma-separated names")
-    ap.add_argument("--coords", choices=("cartesian", "internal"), default="cartesian", help="solvation: CARD coordinates")
-    ap.add_argument("--kl-steps", type=int, default=0, help="solvation: Stage III (reverse KL) steps per environment")
-    ap.add_argument("--md-interval", type=int, default=None,
-                    help="solvation: fs between the end-state frames (default 50: 100 ps; 500: 1 ns)")
-    ap.add_argument("--constraints", choices=("none", "hbonds"), default="none",
-                    help="solvation/lambda/transfer-*: hold bonds to hydrogens at their force-field length "
-                         "(solvation: with --coords internal; transfer: a separate variant, rows keyed '+hbonds')")
-    ap.add_argument("--env", choices=("vacuum", "obc2"), default="vacuum", help="transfer-train: the environment")
-    ap.add_argument("--held-out", default=None, help="transfer-eval: comma-separated held-out names (default: all)")
-    ap.add_argument("--seeds", default="1,2", help="transfer-seeds: comma-separated extra sample seeds")
-    ap.add_argument("--seed", type=int, default=0, help="solvation: the replicate's seed (MD, training, samples)")
-    ap.add_argument("--rev", default="2c04231", help="carry-over: the git revision whose results to import")
-    ap.add_argument("--fresh", action="store_true", help="start a new results file instead of merging")
-    args = ap.parse_args()
-    if args.part == "all":
-        import subprocess
 
-        quick = ["--quick"] if args.quick else []
-        for argv in ALL_PARTS:
-            subprocess.run([sys.executable, __file__, *argv, *quick], check=True)
-        return
+def settings_note(cfg: dict) -> str:
+    return (f"CARD r={cfg['model']['r']}, L={cfg['model']['L']}, K={cfg['model']['K']}, d={cfg['model']['d']}, "
+            f"{cfg['model']['enc_layers']}+{cfg['model']['dec_layers']} layers; analytic: {cfg['analytic']['n_frames']} "
+            f"frames (train fraction {cfg['analytic']['train_fraction']}), {cfg['analytic']['steps']}+"
+            f"{cfg['analytic']['stage2_steps']} steps, {cfg['analytic']['n_samples']} model samples; molecules: "
+            f"{cfg['molecule']['n_frames']} MD frames per environment every {cfg['molecule']['interval']} fs (1 fs "
+            f"Langevin, no constraints unless a row says +hbonds), {cfg['molecule']['steps']}+"
+            f"{cfg['molecule']['stage2_steps']} steps, {cfg['molecule']['n_samples']} samples; lambda-MBAR "
+            f"{cfg['baseline']['windows']} windows x {cfg['baseline']['frames_per_window']} frames every "
+            f"{cfg['baseline']['interval']} fs. A --quick run uses the QUICK sizes of bench/estimate_fe.py.")
+
+
+def config(quick: bool) -> dict:
     cfg = {k: dict(v) for k, v in CFG.items()}
-    if args.quick:
+    if quick:
         for k, v in QUICK.items():
             cfg[k].update(v)
-    path = RESULTS / "estimate_fe.json"
-    old = json.loads(path.read_text()) if path.exists() and not args.fresh and not args.quick else {}
-    R = old.get("results", {}) if isinstance(old.get("results"), dict) and "parts" in old.get("results", {}) else {}
-    R.setdefault("parts", {})
-    base = copy.deepcopy(R)  # what this part read: save() merges only its own changes into the file
-    t0 = time.perf_counter()
-    load0 = round(os.getloadavg()[0], 2)
-    names = {v: k for k, v in MOLECULES.items()}
-    mols = [names[m] for m in args.molecules.split(",")] if args.part in ("solvation", "lambda") else []
-    if args.part != "analytic" and freesolv_dir() is None:
-        sys.exit("FreeSolv not present under ../shared/data/freesolv: this part needs it")
-    if args.part == "analytic":
-        R["analytic"] = bench_analytic(cfg)
-    elif args.part == "solvation":
-        for cid in mols:
-            row = bench_molecule(cid, cfg, args.coords, args.kl_steps, args.md_interval, args.constraints, args.seed)
-            R.setdefault("solvation", {})[f"{MOLECULES[cid]}/{row['coords']}"] = row
-    elif args.part == "alanine":
-        R.setdefault("alanine", {})[args.constraints] = bench_alanine(cfg, args.constraints)
-    elif args.part == "lambda":
-        for cid in mols:
-            R.setdefault("lambda_mbar", {})[cid + variant(args.constraints)] = bench_lambda(cid, cfg, args.constraints)
-    elif args.part == "carry-over":
-        carry_over(R, args.rev)
-    elif args.part == "transfer-train":
-        R.setdefault(f"transfer_train{variant(args.constraints)}", {})[args.env] = bench_transfer_train(
-            cfg, args.env, args.quick, args.constraints)
-    elif args.part == "transfer-seeds":
-        for _ in bench_transfer_seeds(R, cfg, [int(v) for v in args.seeds.split(",")], args.constraints, args.quick):
-            save(R, cfg, args, t0, load0, base)
-        return
-    else:  # one held-out molecule at a time, the results file updated after each
-        names = args.held_out.split(",") if args.held_out else [e["compound"] for e in transfer_split(cfg)[1]]
-        for name in names[:1] if args.quick else names:  # quick: one molecule the 2-molecule model can hold
-            for row in bench_transfer_eval(cfg, [name], args.constraints):
-                R.setdefault(f"transfer_rows{variant(args.constraints)}", {})[row["compound"]] = row
-            save(R, cfg, args, t0, load0, base)
-        return
-    save(R, cfg, args, t0, load0, base)
+    return cfg
 
 
-def merge_changes(R: dict, base: dict, current: dict) -> dict:
-    """The results as they are on disk now (``current``: a part run beside this one may have written
-    since this one read them as ``base``) with what this part changed: the entries of dict-valued keys
-    that differ from ``base``, other keys whole."""
-    out = dict(current)
-    for k, v in R.items():
-        if isinstance(v, dict) and isinstance(base.get(k, {}), dict):
-            merged = dict(current.get(k) or {})
-            merged.update({sk: sv for sk, sv in v.items() if base.get(k, {}).get(sk) != sv})
-            out[k] = merged
-        elif base.get(k) != v:
-            out[k] = v
-    return out
+def need_freesolv() -> None:
+    if freesolv_dir() is None:
+        raise SystemExit("FreeSolv not present under shared/data/freesolv: the molecular parts need it")
 
 
-def save(R: dict, cfg: dict, args, t0: float, load0: float, base: dict | None = None) -> None:
-    """Merge this part's results (so far) into the results file (printed only with --quick); with
-    ``base`` (the results as this part read them) under a lock, keeping what other parts wrote since."""
-    if base is None or args.quick:
-        return _save(R, cfg, args, t0, load0)
-    import json
-
-    from _common import RESULTS, locked
-
-    path = RESULTS / "estimate_fe.json"
-    with locked(RESULTS / "estimate_fe.lock"):
-        cur = json.loads(path.read_text()).get("results", {}) if path.exists() else {}
-        _save(merge_changes(R, base, cur), cfg, args, t0, load0)
+NAMES = {v: k for k, v in MOLECULES.items()}
 
 
-def _save(R: dict, cfg: dict, args, t0: float, load0: float) -> None:
-    import os
+@bench.part("analytic", doc="three analytic systems with exact F", hours=0.1)
+def part_analytic(ctx) -> dict:
+    cfg = config(ctx.quick)
+    return {"rows": [ctx.cached(name, lambda name=name: bench_analytic(name, cfg)) for name in ANALYTIC]}
 
-    for sfx in ("", "+hbonds"):
-        R[f"transfer{sfx}"] = transfer_summary(R, cfg, sfx)
-    cmd = f".venv/bin/python bench/estimate_fe.py --part {args.part}" + (
-        f" --molecules {args.molecules}" if args.part in ("solvation", "lambda") else "") + (
-        f" --coords {args.coords}" if args.part == "solvation" else "") + (
-        f" --kl-steps {args.kl_steps}" if args.part == "solvation" and args.kl_steps else "") + (
-        f" --md-interval {args.md_interval}" if args.part == "solvation" and args.md_interval else "") + (
-        f" --constraints {args.constraints}" if args.part in ("solvation", "lambda", "alanine", "transfer-train",
-                                                              "transfer-eval", "transfer-seeds")
-        and args.constraints != "none" else "") + (
-        f" --seeds {args.seeds}" if args.part == "transfer-seeds" else "") + (
-        f" --seed {args.seed}" if args.part == "solvation" and args.seed else "") + (
-        f" --env {args.env}" if args.part == "transfer-train" else "") + (
-        f" --held-out {args.held_out}" if args.part == "transfer-eval" and args.held_out else "") + (
-        f" --rev {args.rev}" if args.part == "carry-over" else "") + (
-        " --quick" if args.quick else "")
-    key = args.part + (f"/{solvation_tag(args.coords, args.kl_steps, args.md_interval, cfg['molecule']['n_frames'], args.constraints, args.seed)}"
-                       f"/{args.molecules}" if args.part == "solvation" else
-                       f"/{args.molecules}{variant(args.constraints)}" if args.part == "lambda" else
-                       f"/{args.env}{variant(args.constraints)}" if args.part == "transfer-train" else
-                       f"/{args.held_out or 'all'}{variant(args.constraints)}" if args.part == "transfer-eval" else
-                       f"/{args.seeds}{variant(args.constraints)}" if args.part == "transfer-seeds" else
-                       f"/{args.constraints}" if args.part == "alanine" else "")
-    R["parts"][key] = {"date": today(), "commit": commit(), "command": cmd, "seconds": time.perf_counter() - t0,
-                       "load_start": load0, "load_end": round(os.getloadavg()[0], 2)}
-    R["settings"] = cfg
-    R["settings_note"] = (
-        f"CARD r={cfg['model']['r']}, L={cfg['model']['L']}, K={cfg['model']['K']}, d={cfg['model']['d']}, "
-        f"{cfg['model']['enc_layers']}+{cfg['model']['dec_layers']} layers; analytic: {cfg['analytic']['n_frames']} frames "
-        f"(train fraction {cfg['analytic']['train_fraction']}), {cfg['analytic']['steps']}+{cfg['analytic']['stage2_steps']} "
-        f"steps, {cfg['analytic']['n_samples']} model samples; molecules: {cfg['molecule']['n_frames']} MD frames per "
-        f"environment every {cfg['molecule']['interval']} fs (1 fs Langevin, no constraints unless a row says +hbonds), "
-        f"{cfg['molecule']['steps']}+{cfg['molecule']['stage2_steps']} steps, {cfg['molecule']['n_samples']} samples; "
-        f"lambda-MBAR {cfg['baseline']['windows']} windows x {cfg['baseline']['frames_per_window']} frames every "
-        f"{cfg['baseline']['interval']} fs." + (" QUICK RUN: not a result." if args.quick else ""))
-    res = {"tool": "estimate-fe", "date": today(), "commit": commit(), "machine": machine(),
-           "command": "one part at a time: .venv/bin/python bench/estimate_fe.py --part analytic|solvation|lambda|"
-                      "transfer-train|transfer-eval "
-                      "(see results.parts for each part's command)",
-           "results": R, "targets": targets_of(R)}
-    if args.quick:
-        print(markdown(res))
-        return
-    write_results("estimate_fe", res, markdown(res))
-    print(markdown(res))
+
+def lambda_part(ctx, molecules, constraints: str) -> dict:
+    need_freesolv()
+    cfg = config(ctx.quick)
+    return {"lambda_mbar": {NAMES[m] + variant(constraints): ctx.cached(
+        f"{m}{variant(constraints)}", lambda m=m: bench_lambda(NAMES[m], cfg, constraints))
+        for m in (molecules[:1] if ctx.quick else molecules)}}
+
+
+def solvation_part(ctx, molecules, variants) -> dict:
+    """CARD and end-state BAR for each molecule and each (coords, kl_steps, md_interval, constraints, seed)."""
+    need_freesolv()
+    cfg = config(ctx.quick)
+    rows = {}
+    for coords, kl, md, cons, seed in variants:
+        for m in molecules[:1] if ctx.quick else molecules:
+            row = ctx.cached(f"{m}-{solvation_tag(coords, kl, md, cfg['molecule']['n_frames'], cons, seed)}",
+                             lambda m=m, coords=coords, kl=kl, md=md, cons=cons, seed=seed: bench_molecule(
+                                 NAMES[m], cfg, coords, kl, md, cons, seed))
+            rows[f"{m}/{row['coords']}"] = row
+    return {"rows": rows}
+
+
+ALL3, TWO = ("chloromethane", "methanol", "methanethiol"), ("methanol", "methanethiol")
+
+
+@bench.part("lambda", doc="11-window lambda-MBAR reference, three FreeSolv molecules", hours=0.1)
+def part_lambda(ctx) -> dict:
+    return lambda_part(ctx, ALL3, "none")
+
+
+@bench.part("solvation-cartesian", doc="CARD (Cartesian) and end-state BAR, vacuum -> OBC2", hours=0.25)
+def part_solvation_cartesian(ctx) -> dict:
+    return solvation_part(ctx, ALL3, [("cartesian", 0, None, "none", 0)])
+
+
+@bench.part("solvation-internal", doc="CARD (internal coordinates) and end-state BAR", hours=0.25)
+def part_solvation_internal(ctx) -> dict:
+    return solvation_part(ctx, ALL3, [("internal", 0, None, "none", 0)])
+
+
+@bench.part("solvation-kl", doc="internal coordinates + 100 reverse-KL steps", hours=0.3)
+def part_solvation_kl(ctx) -> dict:
+    return solvation_part(ctx, TWO, [("internal", 100, None, "none", 0)])
+
+
+@bench.part("solvation-1ns", doc="internal coordinates on 1 ns of MD", hours=0.25)
+def part_solvation_1ns(ctx) -> dict:
+    return solvation_part(ctx, ALL3, [("internal", 0, 500, "none", 0)])
+
+
+@bench.part("lambda-hbonds", doc="lambda-MBAR reference with X-H constraints", hours=0.02)
+def part_lambda_hbonds(ctx) -> dict:
+    return lambda_part(ctx, TWO, "hbonds")
+
+
+@bench.part("solvation-hbonds", doc="internal coordinates + X-H constraints: 100 ps, 1 ns, 1 ns seed 1", hours=0.4)
+def part_solvation_hbonds(ctx) -> dict:
+    return solvation_part(ctx, TWO, [("internal", 0, None, "hbonds", 0), ("internal", 0, 500, "hbonds", 0),
+                                     ("internal", 0, 500, "hbonds", 1)])
+
+
+@bench.part("alanine", doc="alanine dipeptide in vacuum, without and with X-H constraints", hours=0.45)
+def part_alanine(ctx) -> dict:
+    cfg = config(ctx.quick)
+    return {"alanine": {c: ctx.cached(f"alanine-{c}", lambda c=c: bench_alanine(cfg, c)) for c in ("none", "hbonds")}}
+
+
+def transfer_part(ctx, constraints: str, seeds: tuple[int, ...]) -> dict:
+    """Train one model per environment (each saved in the part's folder), evaluate every held-out molecule
+    (one cached item each), then re-estimate with ``seeds``."""
+    from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS
+
+    need_freesolv()
+    cfg = config(ctx.quick)
+    sfx = variant(constraints)
+    train = {}
+    for env in ENVIRONMENTS:
+        model = ctx.folder / f"transfer.{env}{sfx}.pt"
+        got = ctx.cached(f"train-{env}{sfx}", lambda env=env: bench_transfer_train(cfg, env, ctx.quick, constraints,
+                                                                                   ctx.folder))
+        if not model.is_file():  # a cached summary without its model (folder pruned): train again
+            got = bench_transfer_train(cfg, env, ctx.quick, constraints, ctx.folder)
+        train[env] = got
+    held = [e["compound"] for e in transfer_split(cfg)[1]]
+    rows = {}
+    for cid in held[:1] if ctx.quick else held:  # quick: one molecule the 2-molecule model can hold
+        for row in ctx.cached(f"eval-{cid}{sfx}", lambda cid=cid: bench_transfer_eval(cfg, [cid], constraints,
+                                                                                      ctx.folder)):
+            rows[row["compound"]] = row
+    by_seed = bench_transfer_seeds(rows, cfg, list(seeds[:1] if ctx.quick else seeds), constraints, ctx.folder) \
+        if seeds else {}
+    return {"train": train, "rows": rows, "by_seed": by_seed, "settings": cfg["transfer"]}
+
+
+@bench.part("transfer", doc="multi-molecule models (44 training molecules), 8 held-out molecules without MD",
+            hours=0.8)
+def part_transfer(ctx) -> dict:
+    return transfer_part(ctx, "none", ())
+
+
+@bench.part("transfer-hbonds", doc="the transfer part with X-H constraints, and sample seeds 1 and 2", hours=0.9)
+def part_transfer_hbonds(ctx) -> dict:
+    return transfer_part(ctx, "hbonds", (1, 2))
+
+
+SOLVATION_PARTS = ("solvation-cartesian", "solvation-internal", "solvation-kl", "solvation-1ns", "solvation-hbonds")
+
+
+@bench.report
+def report(results: dict) -> tuple[dict, str]:
+    """The parts' payloads folded into the one results dict the targets and tables read."""
+    R: dict = {}
+    if "analytic" in results:
+        R["analytic"] = results["analytic"]["rows"]
+    for part in ("lambda", "lambda-hbonds"):
+        R.setdefault("lambda_mbar", {}).update(results.get(part, {}).get("lambda_mbar", {}))
+    for part in SOLVATION_PARTS:
+        R.setdefault("solvation", {}).update(results.get(part, {}).get("rows", {}))
+    if "alanine" in results:
+        R["alanine"] = results["alanine"]["alanine"]
+    for part, sfx in (("transfer", ""), ("transfer-hbonds", "+hbonds")):
+        p = results.get(part)
+        if not p:
+            continue
+        rows = {cid: dict(r) for cid, r in p["rows"].items()}
+        for cid, seeds in p.get("by_seed", {}).items():
+            rows[cid]["by_seed"] = seeds
+        R[f"transfer_train{sfx}"], R[f"transfer_rows{sfx}"], R[f"transfer_settings{sfx}"] = p["train"], rows, p["settings"]
+        R[f"transfer{sfx}"] = transfer_summary(R, sfx)
+    return targets_of(R), markdown(R)
 
 
 if __name__ == "__main__":
-    main()
+    bench.main()
