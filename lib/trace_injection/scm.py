@@ -177,10 +177,18 @@ def effects(parents: dict, leak: dict, order: dict, sink: str, candidates: list,
     return {"p_do1": p1, "p_blocked": p0, "ate": p1 - p0, "per_candidate": per, "exact": exact}
 
 
-def reachability_effect(parents: dict, roots: list, candidate: str, sink: str, min_conf: float = 0.5) -> float:
+def reachability_effect(parents: dict, roots: list, candidate: str, sink: str, min_conf: float = 0.5,
+                        exclude=()) -> float:
     """The repository's deterministic verdict: P = 0 if the sink is reachable only via the
     candidate, 0.5 if also from another root without it, 1 if unreachable from the candidate;
-    returns the effect 1 - P. Edges below ``min_conf`` are ignored."""
+    returns the effect 1 - P. Edges below ``min_conf`` are ignored; an alternative path may not pass
+    through the candidate nor any node of ``exclude``.
+
+    Ours (the defaults, as :func:`.detect.analyse` calls it): roots = trusted tasks + candidates,
+    ``min_conf`` 0.5, ``exclude`` empty. The official ``counterfactual_query`` is the same rule with
+    roots = every parentless node, ``min_conf`` 0 and ``exclude`` = all candidates (the parity test
+    checks both; why ours differs: docs/trace-injection.md, Departures)."""
+    banned = {candidate, *exclude}
     children: dict = {}
     for v, pa in parents.items():
         for u, c in pa.items():
@@ -192,12 +200,12 @@ def reachability_effect(parents: dict, roots: list, candidate: str, sink: str, m
         while stack:
             v = stack.pop()
             for w in children.get(v, []):
-                if w not in seen and w != banned:
+                if w not in seen and w not in banned:
                     seen.add(w)
                     stack.append(w)
         return seen
 
-    if sink not in reach([candidate], None):
+    if sink not in reach([candidate], ()):
         return 0.0
-    others = [r for r in roots if r != candidate]
-    return 0.5 if sink in reach(others, candidate) else 1.0
+    others = [r for r in roots if r not in banned]
+    return 0.5 if sink in reach(others, banned) else 1.0
