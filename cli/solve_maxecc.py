@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import click
 
-from icmlkit.cli._common import ToolGroup, add_demo, make_main, output_option
+from icmlkit.cli._common import ToolGroup, add_demo, config_options, make_main, output_option
+from icmlkit.lib.solve_maxecc.config import GenerateConfig, LPConfig, SolveConfig
 
 TOOL = "solve-maxecc"
-ALGORITHMS = ["majority", "lp-argmax", "threshold-order", "paired", "scaled", "veldt-threshold", "combinatorial",
-              "best"]
-LP_METHODS = ["rowgen", "ipm", "simplex", "pdlp", "choose", "pdhg"]
 RECONSTRUCTED = (
     "threshold-order (1/(r+1)), paired (1/ceil(k/2)) and scaled ((1-e^-r)/r) are RECONSTRUCTED from "
     "the paper's abstract (its full text is unavailable); their guarantees are checked empirically on "
@@ -56,23 +54,11 @@ def _size(H) -> dict:
     return {"n": int(H.n), "m": int(H.m), "k": int(H.k), "r": int(H.r)}
 
 
-lp_method_option = click.option(
-    "--lp-method", type=click.Choice(LP_METHODS), default="rowgen", show_default=True,
-    help="rowgen: exact row generation (one edge-vertex row per edge, then the violated ones, "
-    "warm-started dual simplex; 0.9 s on DAWN); or the full model with HiGHS's ipm (40 s on DAWN), "
-    "simplex, pdlp (approximate) or choose; or pdhg: icmlkit's restarted PDHG in torch (first-order, "
-    "relative gap 1e-4 certified by its dual bound, lp_upper_bound; faster than HiGHS on large fractional LPs).")
-lp_time_option = click.option("--lp-time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
-                              help="Seconds for the LP; past it the best LP point so far is used "
-                              "and lp_value is no longer an upper bound (status says so).")
-
-
 @cli.command(seed=False)
 @click.argument("instance")
 @output_option("Save the fractional solution for reuse by `solve --lp`.", suffixes=(".npz",))
-@lp_method_option
-@lp_time_option
-def lp(run, instance, output, lp_method, lp_time_limit):
+@config_options(LPConfig)
+def lp(run, instance, output, cfg):
     """Solve the LP relaxation; its value is an upper bound on the optimum.
 
     \b
@@ -86,38 +72,23 @@ def lp(run, instance, output, lp_method, lp_time_limit):
 
     run.output(output)
     H = _instance(run, instance)
-    sol = solve_lp(H, method=lp_method, time_limit=lp_time_limit)
+    sol = solve_lp(H, method=cfg.lp_method, time_limit=cfg.lp_time_limit)
     if output is not None:
         save_lp(output, sol)
         run.wrote(output)
     return {**_size(H), "lp_value": float(sol.value), "seconds": round(sol.seconds_build + sol.seconds_solve, 4),
             "lp_upper_bound": sol.upper_bound if sol.upper_bound is not None else (sol.value if sol.optimal else None),
-            "seconds_highs": round(sol.seconds_solve, 4), "status": sol.status, "lp_method": lp_method}
+            "seconds_highs": round(sol.seconds_solve, 4), "status": sol.status, "lp_method": cfg.lp_method}
 
 
 @cli.command(device=True)
 @click.argument("instance")
 @output_option("Write the colouring as CSV (vertex,colour) with the instance's own ids.")
-@click.option("--algorithm", "-a", type=click.Choice(ALGORITHMS), default="best", show_default=True,
-              help="majority and lp-argmax are the MaxECC baselines, veldt-threshold and combinatorial the "
-              "MinECC ones; best runs all and keeps the best.")
-@click.option("--trials", "-t", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Randomized roundings to draw (vectorised); the best one is kept.")
-@click.option("--derandomize", is_flag=True,
-              help="paired: try every colour pair and every LP breakpoint instead of sampling "
-              "(deterministic, value >= LP/ceil(k/2)).")
-@click.option("--local-search", is_flag=True, help="Greedy recolouring afterwards; never lowers the value.")
-@click.option("--ilp", is_flag=True, help="Also solve the exact ILP with HiGHS MIP; reports ilp_value and the "
-              "proven gap (the colouring written stays the rounding's).")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="Seconds for the ILP.")
+@config_options(SolveConfig)
 @click.option("--lp", "lp_file", default=None, help="Reuse the LP solution saved by `solve-maxecc lp -o`.")
-@lp_method_option
-@lp_time_option
 @click.option("--fail-under", type=float, default=None,
               help="Exit 3 (after writing outputs) when value/lp_value is below this ratio.")
-def solve(run, instance, output, algorithm, trials, derandomize, local_search, ilp, time_limit, lp_file,
-          lp_method, lp_time_limit, fail_under):
+def solve(run, instance, output, cfg, lp_file, fail_under):
     """Colour the vertices: LP, then rounding (and optionally local search and the ILP).
 
     Algorithms (ratios hold in expectation against the LP; best-of-trials only improves):
@@ -140,21 +111,19 @@ def solve(run, instance, output, algorithm, trials, derandomize, local_search, i
     """
     from icmlkit.lib.solve_maxecc import load_lp, solve as solve_instance, write_colouring
 
-    if derandomize and algorithm not in ("paired", "best"):
-        raise click.BadParameter("--derandomize applies to --algorithm paired (or best)", param_hint="--derandomize")
     run.output(output)
     H = _instance(run, instance)
     lp_sol = load_lp(run.input(lp_file), H) if lp_file else None
     result = solve_instance(
-        H, algorithm=algorithm, trials=trials, seed=run.seed, derandomize=derandomize,
-        local_search=local_search, ilp=ilp, ilp_time_limit=time_limit, lp=lp_sol, lp_method=lp_method,
-        lp_time_limit=lp_time_limit, device=run.device)
+        H, algorithm=cfg.algorithm, trials=cfg.trials, seed=run.seed, derandomize=cfg.derandomize,
+        local_search=cfg.local_search, ilp=cfg.ilp, ilp_time_limit=cfg.time_limit, lp=lp_sol,
+        lp_method=cfg.lp_method, lp_time_limit=cfg.lp_time_limit, device=run.device)
     if output is not None:
         write_colouring(output, H, result.sigma)
         run.wrote(output)
     summary = result.summary
     if fail_under is not None and summary["ratio_to_lp"] is None:
-        run.fail_check(f"--fail-under needs the LP bound, which --algorithm {algorithm} does not compute")
+        run.fail_check(f"--fail-under needs the LP bound, which --algorithm {cfg.algorithm} does not compute")
     elif fail_under is not None and summary["ratio_to_lp"] < fail_under:
         run.fail_check(f"value/lp_value = {summary['ratio_to_lp']:.4f} is below --fail-under {fail_under}")
     return summary
@@ -188,22 +157,11 @@ cli.alias("evaluate", "eval")
 
 
 @cli.command()
-@click.option("--kind", type=click.Choice(["planted", "odd-cycle", "star", "rainbow-cycle"]), default="planted",
-              show_default=True, help="planted: Amburg-style clusters with noisy edge colours; the others "
-              "are small adversarial gadgets whose LP is fractional.")
-@click.option("--n", type=click.IntRange(min=2), default=200, show_default=True, help="planted: vertices.")
-@click.option("--m", type=click.IntRange(min=1), default=None, help="planted: edges (default 2n).")
-@click.option("--k", type=click.IntRange(min=2), default=3, show_default=True, help="Colours.")
-@click.option("--r", type=click.IntRange(min=1), default=3, show_default=True, help="Maximum edge size.")
-@click.option("--noise", type=click.FloatRange(0, 1), default=0.4, show_default=True,
-              help="planted: probability that an edge's colour is replaced by another.")
-@click.option("--length", type=click.IntRange(min=3), default=5, show_default=True,
-              help="odd-cycle / rainbow-cycle: number of edges around the cycle.")
-@click.option("--weighted", is_flag=True, help="planted: random integer weights 1..5.")
+@config_options(GenerateConfig)
 @click.option("--labels", "labels_out", default=None,
               help="planted: also write the planted cluster of every vertex (CSV vertex,label) for `eval --labels`.")
 @output_option("Write the instance (.txt, or .jsonl when weighted).", required=True)
-def generate(run, kind, n, m, k, r, noise, length, weighted, labels_out, output):
+def generate(run, cfg, labels_out, output):
     """Generate a planted instance or an adversarial gadget with a fractional LP.
 
     \b
@@ -217,25 +175,25 @@ def generate(run, kind, n, m, k, r, noise, length, weighted, labels_out, output)
     from icmlkit.lib.solve_maxecc import write_instance, write_labels
 
     run.output(output)
-    if labels_out is not None and kind != "planted":
+    if labels_out is not None and cfg.kind != "planted":
         raise click.BadParameter("only planted instances have ground-truth labels", param_hint="--labels")
     if labels_out is not None:
         run.output(labels_out)
-    if kind == "planted":
-        H, truth = gen.planted(n=n, k=k, r=r, m=m if m is not None else 2 * n, noise=noise, seed=run.seed,
-                               weighted=weighted, with_labels=True)
-    elif kind == "odd-cycle":
-        H = gen.odd_cycle(length)
-    elif kind == "star":
-        H = gen.star(k)
+    if cfg.kind == "planted":
+        H, truth = gen.planted(n=cfg.n, k=cfg.k, r=cfg.r, m=cfg.m if cfg.m is not None else 2 * cfg.n,
+                               noise=cfg.noise, seed=run.seed, weighted=cfg.weighted, with_labels=True)
+    elif cfg.kind == "odd-cycle":
+        H = gen.odd_cycle(cfg.length)
+    elif cfg.kind == "star":
+        H = gen.star(cfg.k)
     else:
-        H = gen.rainbow_cycle(length, k, r)
+        H = gen.rainbow_cycle(cfg.length, cfg.k, cfg.r)
     write_instance(output, H)
     run.wrote(output)
     if labels_out is not None:
         write_labels(labels_out, H, truth)
         run.wrote(labels_out)
-    return {"kind": kind, **_size(H), "output": output}
+    return {"kind": cfg.kind, **_size(H), "output": output}
 
 
 add_demo(

@@ -19,7 +19,8 @@ def test_cli_choices_match_the_library():
     from icmlkit.cli import solve_maxecc as cli
     from icmlkit.lib.solve_maxecc import ALGORITHMS, METHODS
 
-    assert tuple(cli.ALGORITHMS) == ALGORITHMS and tuple(cli.LP_METHODS) == METHODS
+    opts = {p.name: p for p in cli.cli.commands["solve"].params}  # one source: lib/solve_maxecc/config.py
+    assert tuple(opts["algorithm"].type.choices) == ALGORITHMS and tuple(opts["lp_method"].type.choices) == METHODS
 
 
 def test_lp_saved_and_reused_by_solve(tmp_path):

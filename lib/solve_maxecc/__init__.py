@@ -9,6 +9,9 @@ from icmlkit.lib.core.lazy import lazy_exports
 _LAZY = {  # name -> module: submodules load on first use, so `lp` never imports torch
     "ALGORITHMS": "icmlkit.lib.solve_maxecc.solve",
     "DEFAULT_METHOD": "icmlkit.lib.solve_maxecc.lp",
+    "GenerateConfig": "icmlkit.lib.solve_maxecc.config",
+    "LPConfig": "icmlkit.lib.solve_maxecc.config",
+    "SolveConfig": "icmlkit.lib.solve_maxecc.config",
     "Hypergraph": "icmlkit.lib.solve_maxecc.hypergraph",
     "ILPResult": "icmlkit.lib.solve_maxecc.ilp",
     "LPSolution": "icmlkit.lib.solve_maxecc.lp",
@@ -63,7 +66,7 @@ __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "ALGORITHMS", "DEFAULT_METHOD", "METHODS", "SUMMARY_KEYS", "UNCOLOURED",
-    "Hypergraph", "ILPResult", "LPSolution", "Rounds", "SolveResult",
+    "GenerateConfig", "Hypergraph", "ILPResult", "LPConfig", "LPSolution", "Rounds", "SolveConfig", "SolveResult",
     "brute_force", "build_model", "colour_pairs", "edge_bounds", "evaluate", "factors",
     "incident_pairs", "load_lp", "local_search", "lp_argmax", "majority", "odd_cycle", "paired",
     "paired_derandomized", "planted", "rainbow_cycle", "read_colouring", "read_instance",

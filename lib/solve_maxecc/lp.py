@@ -23,12 +23,9 @@ import numpy as np
 
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.io import display_name, load_npz, write_npz
+from icmlkit.lib.solve_maxecc.config import DEFAULT_LP_METHOD as DEFAULT_METHOD, LP_METHODS as METHODS
 from icmlkit.lib.solve_maxecc.hypergraph import Hypergraph
 
-METHODS = ("rowgen", "ipm", "simplex", "pdlp", "choose", "pdhg")
-# Measured (2 cores, bench/solve_maxecc.py): rowgen 0.9 s on DAWN where ipm takes 40 s and the
-# dual simplex 80 s; 3.9 s vs 12 s on MAG-10; 0.1 s vs 1.7 s on Brain.
-DEFAULT_METHOD = "rowgen"
 ROWGEN_TOL = 1e-9  # a row z_e <= x_{v,c(e)} counts as violated above this
 
 

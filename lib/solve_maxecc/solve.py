@@ -9,13 +9,12 @@ import numpy as np
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.solve_maxecc import rounding as R
+from icmlkit.lib.solve_maxecc.config import ALGORITHMS
 from icmlkit.lib.solve_maxecc.hypergraph import Hypergraph
 from icmlkit.lib.solve_maxecc.ilp import solve_ilp
 from icmlkit.lib.solve_maxecc.lp import DEFAULT_METHOD, LPSolution, solve_lp
 from icmlkit.lib.solve_maxecc.minecc import combinatorial, min_cost, min_ratio, veldt_threshold
 
-ALGORITHMS = ("majority", "lp-argmax", "threshold-order", "paired", "scaled", "veldt-threshold", "combinatorial",
-              "best")
 RANDOMIZED = ("threshold-order", "paired", "scaled", "veldt-threshold")
 NO_LP = ("majority", "combinatorial")
 SUMMARY_KEYS = (
