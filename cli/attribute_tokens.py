@@ -138,11 +138,9 @@ def trace(run, model, prompt, target, n_generate, output_span, reasoning_span, g
         raise click.UsageError(f"--shard {shard[0]}/{shard[1]} selects no rows")
     res = trace_rows(bundle, examples, cfg, seed=run.seed)
     if output is not None:
-        write_trace(output, res)
-        run.wrote(output)
+        run.save(output, write_trace, res)
     if html_path is not None:
-        write_html(html_path, res)
-        run.wrote(html_path)
+        run.save(html_path, write_html, res)
     return res.summary
 
 
@@ -187,11 +185,9 @@ def eval_cmd(run, model, data, span_unit, shard, output, examples_out, cfg, tcfg
         raise click.UsageError(f"--shard {shard[0]}/{shard[1]} selects no rows")
     res = evaluate(bundle, examples, cfg, tcfg, seed=run.seed)
     if output is not None:
-        write_rows(output, res.rows)
-        run.wrote(output)
+        run.save(output, write_rows, res.rows)
     if examples_out is not None:
-        write_rows(examples_out, res.per_example)
-        run.wrote(examples_out)
+        run.save(examples_out, write_rows, res.per_example)
     return res.summary
 
 
@@ -217,8 +213,7 @@ def timing(run, model, output, cfg, tcfg):
     if output is not None:
         rows = [{"method": m, "target_length": L, "seconds": s}
                 for m in res["methods"] for L, s in zip(res["target_lengths"], res["seconds"][m])]
-        write_rows(output, rows)
-        run.wrote(output)
+        run.save(output, write_rows, rows)
     return res
 
 
@@ -242,8 +237,7 @@ def generate(run, kind, output, cfg):
 
     run.output(output)
     rows = make_task(kind, cfg, seed=run.seed)
-    write_rows(output, rows, fmt=".jsonl")
-    run.wrote(output)
+    run.save(output, write_rows, rows, fmt=".jsonl")
     return {"kind": kind, "n": len(rows), "output": output,
             "mean_prompt_chars": round(sum(len(r["prompt"]) for r in rows) / len(rows), 1)}
 

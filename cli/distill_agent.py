@@ -62,8 +62,7 @@ def _write_jsonl(run, output, rows):
     from icmlkit.lib.core.io import write_rows
 
     if output is not None:
-        write_rows(output, rows, fmt=".jsonl")
-        run.wrote(output)
+        run.save(output, write_rows, rows, fmt=".jsonl")
 
 
 search_option = click.option("--search", "search_file", default=None,
@@ -177,8 +176,7 @@ def to_sft(run, trajectories, output, cfg):
     run.output(output)
     res = go(_trajectories(run, trajectories), cfg, seed=run.seed)
     if suffix(output) == ".json":
-        write_json(output, sharegpt(res.items))
-        run.wrote(output)
+        run.save(output, write_json, sharegpt(res.items))
     else:
         _write_jsonl(run, output, res.items)
     return res.summary
@@ -205,8 +203,7 @@ def to_rl(run, trajectories, output, cfg):
     run.output(output)
     res = go(_trajectories(run, trajectories), cfg, seed=run.seed)
     if suffix(output) == ".json":
-        write_json(output, res.items)
-        run.wrote(output)
+        run.save(output, write_json, res.items)
     else:
         _write_jsonl(run, output, res.items)
     return res.summary

@@ -76,8 +76,7 @@ def run_command(run, data, output, shard, resume, cfg):
     device = run.device if cfg.model in ("effnet",) or cfg.model.startswith("hf:") else "cpu"
     res = api.run(cfg, ds, seed=run.seed, device=device, shard=shard, cache_path=default_cache_path(output),
                   resume=resume, overwrite=run.overwrite)
-    write_rows(output, res.records, columns=RECORD_COLUMNS, fmt=".jsonl")
-    run.wrote(output)
+    run.save(output, write_rows, res.records, columns=RECORD_COLUMNS, fmt=".jsonl")
     run.manifest.params["model"] = res.settings["model"]  # the sanitised id (no credentials in a URL)
     run.manifest.params["run_settings"] = res.settings
     return {**res.summary, "output": output}
@@ -110,12 +109,10 @@ def score(run, predictions, output, cfg):
     run.output(output)
     records = read_records([run.input(p) for p in predictions])
     res = api.score(cfg, records, seed=run.seed)
-    if output is not None:
-        if str(output).lower().endswith(".md"):
-            write_text(output, markdown_table(res.rows, res.summary["model"]))
-        else:
-            write_rows(output, res.rows, columns=COLUMNS, fmt=".jsonl" if str(output).endswith(".jsonl") else ".csv")
-        run.wrote(output)
+    if str(output).lower().endswith(".md"):
+        run.save(output, write_text, markdown_table(res.rows, res.summary["model"]))
+    else:  # nothing when output is None
+        run.save(output, write_rows, res.rows, columns=COLUMNS, fmt=".jsonl" if str(output).endswith(".jsonl") else ".csv")
     return res.summary
 
 
@@ -142,8 +139,7 @@ def export_vlmeval(run, data, output, fmt, max_pixels):
     run.output(output)
     ds = read_dataset(run.input(data), fmt)
     res = api.export_vlmeval(ds, seed=run.seed, max_pixels=max_pixels)
-    write_text(output, tsv_text(res.rows))
-    run.wrote(output)
+    run.save(output, write_text, tsv_text(res.rows))
     return {**res.summary, "output": output}
 
 
@@ -169,8 +165,7 @@ def import_vlmeval(run, predictions, output, model_name, parser):
 
     run.output(output)
     res = api.import_vlmeval(run.input(predictions), model=model_name, parser=parser)
-    write_rows(output, res.records, columns=RECORD_COLUMNS, fmt=".jsonl")
-    run.wrote(output)
+    run.save(output, write_rows, res.records, columns=RECORD_COLUMNS, fmt=".jsonl")
     return {**res.summary, "output": output}
 
 

@@ -74,8 +74,7 @@ def lp(run, instance, output, cfg):
     H = _instance(run, instance)
     sol = solve_lp(H, method=cfg.lp_method, time_limit=cfg.lp_time_limit)
     if output is not None:
-        save_lp(output, sol)
-        run.wrote(output)
+        run.save(output, save_lp, sol)
     return {**_size(H), "lp_value": float(sol.value), "seconds": round(sol.seconds_build + sol.seconds_solve, 4),
             "lp_upper_bound": sol.upper_bound if sol.upper_bound is not None else (sol.value if sol.optimal else None),
             "seconds_highs": round(sol.seconds_solve, 4), "status": sol.status, "lp_method": cfg.lp_method}
@@ -119,8 +118,7 @@ def solve(run, instance, output, cfg, lp_file, fail_under):
         local_search=cfg.local_search, ilp=cfg.ilp, ilp_time_limit=cfg.time_limit, lp=lp_sol,
         lp_method=cfg.lp_method, lp_time_limit=cfg.lp_time_limit, device=run.device)
     if output is not None:
-        write_colouring(output, H, result.sigma)
-        run.wrote(output)
+        run.save(output, write_colouring, H, result.sigma)
     summary = result.summary
     if fail_under is not None and summary["ratio_to_lp"] is None:
         run.fail_check(f"--fail-under needs the LP bound, which --algorithm {cfg.algorithm} does not compute")
@@ -188,11 +186,9 @@ def generate(run, cfg, labels_out, output):
         H = gen.star(cfg.k)
     else:
         H = gen.rainbow_cycle(cfg.length, cfg.k, cfg.r)
-    write_instance(output, H)
-    run.wrote(output)
+    run.save(output, write_instance, H)
     if labels_out is not None:
-        write_labels(labels_out, H, truth)
-        run.wrote(labels_out)
+        run.save(labels_out, write_labels, H, truth)
     return {"kind": cfg.kind, **_size(H), "output": output}
 
 

@@ -143,8 +143,7 @@ def embed(run, args, output, layers, site, pool, batch_size, max_length, dtype, 
     meta = enc.config()
     if shard[1] > 1:  # what `merge` needs to join the shards
         meta.update(shard=list(shard), text_range=[part.start, part.stop], texts_total=total)
-    save_activations(output, res, texts, meta)
-    run.wrote(output)
+    run.save(output, save_activations, res, texts, meta)
     first = res[f"layer_{enc.layers[0]}"]
     return {"model": loaded.name, "texts": len(texts), "rows": int(first.shape[0]), "layers": enc.layers,
             "site": site, "pool": pool, "dim": int(first.shape[1]), "seconds": round(time.perf_counter() - t0, 3),
@@ -170,8 +169,7 @@ def merge(run, shards, output):
 
     run.output(output)
     res = merge_shards([ActivationFile.load(run.input(p)) for p in shards])
-    save_activations(output, res.arrays, None, res.meta)
-    run.wrote(output)
+    run.save(output, save_activations, res.arrays, None, res.meta)
     return {**res.summary, "output": output}
 
 
@@ -228,8 +226,7 @@ def fit(run, neutral_path, sources, targets, method, clip, concepts, cfg, output
 
     res = fit_steering(cfg, [load(p) for p in sources], [load(p) for p in targets],
                        load(neutral_path) if neutral_path else None)
-    res.steering.save(output)
-    run.wrote(output)
+    run.save(output, res.steering.save)
     return {**res.summary, "output": output}
 
 
@@ -258,8 +255,7 @@ def apply(run, steer, arrays, output, strength, key):
     steering = _steering(run, steer)
     res = apply_to_arrays(steering, ActivationFile.load(run.input(arrays)), strength=strength, key=key,
                           steered_with=str(steer))
-    write_npz(output, **res.arrays)
-    run.wrote(output)
+    run.save(output, write_npz, **res.arrays)
     return {**res.summary, "output": output}
 
 
@@ -295,8 +291,7 @@ def run_cmd(run, args, output, cfg, dtype, column):
     texts = _texts(run, texts_path, column)
     loaded = load_model(model or steering.config.get("model"), device=run.device, dtype=dtype)
     res = run_steered(cfg, loaded, steering, texts, device=run.device)
-    save_activations(output, res.arrays, texts, {**res.meta, "steered_with": str(steer_path)})
-    run.wrote(output)
+    run.save(output, save_activations, res.arrays, texts, {**res.meta, "steered_with": str(steer_path)})
     return {**res.summary, "output": output}
 
 
@@ -350,11 +345,9 @@ def eval_cmd(run, steers, model, source_path, target_path, neutral_path, unrelat
     loaded = load_model(model or steerings[0][1].config.get("model"), device=run.device)
     res = evaluate_steerings(cfg, loaded, steerings, **texts, unrelated=unrelated, seed=run.seed, device=run.device)
     if output is not None:
-        write_table(output, res.rows)
-        run.wrote(output)
+        run.save(output, write_table, res.rows)
     if plot is not None:
-        pareto_plot(plot, res.rows, switch=cfg.target_switch)
-        run.wrote(plot)
+        run.save(plot, pareto_plot, res.rows, switch=cfg.target_switch)
     return {**res.summary, "table": output, "plot": plot}
 
 

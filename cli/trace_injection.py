@@ -132,8 +132,7 @@ def detect(run, traces, output, cfg, read, model_file, sinks_file, shard):
     res = detect_traces(cfg, items, sinks=sinks, head=head,
                         progress=lambda xs: progress(xs, total=len(xs), desc="detect"))
     if output is not None:
-        write_rows(output, res.records, fmt=".jsonl")
-        run.wrote(output)
+        run.save(output, write_rows, res.records, fmt=".jsonl")
     return {**res.summary, "read": stats, "output": output}
 
 
@@ -176,11 +175,9 @@ def explain(run, trace, trace_id, cfg, read, output, png, sinks_file):
         if proc.returncode != 0:
             raise InputError(f"graphviz failed: {proc.stderr.decode(errors='replace').strip()[:200]}", png)
         picture = proc.stdout
-    write_text(output, res.text)
-    run.wrote(output)
+    run.save(output, write_text, res.text)
     if png:
-        write_bytes(png, picture)
-        run.wrote(png)
+        run.save(png, write_bytes, picture)
     if output == "-" and not run.json:
         return None
     return {**res.summary, "output": output, "png": png}
@@ -219,8 +216,7 @@ def fit(run, traces, cfg, read, output, sinks_file):
     _instruction(run, cfg)
     items, stats = _load(run, traces, read)
     res = fit_head(cfg, items, sinks=sinks, seed=run.seed)
-    write_json(output, res.head.to_json())
-    run.wrote(output)
+    run.save(output, write_json, res.head.to_json())
     return {**res.summary, "read": stats, "output": output}
 
 
@@ -249,8 +245,7 @@ def fit_instruction(run, traces, cfg, read, output):
     run.output(output)
     items, stats = _load(run, traces, read)
     scorer, summary = fit_scorer(cfg, items)
-    write_json(output, scorer.to_json())
-    run.wrote(output)
+    run.save(output, write_json, scorer.to_json())
     return {**summary, "read": stats, "output": output}
 
 
@@ -285,8 +280,7 @@ def evaluate(run, traces, model_file, cfg, read, sinks_file, fail_under, output)
     items, stats = _load(run, traces, read)
     res = evaluate_traces(cfg, items, sinks=sinks, head=head)
     if output is not None:
-        write_rows(output, res.rows)
-        run.wrote(output)
+        run.save(output, write_rows, res.rows)
     macro = res.summary["macro_f1"]
     if fail_under is not None and macro < fail_under:
         run.fail_check(f"macro-F1 {macro:.4f} is below --fail-under {fail_under}")
@@ -315,8 +309,7 @@ def generate(run, output, cfg):
 
     run.output(output)
     res = generate_traces(cfg, seed=run.seed)
-    write_dataset(output, res.rows)
-    run.wrote(output)
+    run.save(output, write_dataset, res.rows)
     log.info("wrote %d trajectories", res.summary["n"])
     return {**res.summary, "output": output}
 
