@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from icmlkit.lib.core.errors import InputError, UsageError
+
 FEATURE_NAMES = ("ret_21d", "ret_63d", "ret_126d", "ret_252d", "vol_21d", "vol_63d")
 FEATURE_LOOKBACK = 252
 
@@ -26,7 +28,7 @@ def windows(returns, idx, window: int):
     R = _t(returns)
     idx = torch.as_tensor(idx, dtype=torch.long)
     if int(idx.min()) < window - 1:
-        raise ValueError(f"date index {int(idx.min())} has fewer than {window} days of history")
+        raise InputError(f"date index {int(idx.min())} has fewer than {window} days of history")
     offs = torch.arange(-window + 1, 1)
     return R[idx[:, None] + offs[None, :]]
 
@@ -71,7 +73,7 @@ def covariance(returns, idx, window: int, method: str = "ledoit-wolf", ridge: fl
     elif method == "ledoit-wolf":
         S, _ = ledoit_wolf(X)
     else:
-        raise ValueError(f"unknown covariance method {method!r}")
+        raise UsageError(f"unknown covariance method {method!r}")
     n = S.shape[-1]
     scale = torch.diagonal(S, dim1=1, dim2=2).mean(dim=1)
     return S + (ridge * scale)[:, None, None] * torch.eye(n, dtype=S.dtype)
@@ -109,7 +111,7 @@ def forward_returns(returns, idx, horizon: int):
     R = _t(returns)
     idx = torch.as_tensor(idx, dtype=torch.long)
     if int(idx.max()) + horizon >= R.shape[0]:
-        raise ValueError("holding period runs past the end of the data")
+        raise InputError("holding period runs past the end of the data")
     offs = torch.arange(1, horizon + 1)
     return R[idx[:, None] + offs[None, :]]
 
@@ -156,7 +158,7 @@ def exact_sparse_tangency(mu_ex, S, k: int, max_supports: int = 400_000, chunk: 
     S = _t(S)
     n = mu_ex.shape[0]
     if n_supports(n, k) > max_supports:
-        raise ValueError(f"exact enumeration over {n_supports(n, k)} supports (n={n}, k={k}) is too large "
+        raise UsageError(f"exact enumeration over {n_supports(n, k)} supports (n={n}, k={k}) is too large "
                          f"(limit {max_supports}); use a smaller universe or k")
     best, best_w, best_T = -math.inf, None, ()
     for j in range(1, k + 1):

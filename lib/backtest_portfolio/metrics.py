@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from icmlkit.lib.core.errors import InputError
+
 PERIODS = 252
 
 
@@ -95,7 +97,7 @@ def paired_sharpe_test(a, b, n_boot: int = 2000, mean_block: float = 21.0, level
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
-        raise ValueError(f"paired series must have the same length, got {a.shape} and {b.shape}")
+        raise InputError(f"paired series must have the same length, got {a.shape} and {b.shape}")
     diff = sharpe(a) - sharpe(b)
     out = {"diff": float(diff), "ci": [float("nan"), float("nan")], "p_value": float("nan"), "days": int(len(a)),
            "n_boot": n_boot, "mean_block": mean_block, "ci_level": level}

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from icmlkit.lib.core.config import option as _opt
 from icmlkit.lib.core.console import log, progress
+from icmlkit.lib.core.errors import InputError, UsageError
 
 PERIODS = 252
 
@@ -163,7 +164,7 @@ class Pipeline:
         from icmlkit.lib.backtest_portfolio.layer import SharpeLayer
 
         if cfg.k > n:
-            raise ValueError(f"k = {cfg.k} exceeds the {n} assets")
+            raise UsageError(f"k = {cfg.k} exceeds the {n} assets")
         self.cfg, self.n = cfg, n
         free = SharpeLayer(n, min_weight=0.0)
         self.test_layer = SharpeLayer(n, min_weight=cfg.min_weight) if cfg.min_weight > 0 else free
@@ -308,7 +309,7 @@ def fit(cfg: Config, train: Samples, val: Samples | None = None, seed: int = 0, 
     history, best, best_state = [], -math.inf, None
     cost = float(getattr(cfg, "train_cost_bps", 0.0)) if cfg.loss == "dfl" else 0.0
     if cost > 0 and (prev is None or prev.X.shape[0] != D):
-        raise ValueError("train_cost_bps > 0 needs prev: the samples horizon days before each training date")
+        raise UsageError("train_cost_bps > 0 needs prev: the samples horizon days before each training date")
     for epoch in progress(range(cfg.epochs), total=cfg.epochs, desc=f"train {cfg.loss}"):
         eps = cfg.eps_start * (cfg.eps_end / cfg.eps_start) ** (epoch / max(cfg.epochs - 1, 1))
         perm = torch.randperm(D, generator=batches)
@@ -390,7 +391,6 @@ def save_model(path, model, cfg: Config, meta: dict) -> None:
 def load_model(path) -> "TrainedModel":
     """(model, cfg, meta) from :func:`save_model`'s file; torch.load with weights_only=True. A file
     of the right format whose config or weights do not fit is an InputError naming it."""
-    from icmlkit.lib.core.errors import InputError
     from icmlkit.lib.core.io import display_name, read_torch
 
     what = "backtest-portfolio model file"
@@ -400,7 +400,7 @@ def load_model(path) -> "TrainedModel":
         model = new_model(cfg, len(cfg.features))
         model.load_state_dict(obj["state_dict"])
         meta = dict(obj.get("meta") or {})
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+    except (KeyError, TypeError, ValueError, RuntimeError, UsageError) as exc:  # UsageError: k above the assets
         raise InputError(f"not a {what} (its config or weights do not fit: {exc})", display_name(path)) from None
     model.eval()
     return TrainedModel(model, cfg, meta)

@@ -17,6 +17,8 @@ Which smooth operator the paper uses is not known: the choice is RECONSTRUCTED a
 """
 from __future__ import annotations
 
+from icmlkit.lib.core.errors import UsageError
+
 TOPK_METHODS = ("capped-simplex", "sinkhorn", "perturbed")
 
 
@@ -141,4 +143,4 @@ def soft_topk(s, k: int, eps: float, method: str = "capped-simplex", generator=N
         return sinkhorn_topk(s, k, eps)
     if method == "perturbed":
         return perturbed_topk(s, k, eps, generator=generator)
-    raise ValueError(f"unknown top-k method {method!r}; expected one of {TOPK_METHODS}")
+    raise UsageError(f"unknown top-k method {method!r}; expected one of {TOPK_METHODS}")
