@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from icmlkit.lib.causal.admg import ADMG
+from icmlkit.lib.core.errors import UsageError
 
 
 def _sets(*args):
@@ -27,7 +28,7 @@ def _sets(*args):
 
 def _check(Y, X, Z, W):
     if Y & (X | Z | W) or X & Z or X & W or Z & W:
-        raise ValueError(f"do-calculus rules need disjoint sets: Y={sorted(Y)}, X={sorted(X)}, "
+        raise UsageError(f"do-calculus rules need disjoint sets: Y={sorted(Y)}, X={sorted(X)}, "
                          f"Z={sorted(Z)}, W={sorted(W)}")
 
 
