@@ -435,7 +435,7 @@ def gaussian_data(G: ADMG, q: Query, df, B: int, rng: np.random.Generator, sourc
 def gaussian_values(e: E.Expr, y: str, x: str, M: GaussianMoments, Mb: GaussianMoments, B: int):
     try:
         return float(gaussian_effect(e, M, y, x)[0]), gaussian_effect(e, Mb, y, x)
-    except (np.linalg.LinAlgError, ValueError):
+    except (np.linalg.LinAlgError, ValueError, UsageError):  # UsageError: the estimand lacks the outcome
         return float("nan"), np.full(B, np.nan)
 
 

@@ -18,6 +18,7 @@ import string
 
 import numpy as np
 
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.derive_docalc.expr import Expr, Frac, One, Prob, Prod, Sum
 
 _LETTERS = string.ascii_letters
@@ -78,7 +79,7 @@ def eval_discrete(e: Expr, T: DiscreteTables) -> tuple[np.ndarray, list[str]]:
         for _, v in parts:
             allv += [x for x in v if x not in allv]
         if len(allv) + 1 > len(_LETTERS):
-            raise ValueError("too many variables for einsum")
+            raise InputError(f"too many variables for einsum (at most {len(_LETTERS) - 1})")
         let = {v: _LETTERS[i + 1] for i, v in enumerate(allv)}
         subs = ",".join("a" + "".join(let[x] for x in v) for _, v in parts)
         out = np.einsum(subs + "->a" + "".join(let[x] for x in allv), *[p for p, _ in parts], optimize="greedy")
@@ -238,7 +239,7 @@ def gaussian_effect(e: Expr, M: GaussianMoments, y: str, x: str) -> np.ndarray:
     estimand does not mention x."""
     K, h, v = eval_gaussian(e, M)
     if y not in v:
-        raise ValueError(f"the estimand does not mention the outcome {y}")
+        raise UsageError(f"the estimand does not mention the outcome {y}")
     if x not in v:
         return np.zeros(K.shape[0])
     Y = [i for i, u in enumerate(v) if u == y]

@@ -17,6 +17,8 @@ the ID recursion and can succeed where this search does not).
 """
 from __future__ import annotations
 
+from icmlkit.lib.core.errors import UsageError
+
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -38,7 +40,7 @@ def identify_from_experiment(G: ADMG, q: Query, exp: frozenset) -> E.Expr | None
     (``exp`` must be a subset of q.X), simplified by d-separation in G_{bar exp}."""
     exp = frozenset(exp)
     if not exp <= q.X:
-        raise ValueError("the experiment must act on a subset of the member's actions")
+        raise UsageError("the experiment must act on a subset of the member's actions")
     if not exp:
         H, q2 = G, q
     else:

@@ -15,6 +15,8 @@ canonical text are the same estimand; estimands that differ only by deeper algeb
 """
 from __future__ import annotations
 
+from icmlkit.lib.core.errors import InputError
+
 from dataclasses import dataclass
 from typing import Union
 
@@ -313,4 +315,4 @@ def from_json(d: dict) -> Expr:
         return Sum(tuple(d["over"]), from_json(d["body"]))
     if t == "fraction":
         return Frac(from_json(d["numerator"]), from_json(d["denominator"]))
-    raise ValueError(f"unknown expression type {t!r}")
+    raise InputError(f"unknown expression type {t!r}")
