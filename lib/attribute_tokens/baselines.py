@@ -9,7 +9,7 @@ baselines live in flashtrace/attribution.py, which we do not copy.]
 """
 from __future__ import annotations
 
-from icmlkit.lib.core.errors import EnvironmentProblem, require_module
+from icmlkit.lib.core.errors import EnvironmentProblem, UsageError, require_module
 
 
 def _forward_fn(model, ids, n_prompt: int, out_span: tuple):
@@ -66,7 +66,7 @@ def _captum(attr_mod, f, x, emb_layer, n_prompt, method, ig_steps, pad_id, retur
                                                   perturbations_per_eval=16)
         a = a / x.shape[-1]  # every embedding entry of a token carries the token's whole effect
     else:
-        raise ValueError(method)
+        raise UsageError(f"unknown attribution baseline {method!r}")
     scores = a[0].sum(-1).detach().double().cpu()
     if return_delta:
         return scores, (None if delta is None else float(delta.sum()))
