@@ -14,6 +14,8 @@ import torch
 
 from conftest import Interrupted, exe, run_tool as _run_tool
 
+from icmlkit.lib.core.errors import InputError
+
 TOOL = "detect-synthetic"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # on a loaded 2-core machine one torch thread is many times faster
 
@@ -99,7 +101,7 @@ def test_discrepancy_loss_sign_on_a_hand_made_batch():
     cos = torch.tensor([0.99, 0.99, 0.985, 0.985], requires_grad=True)
     discrepancy_loss(cos, labels).backward()
     assert (cos.grad[2:] > 0).all() and (cos.grad[:2] < 0).all()
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         discrepancy_loss(torch.tensor([0.9, 0.8]), torch.tensor([1, 1]))
 
 

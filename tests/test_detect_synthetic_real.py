@@ -11,6 +11,8 @@ import torch
 
 from conftest import run_tool as _run_tool
 
+from icmlkit.lib.core.errors import UsageError
+
 TOOL = "detect-synthetic"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
@@ -45,7 +47,7 @@ def test_fusion_rules_on_hand_made_probabilities():
     assert torch.allclose(fuse(p, "max"), torch.tensor([0.9, 0.2]))
     assert torch.allclose(fuse(p, "mean"), torch.tensor([0.5, 0.2]))
     assert torch.allclose(fuse(p, "logit-mean"), torch.tensor([0.5, 0.2]), atol=1e-6)  # logit(0.9) = -logit(0.1)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         fuse(p, "vote")
 
 

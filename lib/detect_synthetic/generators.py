@@ -8,6 +8,8 @@ stand-ins made by hand.
 """
 from __future__ import annotations
 
+from icmlkit.lib.core.errors import UsageError
+
 import math
 import time
 
@@ -277,5 +279,5 @@ def train_and_sample(name: str, x, n: int, steps: int, seed: int = 0, sampling_s
         t1 = time.perf_counter()
         out = sample_ddpm(model, n, seed, sampling_steps)
     else:
-        raise ValueError(f"unknown generator {name!r}; expected one of {GENERATORS}")
+        raise UsageError(f"unknown generator {name!r}; expected one of {GENERATORS}")
     return out, t1 - t0, time.perf_counter() - t1

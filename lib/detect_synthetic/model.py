@@ -129,7 +129,7 @@ def fuse(p: torch.Tensor, rule: str) -> torch.Tensor:
         return p.mean(dim=1)
     if rule == "logit-mean":
         return torch.sigmoid(torch.logit(p.clamp(1e-7, 1 - 1e-7)).mean(dim=1))
-    raise ValueError(f"unknown fusion rule {rule!r}")
+    raise UsageError(f"unknown fusion rule {rule!r}")
 
 
 def _halves_in_order(pieces: list) -> torch.Tensor:

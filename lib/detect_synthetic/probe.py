@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icmlkit.lib.core.errors import InputError
+
 
 def gaussian_kernel(sigma: float, device=None) -> torch.Tensor:
     radius = max(1, int(round(2.5 * sigma)))
@@ -112,7 +114,7 @@ def discrepancy_loss(cos: torch.Tensor, labels: torch.Tensor, margin: float = 1.
     """
     real, fake = labels == 0, labels == 1
     if not bool(real.any()) or not bool(fake.any()):
-        raise ValueError("the discrepancy loss needs reals and fakes in every batch")
+        raise InputError("the discrepancy loss needs reals and fakes in every batch")
     s_r = cos[real].mean()
     s_f = cos[fake].mean()
     denom = (1.0 - s_r).clamp_min(1e-6)

@@ -92,7 +92,7 @@ class TAEF2(nn.Module):
     @torch.no_grad()
     def reconstruct(self, x: torch.Tensor, quantised: bool = False, chunk: int = 8) -> torch.Tensor:
         if x.shape[-1] % 8 or x.shape[-2] % 8:
-            raise ValueError(f"TAEF2 needs sides that are multiples of 8, got {tuple(x.shape[-2:])}")
+            raise InputError(f"TAEF2 needs sides that are multiples of 8, got {tuple(x.shape[-2:])}")
         out = []
         for i in range(0, len(x), chunk):
             z = self.encoder(x[i:i + chunk])
