@@ -23,6 +23,8 @@ import math
 import torch
 from torch import nn
 
+from icmlkit.lib.core.errors import UsageError
+
 
 def lowrank_loss(M: torch.Tensor, delta: torch.Tensor, tikhonov: float = 0.0, reduce: bool = True) -> torch.Tensor:
     """Metric-matching loss of factors ``M`` (B, r, D) against targets ``delta`` (B, D):
@@ -157,7 +159,7 @@ def _backbone(D: int, out_rows: int, width: int, blocks: int, emb: int, kind: st
     if kind == "unet":
         H, W, C = image_dims(image_shape)
         if H * W * C != D:
-            raise ValueError(f"image shape {tuple(image_shape)} does not hold D = {D} values")
+            raise UsageError(f"image shape {tuple(image_shape)} does not hold D = {D} values")
         return FiLMUNet(image_shape, out_rows, channels, emb)
     return FiLMMLP(D, out_rows * D, width, blocks, emb)
 

@@ -120,7 +120,7 @@ def load_model(path, device="cpu") -> MetricModel:
             den.load_state_dict({k[9:]: torch.from_numpy(v) for k, v in tensors.items() if k.startswith("denoiser.")})
         if mean.shape != (int(config["D"]),) or not np.isfinite(scale) or scale <= 0:
             raise ValueError("inconsistent standardisation")
-    except (KeyError, ValueError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
+    except (KeyError, ValueError, TypeError, RuntimeError, json.JSONDecodeError, UsageError) as exc:
         raise InputError(f"not a metric-match model ({str(exc).splitlines()[0][:200]})", str(path)) from None
     m = MetricModel(net.eval(), config, mean, scale, den.eval() if den is not None else None, info)
     return m.to(device)
