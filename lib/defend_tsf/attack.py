@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.runtime import numpy_rng
 from icmlkit.lib.defend_tsf.config import AttackConfig
 
@@ -68,7 +69,7 @@ def per_time(trigger: np.ndarray, P: int, k: int) -> np.ndarray:
     if trigger.ndim == 1:
         return np.broadcast_to(trigger[None, :, None], (P, trigger.size, k)).copy()
     if trigger.shape[0] != P or trigger.shape[2] != k:
-        raise ValueError(f"triggers of shape {trigger.shape} for {P} times and {k} channels")
+        raise InputError(f"triggers of shape {trigger.shape} for {P} times and {k} channels")
     return trigger
 
 

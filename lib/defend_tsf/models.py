@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.defend_tsf.config import ModelConfig
 
 
@@ -155,4 +156,4 @@ def build_model(cfg: ModelConfig, L: int, H: int, C: int) -> nn.Module:
         return ITransformerLite(L, H, C, cfg.d_model, cfg.n_layers, cfg.n_heads)
     if cfg.model == "timesnet":
         return TimesNetLite(L, H, C, max(4, cfg.d_model // 4), cfg.n_layers)
-    raise ValueError(cfg.model)
+    raise UsageError(f"unknown model {cfg.model!r}")
