@@ -26,6 +26,8 @@ teacher-forced parallel pass (reconstructed: the paper's exact layer wiring is n
 """
 from __future__ import annotations
 
+from icmlkit.lib.core.errors import InputError
+
 import math
 
 import torch
@@ -142,7 +144,7 @@ class CARD(nn.Module):
         dev = old.device if old is not None else torch.device("cpu")
         dtype = old.dtype if old is not None else torch.float32
         if self.config.get("max_atoms") is not None and radix.n_atoms > self.config["max_atoms"]:
-            raise ValueError(f"{radix.n_atoms} atoms: this model handles at most {self.config['max_atoms']}")
+            raise InputError(f"{radix.n_atoms} atoms: this model handles at most {self.config['max_atoms']}")
         self.radix = radix.to(dev)
         self.N = N = radix.n_atoms
         self.register_buffer("z", torch.as_tensor(z, dtype=torch.long, device=dev).clamp(0, 118))
