@@ -136,12 +136,12 @@ def extract_json(text: str):
     body = m.group(1) if m else text
     starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
     if not starts:
-        raise ValueError("no JSON object in the answer")
+        raise InputError("no JSON object in the answer")
     i = min(starts)
     close = "}" if body[i] == "{" else "]"
     j = body.rfind(close)
     if j < i:
-        raise ValueError("unterminated JSON in the answer")
+        raise InputError("unterminated JSON in the answer")
     return json.loads(body[i:j + 1])
 
 
@@ -236,7 +236,7 @@ class LLMAdversary:
         out = [a for a in seeds if feasible(cd, a, self.g.eps)]
         try:
             props = extract_json(text)
-        except ValueError:
+        except (ValueError, InputError):  # no JSON, or JSON that does not parse
             props = []
         for p in props if isinstance(props, list) else []:
             if not isinstance(p, dict):

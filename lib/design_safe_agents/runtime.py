@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from icmlkit.lib.core.errors import IcmlkitError
 from icmlkit.lib.design_safe_agents import presets as P
 from icmlkit.lib.design_safe_agents.sim import Attack, Compiled
 
@@ -72,7 +73,7 @@ class Chat:
         """u names v as the next speaker and sends ``content``; False when a monitor blocked it.
         ``channel=False``: an approval request or reply (the approval rule implies that channel)."""
         if channel and (u, v) not in self.cd.edges:
-            raise RuntimeError(f"{u} has no channel to {v}")
+            raise IcmlkitError(f"{u} has no channel to {v}")
         if self.m + 1 > self.cd.budget:
             self.log(event="stop", reason="budget")
             raise Stop("budget")

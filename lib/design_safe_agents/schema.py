@@ -160,8 +160,8 @@ class Environment(_Model):
     @classmethod
     def _names(cls, v):
         for k in v:
-            if not re.match(ACTION, k):
-                raise ValueError(f"action name {k!r} is not an identifier")
+            if not re.match(ACTION, k):  # pydantic's protocol: a ValueError becomes its ValidationError,
+                raise ValueError(f"action name {k!r} is not an identifier")  # reported as an InputError
         return v
 
 
