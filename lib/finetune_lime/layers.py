@@ -28,6 +28,8 @@ import math
 import torch
 import torch.nn as nn
 
+from icmlkit.lib.core.errors import UsageError
+
 
 class RouteContext:
     """State shared by every wrapped layer of one model: the pad mask of the current forward pass,
@@ -224,7 +226,7 @@ class LimeLinear(AdapterLayer):
             self.register_buffer("slice_offset", torch.tensor([off], dtype=torch.long))
             self.slice_W = nn.Parameter(torch.zeros(H, r))
         else:
-            raise ValueError(kind)
+            raise UsageError(f"unknown adapter kind {kind!r}")
         if kind == "dora":
             self.magnitude = nn.Parameter(base.weight.detach().norm(dim=1).clone())
         self.experts = nn.Parameter(torch.empty(E, H).uniform_(0.9, 1.1))
