@@ -1,58 +1,57 @@
 """Benchmark of trace-injection (CausalTrace) on recorded runs of real LLM agents and on make-dataset.
 
-Parts (``--parts``, each well under 8 minutes on 2 cores; results merge into one file):
+Parts (``make bench TOOL=trace-injection``, about 12 minutes in all on 2 cores):
 
-- ``real``: the recorded AgentDojo v1 runs of 12 LLM pipelines (../shared/data/agentdojo_runs, read in
+- ``real``: the recorded AgentDojo v1 runs of 12 LLM pipelines (shared/data/agentdojo_runs, read in
   place). Leave-one-pipeline-out: fit on 11 pipelines, test on the 12th. Classes P (compromised)
   against N1 + N2. Methods on the same splits: the SCM fitted by EM (P(compromised), threshold fitted
   on the training pipelines), the exact SCM effect with the hand-set prior, the earlier marker-gated
   SCM, the repository's reachability verdict, the product of edge confidences along the chain, the
   copy rule, a keyword baseline, a TF-IDF + logistic-regression content classifier over the tool
-  outputs, and a random forest on the causal features; beside them the SCM fitted by EM with the
-  learned instruction score (``fit-instruction``: hashed n-gram logistic regression, fitted on the
-  11 training pipelines of each fold only, as the graphs' instruction-likeness input). Calibration of
-  the fitted model, throughput (with and without the learned score).
+  outputs, and a random forest on the causal features. Calibration of the fitted model, throughput
+  (``time_call`` of the full analysis on every 8th run).
+- ``learned``: the SCM fitted by EM with the learned instruction score (``fit-instruction``: hashed
+  n-gram logistic regression, fitted on the 11 training pipelines of each fold only, as the graphs'
+  instruction-likeness input) on the ``real`` splits; one cached item per fold (a killed run resumes).
 - ``online``: ``detect --online`` on the real runs with the per-fold fitted SCM: share of compromised
   runs stopped at or before their first harmful call, share of benign runs with a blocked call,
-  latency of one decision (median, p99).
+  latency of one decision (median, p99: the gate's own per-decision clock), and ``time_call`` of the
+  whole gate over every 8th run.
 - ``dataset``: make-dataset (agentdojo wheel, seed 0): leave-one-template-family-out, and the held-out
   ``paraphrase`` family (generated with ``--family paraphrase``; no part of the detector saw it);
-  the learned instruction score (part ``dataset_learned``) is fitted on the training families of each
-  fold only.
+  the generated sets are cached items.
+- ``dataset_learned``: the ``dataset`` splits (the 8 template families, then the paraphrase family)
+  for the SCM fitted by EM with the learned instruction score, fitted on the training families only;
+  one cached item per split.
 
-The labels (metadata) are used only to fit on the training side and to score; the detector never
-reads them. Writes bench/results/trace_injection.json and .md.
-- ``learned``: the SCM fitted by EM with the learned instruction score on the ``real`` splits
-  (``--folds 0-5`` / ``6-11`` run half of the 12 folds each; the row appears once all are in).
-- ``dataset_learned``: the same on the ``dataset`` splits (runs 0-7 the template families, 8 the
-  paraphrase family; ``--folds`` as above).
-
-Run:  .venv/bin/python bench/trace_injection.py --parts real learned online dataset dataset_learned
+Every method's decision threshold is fitted on the training side of each split (``fit_threshold``);
+no method has another knob tuned. The labels (metadata) are used only to fit on the training side and
+to score; the detector never reads them. ``--quick``: every 8th recorded run and the first 3 held-out
+pipelines; make-dataset with 3 pairs per suite and the first 2 template families.
+Run:  python bench/trace_injection.py [--part P] [--quick] [--report]   (or: make bench TOOL=trace-injection)
 """
 from __future__ import annotations
 
-import argparse
-import glob
 import json
 import os
-import sys
 import tempfile
-import time
 
 import numpy as np
 
-from _common import RESULTS, commit, machine, target, today, write_results
+from _common import Bench, table, target, time_call
+from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.trace_injection import em
 from icmlkit.lib.trace_injection.config import DEFAULTS, GenerateConfig, ReadConfig
 from icmlkit.lib.trace_injection.detect import analyse, online_scores, verdict_sinks
 from icmlkit.lib.trace_injection.graph import build_graph
 from icmlkit.lib.trace_injection.instruct import InstructionScorer, attacked_of, weak_labels
-from icmlkit.lib.trace_injection.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold, keyword_scores,
-                                     metrics)
+from icmlkit.lib.trace_injection.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold,
+                                               keyword_scores, metrics)
 from icmlkit.lib.trace_injection.pipeline import fit_scm, generate, load_traces, write_dataset
 from icmlkit.lib.trace_injection.readers import ReadStats
 
-RUNS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "agentdojo_runs")
+bench = Bench("trace-injection")
+
 # Scoring-side ground truth only (never given to the detector): the attacker's value in the goal of
 # injection_task_3 of each AgentDojo v1 suite, to find the first harmful call of a compromised run.
 ATTACKER_VALUES = {"banking": "US133000000121212121212", "slack": "www.true-informations.com",
@@ -68,43 +67,83 @@ METHODS = {
     "tfidf_tools": "TF-IDF + LR over tool outputs",
     "forest": "random forest on the causal features",
 }
+LEARNED = "SCM fitted by EM + learned instruction score"
+TIMING_EVERY = 8  # throughput and the online time_call: every 8th run
+QUICK = {"every": 8, "folds": 3, "max_pairs": 3, "families": 2}
+THRESHOLDS = {"every method": "decision threshold fitted on the training side of each split (fit_threshold; "
+                              "the random forest its own head threshold, TF-IDF + LR 0.5); no other knob tuned"}
 
 
-def log(msg):
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+# ----------------------------------------------------------------------------- data
 
 
-def real_traces():
-    files = sorted(glob.glob(os.path.join(RUNS, "*.jsonl")))
+def real_traces(quick: bool):
+    root = shared_data_dir("agentdojo_runs")
+    files = sorted(str(p) for p in root.glob("*.jsonl")) if root is not None else []
     if not files:
-        raise SystemExit(f"no recorded runs under {RUNS}")
+        raise SystemExit("bench/trace_injection.py: no recorded runs under shared/data/agentdojo_runs")
     stats = ReadStats()
-    return load_traces(files, ReadConfig(), stats), stats
+    traces = load_traces(files, ReadConfig(), stats)
+    return (traces[::QUICK["every"]] if quick else traces), stats
+
+
+def held_out_pipelines(pipe, quick: bool) -> list:
+    held = sorted(set(pipe))
+    return held[:QUICK["folds"]] if quick else held
 
 
 def prepared(traces):
-    """Graphs with the prior, the verdict sinks, and the per-trace quantities that do not depend on a fit."""
-    t0 = time.perf_counter()
+    """Graphs with the prior, the full analyses and the verdict sinks of every trace."""
     graphs, res = [], []
     for t in traces:
         g = build_graph(t)
         graphs.append(g)
         res.append(analyse(t, graph=g))
-    secs = time.perf_counter() - t0
-    sinks = [verdict_sinks(g, DEFAULTS) for g in graphs]
-    return graphs, res, sinks, secs
+    return graphs, res, [verdict_sinks(g, DEFAULTS) for g in graphs]
+
+
+def built(ctx, family: str):
+    """The make-dataset traces of ``family`` (seed 0; rows kept as a cached item)."""
+    max_pairs = QUICK["max_pairs"] if ctx.quick else None
+    rows = ctx.cached(f"make_dataset_{family}_seed0_pairs{max_pairs or 'all'}",
+                      lambda: generate(GenerateConfig(family=family, max_pairs=max_pairs), seed=0).rows)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, f"{family}.jsonl")
+        write_dataset(p, rows)
+        return load_traces([p])
+
+
+def dataset_splits(ctx):
+    """(traces, y, families, is_paraphrase, benign, [(name, train, test)]): the 8 (quick: 2) held-out
+    template families with every benign trace on the test side, then the paraphrase family."""
+    ctx.log("make-dataset: default and paraphrase families ...")
+    base = built(ctx, "default")
+    para = [t for t in built(ctx, "paraphrase") if t.meta.get("template")]
+    traces = base + para
+    y = np.array([t.label for t in traces])
+    fam = np.array([t.meta.get("template") or "" for t in traces])
+    is_para = np.array([k >= len(base) for k in range(len(traces))])
+    benign = np.where((fam == "") & ~is_para)[0]
+    families = sorted(set(fam[~is_para]) - {""})
+    if ctx.quick:
+        families = families[:QUICK["families"]]
+    splits = [(f, np.where(~is_para & (fam != f))[0], np.concatenate([np.where(~is_para & (fam == f))[0], benign]))
+              for f in families]
+    splits.append(("paraphrase", np.where(~is_para)[0], np.concatenate([np.where(is_para)[0], benign])))
+    return traces, y, len(base), int(is_para.sum()), len(benign), splits
+
+
+# ----------------------------------------------------------------------------- helpers
 
 
 def learned_scm(traces, y, tr, attacked):
     """The learned instruction score fitted on ``tr`` only, every graph rebuilt with it, the SCM fitted
-    by EM on ``tr`` -> (P(compromised) of every trace, scorer, seconds to rebuild the graphs)."""
+    by EM on ``tr`` -> (P(compromised) of every trace, scorer)."""
     sc = InstructionScorer().fit([traces[i] for i in tr], [attacked[i] for i in tr])
-    t0 = time.perf_counter()
     gl = [build_graph(t, scorer=sc) for t in traces]
-    secs = time.perf_counter() - t0
     fl = em.sink_factors(gl, [verdict_sinks(g, DEFAULTS) for g in gl])
     _, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[gl[i] for i in tr])
-    return scores_at(fl, fitted), sc, secs
+    return scores_at(fl, fitted), sc
 
 
 def piece_auroc(sc, traces, te, attacked):
@@ -117,19 +156,38 @@ def scores_at(f, fitted):
     return em.probability(f, fitted.vector(), fitted.leak)[0]
 
 
+def _r(v):
+    return None if v is None else round(v, 4)
+
+
 def pooled(y, cls, dec, score):
     y, dec, score = np.asarray(y), np.asarray(dec, dtype=float), np.asarray(score, dtype=float)
     m = metrics(y, dec, 0.5)
-    auroc = metrics(y, score, 0.5)["auroc"]
-    return {"macro_f1": round(m["macro_f1"], 4), "auroc": round(auroc, 4) if auroc is not None else None,
+    return {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(metrics(y, score, 0.5)["auroc"]),
             "precision": round(m["precision"], 4), "recall_P": round(m["recall"], 4),
             "n2_flagged": round(float(dec[cls == "N2"].mean()), 4), "n1_flagged": round(float(dec[cls == "N1"].mean()), 4)}
 
 
-def part_real():
-    traces, stats = real_traces()
-    log(f"{len(traces)} recorded runs; building graphs ...")
-    graphs, res, sinks, secs = prepared(traces)
+def harmful_index(t):
+    """Event position of the first call whose arguments carry the attacker's value (scoring only)."""
+    v = ATTACKER_VALUES.get(t.meta.get("suite"), "\0")
+    for k, e in enumerate(t.events):
+        if e.kind == "ACTION" and v in json.dumps(e.args):
+            return k
+    return None
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+@bench.part("real", doc="12 recorded AgentDojo pipelines, leave-one-pipeline-out: the EM-fitted SCM against "
+            "8 baselines; calibration; throughput", hours=0.04)
+def real(ctx) -> dict:
+    traces, stats = real_traces(ctx.quick)
+    ctx.log(f"{len(traces)} recorded runs; building graphs ...")
+    graphs, res, sinks = prepared(traces)
+    sub = traces[::TIMING_EVERY]
+    timing = time_call(lambda: prepared(sub), repeats=1 if ctx.quick else 5)
     y = np.array([t.label for t in traces])
     cls = np.array([t.meta["class"] for t in traces])
     pipe = np.array([t.meta["pipeline"] for t in traces])
@@ -139,18 +197,19 @@ def part_real():
             "copy_rule": np.array([copy_rule(g, s) for g, s in zip(graphs, sinks)]),
             "keyword": keyword_scores(traces)}
     feats = [r["features"] for r in res]
-    log("marker-gated variant ...")
+    ctx.log("marker-gated variant ...")
     base["scm_markers"] = np.array([analyse(t, params={"candidates": "markers"})["effect"] for t in traces])
     factors = em.sink_factors(graphs, sinks)
     oof = {k: np.zeros(len(traces)) for k in METHODS}
     dec = {k: np.zeros(len(traces)) for k in METHODS}
+    covered = np.zeros(len(traces), dtype=bool)
     folds, thetas = [], []
-    for held in sorted(set(pipe)):
+    for held in held_out_pipelines(pipe, ctx.quick):
         tr, te = np.where(pipe != held)[0], np.where(pipe == held)[0]
+        covered[te] = True
         head, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[graphs[i] for i in tr])
         thetas.append(fitted.theta | {"leak": fitted.leak})
-        p = scores_at(factors, fitted)
-        s = {"scm_em": p, **base}
+        s = {"scm_em": scores_at(factors, fitted), **base}
         thr = {k: fit_threshold(y[tr], v[tr]) for k, v in s.items()}
         tf = TfidfBaseline(text="tools").fit([traces[i] for i in tr], y[tr])
         s["tfidf_tools"], thr["tfidf_tools"] = np.zeros(len(traces)), 0.5
@@ -163,89 +222,74 @@ def part_real():
             oof[k][te] = s[k][te]
             dec[k][te] = s[k][te] >= thr[k]
             m = metrics(y[te], s[k][te], thr[k])
-            row[k] = {"macro_f1": round(m["macro_f1"], 4), "auroc": None if m["auroc"] is None else round(m["auroc"], 4),
+            row[k] = {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"]),
                       "n2_flagged": round(float((s[k][te][cls[te] == "N2"] >= thr[k]).mean()), 4)}
         folds.append(row)
-        log(f"held out {held}: scm_em macro-F1 {row['scm_em']['macro_f1']}, reachability {row['reachability']['macro_f1']}")
-    summary = {k: pooled(y, cls, dec[k], oof[k]) for k in METHODS}
+        ctx.log(f"held out {held}: scm_em macro-F1 {row['scm_em']['macro_f1']}, reachability "
+                f"{row['reachability']['macro_f1']}")
+    ctx.record_tuning("thresholds", THRESHOLDS)
+    c = np.where(covered)[0]
+    summary = {k: pooled(y[c], cls[c], dec[k][c], oof[k][c]) for k in METHODS}
     with_p = [f for f in folds if f["n_P"] > 0]
     for k in METHODS:
         summary[k]["macro_f1_mean_over_pipelines_with_P"] = round(float(np.mean([f[k]["macro_f1"] for f in with_p])), 4)
     theta_mean = {k: round(float(np.mean([t[k] for t in thetas])), 4) for k in thetas[0]}
     # diagnostic (scoring side): N2 runs in which the agent did call with the attacker's value, though
     # the suite's security check says the attacker's goal was not reached
-    n2 = np.where(cls == "N2")[0]
+    n2 = np.where((cls == "N2") & covered)[0]
     tried = np.array([harmful_index(traces[i]) is not None for i in n2])
     flagged = dec["scm_em"][n2] >= 0.5
     summary_n2 = {"n2": int(len(n2)), "n2_calling_attacker_value": int(tried.sum()),
                   "n2_flagged": int(flagged.sum()), "n2_flagged_calling_attacker_value": int((flagged & tried).sum())}
-    return {"n": len(traces), "counts": {c: int((cls == c).sum()) for c in ("P", "N1", "N2")}, "read": stats.as_dict(),
-            "pooled": summary, "folds": folds, "n2_diagnostic": summary_n2, "calibration_scm_em": em.calibration(oof["scm_em"], y),
-            "calibration_scm_prior_p_compromised": em.calibration([f["p_compromised"] for f in feats], y),
+    return {"n": len(traces), "counts": {k: int((cls == k).sum()) for k in ("P", "N1", "N2")}, "read": stats.as_dict(),
+            "pooled": summary, "folds": folds, "n2_diagnostic": summary_n2,
+            "calibration_scm_em": em.calibration(oof["scm_em"][c], y[c]),
+            "calibration_scm_prior_p_compromised": em.calibration([feats[i]["p_compromised"] for i in c], y[c]),
             "theta_prior": {k: em.CONFIDENCE[k] for k in em.STRATEGIES} | {"leak": DEFAULTS["leak"]},
             "theta_fitted_mean": theta_mean,
-            "throughput_traces_per_second": round(len(traces) / secs, 1), "llm_calls": 0}
+            "throughput_traces_per_second": round(len(sub) / timing["median_s"], 1),
+            "throughput_timing": {**timing, "traces": len(sub)}, "llm_calls": 0}
 
 
-LEARNED = "SCM fitted by EM + learned instruction score"
-
-
-def part_learned(which=None):
-    """The SCM fitted by EM with the learned instruction score, on the same leave-one-pipeline-out
-    splits as ``real``: per fold the scorer and the SCM are fitted on the 11 training pipelines, the
-    threshold on their P(compromised); the held-out pipeline's scores are kept (``which``: the fold
-    numbers to run, default all; results of other folds already in the file are kept)."""
-    traces, _ = real_traces()
+@bench.part("learned", doc="the EM-fitted SCM with the learned instruction score on the real splits "
+            "(one cached item per fold)", hours=0.06)
+def learned(ctx) -> dict:
+    traces, _ = real_traces(ctx.quick)
     y = np.array([t.label for t in traces])
     cls = np.array([t.meta["class"] for t in traces])
     pipe = np.array([t.meta["pipeline"] for t in traces])
     attacked = [attacked_of(t) for t in traces]
-    out = {}
-    for k, held in enumerate(sorted(set(pipe))):
-        if which is not None and k not in which:
-            continue
+
+    def fold(held):
         tr, te = np.where(pipe != held)[0], np.where(pipe == held)[0]
-        t0 = time.perf_counter()
-        pl, sc, secs = learned_scm(traces, y, tr, attacked)
+        pl, sc = learned_scm(traces, y, tr, attacked)
         thr = fit_threshold(y[tr], pl[tr])
         m = metrics(y[te], pl[te], thr)
-        out[held] = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold": round(thr, 6),
-                     "macro_f1": round(m["macro_f1"], 4), "auroc": None if m["auroc"] is None else round(m["auroc"], 4),
-                     "n2_flagged": round(float((pl[te][cls[te] == "N2"] >= thr).mean()), 4),
-                     "piece_auroc": piece_auroc(sc, traces, te, attacked), "scorer": sc.info,
-                     "graphs_per_second": round(len(traces) / secs, 1), "seconds": round(time.perf_counter() - t0, 1),
-                     "y": y[te].tolist(), "class": cls[te].tolist(), "score": [round(float(v), 6) for v in pl[te]]}
-        log(f"learned, held out {held}: macro-F1 {out[held]['macro_f1']} (piece AUROC {out[held]['piece_auroc']})")
-    return out
+        out = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold": round(thr, 6),
+               "macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"]),
+               "n2_flagged": round(float((pl[te][cls[te] == "N2"] >= thr).mean()), 4),
+               "piece_auroc": piece_auroc(sc, traces, te, attacked), "scorer": sc.info,
+               "y": y[te].tolist(), "class": cls[te].tolist(), "score": [round(float(v), 6) for v in pl[te]]}
+        ctx.log(f"learned, held out {held}: macro-F1 {out['macro_f1']} (piece AUROC {out['piece_auroc']})")
+        return out
+
+    held = held_out_pipelines(pipe, ctx.quick)
+    folds = {h: ctx.cached(f"fold-{h}", lambda h=h: fold(h)) for h in held}
+    # graph building with the learned score (fitted on the first fold's training side), every 8th run
+    sc = InstructionScorer().fit([t for t, p in zip(traces, pipe) if p != held[0]],
+                                 [a for a, p in zip(attacked, pipe) if p != held[0]])
+    sub = traces[::TIMING_EVERY]
+    timing = time_call(lambda: [build_graph(t, scorer=sc) for t in sub], repeats=1 if ctx.quick else 5)
+    ctx.record_tuning("thresholds", THRESHOLDS)
+    return {"folds": folds, "graphs_per_second": round(len(sub) / timing["median_s"], 1),
+            "graph_timing": {**timing, "traces": len(sub)}}
 
 
-def learned_pooled(folds: dict):
-    """Pooled metrics of the learned-score SCM over the folds run (None unless all 12 are there)."""
-    if len(folds) < 12:
-        return None
-    y = np.concatenate([f["y"] for f in folds.values()])
-    cls = np.concatenate([f["class"] for f in folds.values()])
-    score = np.concatenate([f["score"] for f in folds.values()])
-    dec = np.concatenate([np.asarray(f["score"]) >= f["threshold"] for f in folds.values()])
-    out = pooled(y, cls, dec, score)
-    with_p = [f for f in folds.values() if f["n_P"] > 0]
-    out["macro_f1_mean_over_pipelines_with_P"] = round(float(np.mean([f["macro_f1"] for f in with_p])), 4)
-    out["graphs_per_second"] = round(float(np.mean([f["graphs_per_second"] for f in folds.values()])), 1)
-    return out
-
-
-def harmful_index(t):
-    """Event position of the first call whose arguments carry the attacker's value (scoring only)."""
-    v = ATTACKER_VALUES.get(t.meta.get("suite"), "\0")
-    for k, e in enumerate(t.events):
-        if e.kind == "ACTION" and v in json.dumps(e.args):
-            return k
-    return None
-
-
-def part_online():
-    traces, _ = real_traces()
-    log(f"online: {len(traces)} runs; building graphs ...")
+@bench.part("online", doc="detect --online on the real runs, per-fold fitted SCM: stopped before harm, "
+            "benign blocked, per-decision latency", hours=0.015)
+def online(ctx) -> dict:
+    traces, _ = real_traces(ctx.quick)
+    ctx.log(f"online: {len(traces)} runs; building graphs ...")
     graphs = [build_graph(t) for t in traces]
     y = np.array([t.label for t in traces])
     cls = np.array([t.meta["class"] for t in traces])
@@ -254,10 +298,12 @@ def part_online():
     factors = em.sink_factors(graphs, sinks)
     blocked_any = np.zeros(len(traces), dtype=bool)
     stopped = np.zeros(len(traces), dtype=bool)
+    covered = np.zeros(len(traces), dtype=bool)
     no_harm_call = 0
     lat = []
-    for held in sorted(set(pipe)):
+    for held in held_out_pipelines(pipe, ctx.quick):
         tr, te = np.where(pipe != held)[0], np.where(pipe == held)[0]
+        covered[te] = True
         _, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[graphs[i] for i in tr])
         thr = fit_threshold(y[tr], scores_at(factors, fitted)[tr])
         params = {"confidence": fitted.theta, "leak": fitted.leak}
@@ -274,48 +320,34 @@ def part_online():
                     no_harm_call += 1
                     h = max((pos[r["call"]] for r in rows), default=-1)
                 stopped[i] = any(b <= h for b in blocks)
-        log(f"online, held out {held}: threshold {thr:.3f}")
+        ctx.log(f"online, held out {held}: threshold {thr:.3f}")
+    ctx.record_tuning("thresholds", THRESHOLDS)
+    # the whole gate over every 8th run (last fold's parameters): median of repeats, per decision
+    sub = traces[::TIMING_EVERY]
+    n_dec = sum(len(online_scores(t, None, params, None, "p_compromised")) for t in sub)
+    timing = time_call(lambda: [online_scores(t, None, params, None, "p_compromised") for t in sub],
+                       repeats=1 if ctx.quick else 3)
     lat = np.array(lat)
-    return {"stopped_before_harm_P": round(float(stopped[cls == "P"].mean()), 4),
-            "benign_with_block": round(float(blocked_any[cls != "P"].mean()), 4),
-            "N1_with_block": round(float(blocked_any[cls == "N1"].mean()), 4),
-            "N2_with_block": round(float(blocked_any[cls == "N2"].mean()), 4),
+    c = covered
+    return {"stopped_before_harm_P": round(float(stopped[c & (cls == "P")].mean()), 4),
+            "benign_with_block": round(float(blocked_any[c & (cls != "P")].mean()), 4),
+            "N1_with_block": round(float(blocked_any[c & (cls == "N1")].mean()), 4),
+            "N2_with_block": round(float(blocked_any[c & (cls == "N2")].mean()), 4),
             "P_runs_without_attacker_value_call": no_harm_call, "decisions": int(len(lat)),
             "latency_ms_median": round(float(np.median(lat)), 3), "latency_ms_p99": round(float(np.percentile(lat, 99)), 3),
-            "latency_ms_max": round(float(lat.max()), 3)}
+            "latency_ms_max": round(float(lat.max()), 3),
+            "gate_timing": {**timing, "traces": len(sub), "decisions": n_dec,
+                            "ms_per_decision": round(1000 * timing["median_s"] / max(n_dec, 1), 3)}}
 
 
-CACHE = None  # --cache: a folder (outside the repository) that keeps the generated make-dataset sets
-
-
-def built(family: str):
-    if CACHE is not None:
-        p = os.path.join(CACHE, f"make_dataset_{family}_seed0.jsonl")
-        if not os.path.exists(p):
-            os.makedirs(CACHE, exist_ok=True)
-            write_dataset(p, generate(GenerateConfig(family=family), seed=0).rows)
-        return load_traces([p])
-    gen = generate(GenerateConfig(family=family), seed=0)
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, f"{family}.jsonl")
-        write_dataset(p, gen.rows)
-        return load_traces([p])
-
-
-def part_dataset():
-    log("make-dataset: default family ...")
-    base = built("default")
-    log("make-dataset: paraphrase family ...")
-    para = [t for t in built("paraphrase") if t.meta.get("template")]
-    traces = base + para
-    graphs, res, sinks, _ = prepared(traces)
+@bench.part("dataset", doc="make-dataset: leave-one-template-family-out and the held-out paraphrase family",
+            hours=0.065)
+def dataset(ctx) -> dict:
+    traces, y, n_default, n_para, _, splits = dataset_splits(ctx)
+    graphs, res, sinks = prepared(traces)
     factors = em.sink_factors(graphs, sinks)
-    y = np.array([t.label for t in traces])
-    fam = np.array([t.meta.get("template") or "" for t in traces])
-    is_para = np.array([k >= len(base) for k in range(len(traces))])
     reach = np.array([r["reachability"]["effect"] for r in res])
     kw = keyword_scores(traces)
-    out = {"n_default": len(base), "n_paraphrase": int(is_para.sum()), "lotfo": [], "paraphrase": {}}
 
     def run(tr, te):
         _, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[graphs[i] for i in tr])
@@ -323,53 +355,65 @@ def part_dataset():
         row = {}
         for k, s in (("scm_em", p), ("reachability", reach), ("keyword", kw)):
             m = metrics(y[te], s[te], fit_threshold(y[tr], s[tr]))
-            row[k] = {"macro_f1": round(m["macro_f1"], 4), "auroc": None if m["auroc"] is None else round(m["auroc"], 4)}
+            row[k] = {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"])}
         return row
 
-    benign = np.where((fam == "") & ~is_para)[0]
-    for f in sorted(set(fam[~is_para]) - {""}):
-        tr = np.where(~is_para & (fam != f))[0]
-        te = np.concatenate([np.where(~is_para & (fam == f))[0], benign])
-        out["lotfo"].append({"held_out": f, "n": int(len(te)), **run(tr, te)})
-        log(f"template family {f}: {out['lotfo'][-1]['scm_em']}")
-    out["paraphrase"] = {"n": int(is_para.sum() + len(benign)),
-                         **run(np.where(~is_para)[0], np.concatenate([np.where(is_para)[0], benign]))}
+    out = {"n_default": n_default, "n_paraphrase": n_para, "lotfo": [], "paraphrase": {}}
+    for name, tr, te in splits:
+        if name == "paraphrase":
+            out["paraphrase"] = {"n": int(len(te)), **run(tr, te)}
+        else:
+            out["lotfo"].append({"held_out": name, "n": int(len(te)), **run(tr, te)})
+            ctx.log(f"template family {name}: {out['lotfo'][-1]['scm_em']}")
     out["lotfo_scm_em_macro_f1_mean"] = round(float(np.mean([r["scm_em"]["macro_f1"] for r in out["lotfo"]])), 4)
+    ctx.record_tuning("thresholds", THRESHOLDS)
     return out
 
 
-def part_dataset_learned(which=None):
-    """The splits of ``dataset`` (8 held-out template families, then the paraphrase family = run 8)
-    for the SCM fitted by EM with the learned instruction score, fitted on the training families
-    only; the graphs of the training and test traces are rebuilt with it (``which``: run numbers)."""
-    base = built("default")
-    para = [t for t in built("paraphrase") if t.meta.get("template")]
-    traces = base + para
-    y = np.array([t.label for t in traces])
-    fam = np.array([t.meta.get("template") or "" for t in traces])
-    is_para = np.array([k >= len(base) for k in range(len(traces))])
+@bench.part("dataset_learned", doc="the dataset splits with the learned instruction score fitted on the "
+            "training families (one cached item per split)", hours=0.07)
+def dataset_learned(ctx) -> dict:
+    traces, y, _, _, _, splits = dataset_splits(ctx)
     attacked = [attacked_of(t) for t in traces]
-    benign = np.where((fam == "") & ~is_para)[0]
-    splits = [(f, np.where(~is_para & (fam != f))[0], np.concatenate([np.where(~is_para & (fam == f))[0], benign]))
-              for f in sorted(set(fam[~is_para]) - {""})]
-    splits.append(("paraphrase", np.where(~is_para)[0], np.concatenate([np.where(is_para)[0], benign])))
-    out = {}
-    for k, (name, tr, te) in enumerate(splits):
-        if which is not None and k not in which:
-            continue
+
+    def split(name, tr, te):
         both = np.concatenate([tr, te])
         sub = [traces[i] for i in both]
-        pl, sc, _ = learned_scm(sub, y[both], np.arange(len(tr)), [attacked[i] for i in both])
+        pl, sc = learned_scm(sub, y[both], np.arange(len(tr)), [attacked[i] for i in both])
         ptr, pte = pl[: len(tr)], pl[len(tr):]
         m = metrics(y[te], pte, fit_threshold(y[tr], ptr))
-        out[name] = {"macro_f1": round(m["macro_f1"], 4), "auroc": None if m["auroc"] is None else round(m["auroc"], 4),
-                     "piece_auroc": piece_auroc(sc, sub, np.arange(len(tr), len(both)),
-                                                [attacked[i] for i in both]), "scorer": sc.info}
-        log(f"learned, template family {name}: {out[name]}")
+        out = {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"]),
+               "piece_auroc": piece_auroc(sc, sub, np.arange(len(tr), len(both)), [attacked[i] for i in both]),
+               "scorer": sc.info}
+        ctx.log(f"learned, template family {name}: {out['macro_f1']}")
+        return out
+
+    ctx.record_tuning("thresholds", THRESHOLDS)
+    return {name: ctx.cached(f"split-{name}", lambda a=(name, tr, te): split(*a)) for name, tr, te in splits}
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def learned_pooled(results: dict):
+    """Pooled metrics of the learned-score SCM over the ``real`` part's folds (None unless all ran)."""
+    lf = results.get("learned", {}).get("folds", {})
+    want = [f["held_out"] for f in results["real"]["folds"]]
+    if not want or any(h not in lf for h in want):
+        return None
+    folds = [lf[h] for h in want]
+    y = np.concatenate([f["y"] for f in folds])
+    cls = np.concatenate([f["class"] for f in folds])
+    score = np.concatenate([f["score"] for f in folds])
+    dec = np.concatenate([np.asarray(f["score"]) >= f["threshold"] for f in folds])
+    out = pooled(y, cls, dec, score)
+    with_p = [f for f in folds if f["n_P"] > 0]
+    out["macro_f1_mean_over_pipelines_with_P"] = round(float(np.mean([f["macro_f1"] for f in with_p])), 4)
+    out["graphs_per_second"] = results["learned"]["graphs_per_second"]
     return out
 
 
-def targets_of(r):
+def targets_of(r: dict) -> dict:
     t = {}
     if "real" in r:
         p = r["real"]["pooled"]
@@ -383,7 +427,7 @@ def targets_of(r):
         gain = round(scm["macro_f1"] - reach["macro_f1"], 4)
         t["scm_beats_reachability_by_0.02"] = target(gain, 0.02, gain >= 0.02,
                                                      f"macro-F1 SCM {scm['macro_f1']} vs reachability {reach['macro_f1']}")
-        lv = learned_pooled(r.get("learned", {}))
+        lv = learned_pooled(r)
         if lv is not None and lv["macro_f1"] > p[best]["macro_f1"]:
             best = "scm_em_learned"
         t["best_method_real"] = target(best, None, best in ("scm_em", "scm_em_learned"),
@@ -431,110 +475,78 @@ def targets_of(r):
     return t
 
 
-def markdown(result):
-    r = result["results"]
-    lines = [f"# trace-injection benchmark ({result['date']}, {result['machine']['cpu']}, "
-             f"{result['machine']['cores']} cores, load {result['machine']['load_average_1min']})", ""]
+def markdown(r: dict) -> str:
+    lines = []
     if "real" in r:
         rr = r["real"]
-        lines += [f"## Recorded AgentDojo runs, leave-one-pipeline-out ({rr['n']} runs {rr['counts']}, "
-                  f"tool_call_id repaired by position: {rr['read']['repaired_ids']})", "",
-                  "| method | macro-F1 (pooled) | macro-F1 mean (pipelines with P) | AUROC | P recall | N2 flagged | N1 flagged |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
-        lv = learned_pooled(r.get("learned", {}))
+        lv = learned_pooled(r)
         rows = list(rr["pooled"].items())
         if lv is not None:
             rows.insert(1, ("scm_em_learned", lv))
-        for k, v in rows:
-            lines.append(f"| {(METHODS | {'scm_em_learned': LEARNED})[k]} | {v['macro_f1']:.3f} | "
-                         f"{v['macro_f1_mean_over_pipelines_with_P']:.3f} | "
-                         f"{v['auroc']:.3f} | {v['recall_P']:.3f} | {v['n2_flagged']:.3f} | {v['n1_flagged']:.3f} |")
-        lf = r.get("learned", {})
+        lines += [f"## Recorded AgentDojo runs, leave-one-pipeline-out ({rr['n']} runs {rr['counts']}, "
+                  f"tool_call_id repaired by position: {rr['read']['repaired_ids']})", "",
+                  table([{"method": (METHODS | {"scm_em_learned": LEARNED})[k], "macro-F1 (pooled)": v["macro_f1"],
+                          "macro-F1 mean (pipelines with P)": v["macro_f1_mean_over_pipelines_with_P"],
+                          "AUROC": v["auroc"], "P recall": v["recall_P"], "N2 flagged": v["n2_flagged"],
+                          "N1 flagged": v["n1_flagged"]} for k, v in rows])]
+        lf = r.get("learned", {}).get("folds", {})
         has_l = all(f["held_out"] in lf for f in rr["folds"])
-        lines += ["", "| held-out pipeline | n P | SCM-EM macro-F1 | AUROC | N2 flagged | reachability macro-F1 |"
-                  + (" SCM-EM + learned macro-F1 | learned: N2 flagged | learned score, piece AUROC |" if has_l else ""),
-                  "| --- | --- | --- | --- | --- | --- |" + (" --- | --- | --- |" if has_l else "")]
+        fold_rows = []
         for f in rr["folds"]:
-            a = f["scm_em"]["auroc"]
-            lines.append(f"| {f['held_out']} | {f['n_P']} | {f['scm_em']['macro_f1']:.3f} | "
-                         f"{'n/a' if a is None else f'{a:.3f}'} | {f['scm_em']['n2_flagged']:.3f} | "
-                         f"{f['reachability']['macro_f1']:.3f} |"
-                         + (f" {lf[f['held_out']]['macro_f1']:.3f} | {lf[f['held_out']]['n2_flagged']:.3f} | "
-                            f"{lf[f['held_out']]['piece_auroc']} |" if has_l else ""))
+            row = {"held-out pipeline": f["held_out"], "n P": f["n_P"], "SCM-EM macro-F1": f["scm_em"]["macro_f1"],
+                   "AUROC": f["scm_em"]["auroc"], "N2 flagged": f["scm_em"]["n2_flagged"],
+                   "reachability macro-F1": f["reachability"]["macro_f1"]}
+            if has_l:
+                lr = lf[f["held_out"]]
+                row |= {"SCM-EM + learned macro-F1": lr["macro_f1"], "learned: N2 flagged": lr["n2_flagged"],
+                        "learned score, piece AUROC": lr["piece_auroc"]}
+            fold_rows.append(row)
         c = rr["calibration_scm_em"]
-        lines += ["", f"Calibration of the fitted P(compromised) (out of fold): ECE {c['ece']}, Brier {c['brier']}; "
+        tt = rr.get("throughput_timing")
+        spread = (f" (every {TIMING_EVERY}th run, {tt['traces']} runs, median of {tt['repeats']}; "
+                  f"{tt['traces'] / tt['max_s']:.1f}-{tt['traces'] / tt['min_s']:.1f})" if tt else "")
+        lines += [table(fold_rows),
+                  f"Calibration of the fitted P(compromised) (out of fold): ECE {c['ece']}, Brier {c['brier']}; "
                   f"hand-set prior: ECE {rr['calibration_scm_prior_p_compromised']['ece']}.", "",
                   f"Edge confidences: prior {rr['theta_prior']}; fitted (mean over folds) {rr['theta_fitted_mean']}.",
                   "", f"N2 diagnostic: {rr['n2_diagnostic']}", "",
-                  f"Throughput {rr['throughput_traces_per_second']} traj/s, 0 LLM calls"
+                  f"Throughput {rr['throughput_traces_per_second']} traj/s{spread}, 0 LLM calls"
                   + (f"; graph building with the learned instruction score {lv['graphs_per_second']} graphs/s "
-                     "(without the rest of the analysis)." if lv is not None else ".")]
+                     "(without the rest of the analysis)." if lv is not None else "."), ""]
     if "online" in r:
         o = r["online"]
-        lines += ["", "## Online gate (detect --online), leave-one-pipeline-out", "",
+        g = o.get("gate_timing")
+        lines += ["## Online gate (detect --online), leave-one-pipeline-out", "",
                   f"- compromised runs stopped at or before the first harmful call: {o['stopped_before_harm_P']}",
                   f"- benign runs with a blocked call: {o['benign_with_block']} (N1 {o['N1_with_block']}, "
                   f"N2 {o['N2_with_block']})",
-                  f"- one decision: median {o['latency_ms_median']} ms, p99 {o['latency_ms_p99']} ms "
-                  f"({o['decisions']} decisions)"]
+                  f"- one decision (the gate's own clock, every decision once): median {o['latency_ms_median']} ms, "
+                  f"p99 {o['latency_ms_p99']} ms ({o['decisions']} decisions)"]
+        if g:
+            lines.append(f"- the whole gate over every {TIMING_EVERY}th run (time_call, median of {g['repeats']}): "
+                         f"{g['ms_per_decision']} ms per decision on average ({g['decisions']} decisions, "
+                         f"{g['min_s']:.2f}-{g['max_s']:.2f} s per pass)")
+        lines.append("")
     if "dataset" in r:
         d = r["dataset"]
         dl = r.get("dataset_learned", {})
-        has_l = bool(dl)
-        lines += ["", "## make-dataset: leave-one-template-family-out and the held-out paraphrase family", "",
-                  "| held out | SCM-EM macro-F1 | AUROC | reachability | keyword |"
-                  + (" SCM-EM + learned macro-F1 | learned AUROC |" if has_l else ""),
-                  "| --- | --- | --- | --- | --- |" + (" --- | --- |" if has_l else "")]
+        rows = []
         for row in d["lotfo"] + [{"held_out": "paraphrase (unseen)", "key": "paraphrase", **d["paraphrase"]}]:
-            lr = dl.get(row.get("key", row["held_out"]))
-            lines.append(f"| {row['held_out']} | {row['scm_em']['macro_f1']:.3f} | {row['scm_em']['auroc']:.3f} | "
-                         f"{row['reachability']['macro_f1']:.3f} | {row['keyword']['macro_f1']:.3f} |"
-                         + ((f" {lr['macro_f1']:.3f} | {lr['auroc']:.3f} |" if lr else " | |") if has_l else ""))
-    lines += ["", "## Targets", "", "| target | value | threshold | met | note |", "| --- | --- | --- | --- | --- |"]
-    for k, t in result["targets"].items():
-        lines.append(f"| {k} | {t['value']} | {t['threshold']} | {'yes' if t['met'] else 'NO'} | {t['note']} |")
-    return "\n".join(lines) + "\n"
+            out = {"held out": row["held_out"], "SCM-EM macro-F1": row["scm_em"]["macro_f1"],
+                   "AUROC": row["scm_em"]["auroc"], "reachability": row["reachability"]["macro_f1"],
+                   "keyword": row["keyword"]["macro_f1"]}
+            if dl:
+                lr = dl.get(row.get("key", row["held_out"])) or {}
+                out |= {"SCM-EM + learned macro-F1": lr.get("macro_f1"), "learned AUROC": lr.get("auroc")}
+            rows.append(out)
+        lines += ["## make-dataset: leave-one-template-family-out and the held-out paraphrase family", "", table(rows)]
+    return "\n".join(lines)
 
 
-PARTS = {"real": part_real, "learned": part_learned, "online": part_online, "dataset": part_dataset,
-         "dataset_learned": part_dataset_learned}
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--parts", nargs="+", choices=sorted(PARTS), default=sorted(PARTS))
-    ap.add_argument("--folds", default=None, help="learned / dataset_learned parts only: fold (run) numbers, e.g. "
-                    "0-5 (default all)")
-    ap.add_argument("--cache", default=None, help="folder (outside the repository) keeping the generated make-dataset "
-                    "sets between parts (default: generated anew by each part)")
-    args = ap.parse_args()
-    global CACHE
-    CACHE = args.cache
-    which = None
-    if args.folds:
-        a, _, b = args.folds.partition("-")
-        which = set(range(int(a), int(b or a) + 1))
-    path = RESULTS / "trace_injection.json"
-    old = json.loads(path.read_text()) if path.exists() else {}
-    results = {k: v for k, v in old.get("results", {}).items() if k in PARTS}
-    seconds = ({k: v for k, v in old.get("seconds", {}).items() if k.split()[0] in PARTS}
-               if isinstance(old.get("seconds"), dict) else {})
-    for part in args.parts:
-        t0 = time.perf_counter()
-        if part in ("learned", "dataset_learned"):
-            results[part] = {**results.get(part, {}), **PARTS[part](which)}
-        else:
-            results[part] = PARTS[part]()
-        seconds[part + (f" --folds {args.folds}" if part in ("learned", "dataset_learned") and args.folds else "")] = round(
-            time.perf_counter() - t0, 1)
-    result = {"tool": "trace-injection", "date": today(), "commit": commit(), "machine": machine(),
-              "command": "python bench/trace_injection.py --parts real; ... --parts learned --folds 0-5; ... --parts "
-                         "learned --folds 6-11; ... --parts online; ... --parts dataset (each part under the CPU lock; "
-                         "parts merge into this file)",
-              "seconds": seconds, "results": results, "targets": targets_of(results)}
-    write_results("trace_injection", result, markdown(result))
-    print(markdown(result))
+@bench.report
+def report(results: dict) -> tuple[dict, str]:
+    return targets_of(results), markdown(results)
 
 
 if __name__ == "__main__":
-    main()
+    bench.main()
