@@ -278,10 +278,10 @@ def test_rotation_kappa_is_the_second_order_coefficient():
 def test_step_needs_curvature_and_radius_decays():
     g = random_gaussians(4, 0, seed=15)
     params, opt = _tr_for(g)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(UsageError, match="before any curvature refresh"):
         opt.step()
     for bad in (dict(radius=0.0), dict(radius_final=0.0), dict(radius=-1e-6)):
-        with pytest.raises(ValueError):
+        with pytest.raises(UsageError):
             GaussianTrustRegion(named_groups(params), **bad)
     assert exp_schedule(1e-6, 1e-8, 0, 1000) == pytest.approx(1e-6)
     assert exp_schedule(1e-6, 1e-8, 999, 1000) == pytest.approx(1e-8)

@@ -45,6 +45,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.train_3dgs.model import GROUPS, quat_to_rotmat
 from icmlkit.lib.train_3dgs.sh import C0
 
@@ -158,13 +159,13 @@ class GaussianTrustRegion(torch.optim.Optimizer):
                  probes: int = 1, initial_probes: int | None = None, abs_before_ema: bool = False,
                  renorm_quats_every: int = 0, color_caps: bool = False, opacity_factor: float = 1.0):
         if not (radius > 0 and radius_final > 0):  # the schedule is log-linear: both ends must be > 0
-            raise ValueError("radius and radius_final must be positive")
+            raise UsageError("radius and radius_final must be positive")
         defaults = dict(lr=lr)
         super().__init__(params, defaults)
         self.names = {grp["name"]: grp["params"][0] for grp in self.param_groups}
         missing = [g for g in GROUPS if g not in self.names]
         if missing:
-            raise ValueError(f"GaussianTrustRegion needs the groups {list(GROUPS)}; missing {missing}")
+            raise UsageError(f"GaussianTrustRegion needs the groups {list(GROUPS)}; missing {missing}")
         self.cfg = dict(betas=tuple(betas), eps=float(eps), hessian_every=int(hessian_every),
                         block_average=bool(block_average), radius=float(radius), radius_final=float(radius_final),
                         total_steps=int(total_steps), opacity_range=tuple(opacity_range), tau_q=float(tau_q),
@@ -270,7 +271,7 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         chunks = self._chunks(residual)
         if scale is None:
             if not torch.is_tensor(residual):
-                raise ValueError("gauss_newton with residual chunks needs scale (2 / total residual size)")
+                raise UsageError("gauss_newton with residual chunks needs scale (2 / total residual size)")
             scale = 2.0 / residual.numel()
         acc = [torch.zeros_like(p) for p in params]
         P = self.probes_now()
@@ -302,7 +303,7 @@ class GaussianTrustRegion(torch.optim.Optimizer):
         c = self.cfg
         b1, b2 = c["betas"]
         if self.refreshes == 0:
-            raise RuntimeError("GaussianTrustRegion.step() before any curvature refresh: call hutchinson() or "
+            raise UsageError("GaussianTrustRegion.step() before any curvature refresh: call hutchinson() or "
                                "gauss_newton() when curvature_due() is True")
         self.step_count += 1
         raw = {}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from icmlkit.lib.core.errors import UsageError
+
 C0 = 0.28209479177387814
 C1 = 0.4886025119029199
 C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
@@ -23,7 +25,7 @@ def n_coeffs(degree: int) -> int:
 def sh_basis(dirs: torch.Tensor, degree: int) -> torch.Tensor:
     """The SH basis at unit directions ``dirs`` [..., 3] -> [..., (degree+1)^2] (vectorised)."""
     if not 0 <= degree <= 3:
-        raise ValueError(f"SH degree must be 0..3, not {degree}")
+        raise UsageError(f"SH degree must be 0..3, not {degree}")
     x, y, z = dirs.unbind(-1)
     out = [torch.full_like(x, C0)]
     if degree >= 1:
