@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from icmlkit.lib.core.errors import UsageError
+
 
 def orthonormal_directions(batch: int, d: int, k: int, generator: torch.Generator, per: str = "element",
                            kind: str = "orthogonal", dtype=torch.float32, device=None) -> torch.Tensor:
@@ -31,7 +33,7 @@ def orthonormal_directions(batch: int, d: int, k: int, generator: torch.Generato
     The Gaussian draws are made on the CPU from ``generator`` in float64 (device independent), then
     moved to ``device``/``dtype``."""
     if k < 1:
-        raise ValueError("K must be >= 1")
+        raise UsageError("K must be >= 1")
     n = batch if per == "element" else 1
     if kind == "iid":
         g = torch.randn(n, d, k, generator=generator, dtype=torch.float64)
@@ -46,7 +48,7 @@ def orthonormal_directions(batch: int, d: int, k: int, generator: torch.Generato
         q = q * sign.unsqueeze(-2)
         u = q.reshape(n, blocks, d, width).permute(0, 2, 1, 3).reshape(n, d, blocks * width)[..., :k]
     else:
-        raise ValueError(f"unknown direction kind {kind!r}")
+        raise UsageError(f"unknown direction kind {kind!r}")
     if per != "element":
         u = u.expand(batch, d, k)
     return u.to(device=device, dtype=dtype)
