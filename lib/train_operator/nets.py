@@ -24,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from icmlkit.lib.core.errors import UsageError
+
 TAU_MIN, TAU_MAX = 0.1, 5.0
 
 
@@ -293,7 +295,7 @@ class FNONet(nn.Module):
 
     def forward(self, x, coords, lo, hi, grid=None):
         if grid is None:
-            raise ValueError("fno needs a regular grid")
+            raise UsageError("fno needs a regular grid")
         B, n, _ = x.shape
         h = self.lift(torch.cat([x, coords[None].expand(B, *coords.shape).to(x.dtype)], dim=-1))
         h = h.transpose(1, 2).reshape(B, -1, *grid)
