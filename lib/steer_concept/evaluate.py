@@ -110,7 +110,7 @@ def evaluate_grid(encoder, steerings, strengths, *, source_train, target_train, 
         train = {k: np.concatenate([train_embeddings[0][k], train_embeddings[1][k]]) for k in ("pooled", key)}
     y_train = np.r_[np.zeros(len(source_train)), np.ones(len(target_train))]
     if len(train["pooled"]) != len(y_train):
-        raise ValueError("train_embeddings do not match the train texts")
+        raise UsageError("train_embeddings do not match the train texts")
     base = split(encoder.embed(flat, desc="unsteered"))
     log.info("unsteered embeddings: %d texts in %.1f s", len(flat) + (0 if train_embeddings else len(y_train)),
              time.perf_counter() - t0)

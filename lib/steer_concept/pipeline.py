@@ -48,7 +48,7 @@ def fit_steerings(loaded, *, layers, site: str, neutral, source, target, methods
         fit_layers = (method_layers or {}).get(m, enc_mean.layers)
         bad = [L for L in fit_layers if L not in enc_mean.layers]
         if bad:
-            raise ValueError(f"method_layers[{m!r}] = {bad} is not among the embedded layers {enc_mean.layers}")
+            raise UsageError(f"method_layers[{m!r}] = {bad} is not among the embedded layers {enc_mean.layers}")
         steps = [fit_step(means[L][0], means[L][1], stats[L], method=m, layer=L, concept=concept)
                  for L in fit_layers]
         out.append((LABELS.get(m, m), Steering(steps, {**config, "layers": list(fit_layers)})))
