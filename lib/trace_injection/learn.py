@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.trace_injection.config import DEFAULT_SINKS, sink_category
 
 KEYWORDS = re.compile(
@@ -101,7 +101,7 @@ class Head:
                               "feature": t.feature.tolist(), "threshold": t.threshold.tolist(), "p": frac})
             self.params = {"trees": trees}
         else:
-            raise ValueError(f"unknown head {self.kind!r}")
+            raise UsageError(f"unknown head {self.kind!r}")
         self.threshold = fit_threshold(y, self.score(feats))
         return self
 
