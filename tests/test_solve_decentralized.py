@@ -10,6 +10,8 @@ import pytest
 
 from fuzzing import DEFAULT_KINDS, FuzzCase, check_malformed, run_inprocess
 
+from icmlkit.lib.core.errors import IcmlkitError
+
 TOOL = "solve-decentralized"
 
 
@@ -254,10 +256,10 @@ def test_counting_communicator_sees_only_neighbours_and_no_collective():
     # the communicator itself refuses what the algorithm must never do
     net = ThreadNetwork(prob)
     comm = ThreadComm(net, 0)
-    with pytest.raises(RuntimeError, match="non-neighbour"):
+    with pytest.raises(IcmlkitError, match="non-neighbour"):
         net.send(0, 4, np.zeros((1, 2)))
     comm.in_loop = True
-    with pytest.raises(RuntimeError, match="all_reduce"):
+    with pytest.raises(IcmlkitError, match="all_reduce"):
         comm.all_reduce(1.0)
 
 

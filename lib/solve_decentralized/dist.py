@@ -26,6 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from icmlkit.lib.core.errors import IcmlkitError
 from icmlkit.lib.solve_decentralized.problem import Problem
 
 
@@ -96,7 +97,7 @@ class ThreadNetwork:
         with self.lock:
             self.pairs.add((src, dst))
         if (src, dst) not in self.edges:
-            raise RuntimeError(f"node {src} sent to non-neighbour {dst}")
+            raise IcmlkitError(f"node {src} sent to non-neighbour {dst}")
         self.links[(src, dst)].put(np.array(V, copy=True))
 
     def recv(self, src, dst):
@@ -120,12 +121,12 @@ class ThreadComm:
     def all_reduce(self, value):
         if self.in_loop:
             self.net.collectives_in_loop += 1
-            raise RuntimeError("all_reduce inside the algorithm's loop")
+            raise IcmlkitError("all_reduce inside the algorithm's loop")
         raise NotImplementedError
 
     def gather_for_logging(self, u):
         self.net.collectives_in_loop += 1
-        raise RuntimeError("the thread network runs without global logging")
+        raise IcmlkitError("the thread network runs without global logging")
 
 
 def run_threads(prob: Problem, setup, iterations: int, dpmm_steps=None) -> dict:
@@ -185,7 +186,7 @@ class TorchComm:
         import torch.distributed as dist
 
         if not self.logging:
-            raise RuntimeError("global logging is off")
+            raise IcmlkitError("global logging is off")
         t = torch.from_numpy(np.ascontiguousarray(u))
         parts = [torch.empty_like(t) for _ in range(self.world)]
         dist.all_gather(parts, t)

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.solve_decentralized.problem import Problem, make_graph
 
 KINDS = ("mixed", "resource", "hfl", "vfl")
@@ -89,7 +90,7 @@ def generate(kind: str, n: int, graph: str, *, seed_rng, d: int = 5, m: int = 3,
             prob.loss = "logbarrier"
             prob.meta["kind"] = "resource-logbarrier"
         elif cost != "quadratic":
-            raise ValueError(f"unknown cost {cost!r}")
+            raise UsageError(f"unknown cost {cost!r}")
         return prob
     if kind == "hfl":
         N = n * samples
@@ -106,7 +107,7 @@ def generate(kind: str, n: int, graph: str, *, seed_rng, d: int = 5, m: int = 3,
         Fs = [rng.standard_normal((S, d)) / np.sqrt(d) for _ in range(n)]
         Q, A, C, Ct = _vfl_blocks(Fs, lam, dmax)
         return plant(Q, A, C, Ct, dims, 1, edges, rng, kind)
-    raise ValueError(f"unknown kind {kind!r}")
+    raise UsageError(f"unknown kind {kind!r}")
 
 
 def _vfl_blocks(Fs, lam, dmax):
@@ -245,13 +246,13 @@ def from_sklearn(name: str, split: str, n: int, graph: str, lam: float, loss: st
     from sklearn.preprocessing import StandardScaler
 
     if name not in SKLEARN_SETS:
-        raise ValueError(f"unknown scikit-learn set {name!r}")
+        raise UsageError(f"unknown scikit-learn set {name!r}")
     X, y = getattr(datasets, f"load_{name}")(return_X_y=True)
     X = StandardScaler().fit_transform(X)
     y = np.asarray(y, float)
     if loss == "logistic":
         if split != "samples":
-            raise ValueError("logistic loss: split by samples only (the VFL problem is ridge)")
+            raise UsageError("logistic loss: split by samples only (the VFL problem is ridge)")
         ypm = np.where(y == y.max(), 1.0, -1.0)
         return hfl_logistic(X, ypm, n, lam, graph, rng=rng), X, ypm
     if split == "samples":

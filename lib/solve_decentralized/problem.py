@@ -53,7 +53,7 @@ class SparseStack:
         for M in mats:
             M = sp.csr_matrix(M, copy=True)
             if M.shape[0] != m or M.shape[1] > dmax:
-                raise ValueError(f"coupled matrix of shape {M.shape}; expected ({m}, <= {dmax})")
+                raise InputError(f"coupled matrix of shape {M.shape}; expected ({m}, <= {dmax})")
             M.resize((m, dmax))   # zero columns up to the padded width
             self.mats.append(M)
         self.shape = (len(self.mats), m, dmax)

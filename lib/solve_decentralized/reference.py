@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.solve_decentralized.problem import Problem, a_block, a_mul
 
 
@@ -160,7 +160,7 @@ def reference(prob: Problem, method: str = "auto", tol: float = 1e-12, max_newto
                 break
         x, xt = _unpack(prob, v)
     else:
-        raise ValueError(f"unknown reference method {method!r}")
+        raise UsageError(f"unknown reference method {method!r}")
     kkt = kkt_residual(prob, x, xt)
     if not np.isfinite(kkt["stationarity"]) or (prob.loss == "quadratic" and method == "kkt"
                                                   and kkt["feasibility"] > 1e-6 * max(1.0, float(np.max(np.abs(x), initial=0.0)))):
