@@ -13,7 +13,9 @@ LiME-LoRA (``LoRALiMELinear`` of the official code), for a token x of a frozen W
 4. y = h + delta * p + gamma_s (delta * p_s); pad positions return h (the mask comes from a hook).
 
 n-gram routing: one decision per group of n real tokens, taken at the group's first token (causal,
-default) or its last token (the official rule, which leaks the future in a causal LM).
+default) or its last token (the official rule, which leaks the future in a causal LM). As in the official
+layers (which route the anchor tokens alone), the batch / causal max-abs normaliser is taken over the
+deciding tokens only.
 Load balancing per layer on pi: importance = E sum_e pbar_e^2 - 1, KL(pbar || U) = sum pbar log pbar + log E.
 
 Other bases with the same modulation [reconstructed: the paper's text is not available; only the
@@ -255,14 +257,18 @@ class LimeLinear(AdapterLayer):
         """pi [.., E] (after n-gram broadcast) from the first E channels of hr and delta."""
         cfg, ctx, E = self.cfg, self.ctx, self.cfg.experts
         hE, dE = hr[..., :E], delta[..., :E]
-        z = ((1 - cfg.gamma_routing) * hE / normaliser(hE, m, cfg.route_norm, ctx)
-             + cfg.gamma_routing * dE / normaliser(dE, m, cfg.route_norm, ctx)) / cfg.temperature
+        src, mn = None, m
+        if cfg.n_gram > 1 and hr.dim() == 3:
+            src = ngram_source(m[..., 0], cfg.n_gram, cfg.ngram_rule)
+            if cfg.route_norm != "token":   # the scale comes from the deciding tokens only, as officially
+                mn = m & (src == torch.arange(src.shape[1], device=src.device))[..., None]
+        z = ((1 - cfg.gamma_routing) * hE / normaliser(hE, mn, cfg.route_norm, ctx)
+             + cfg.gamma_routing * dE / normaliser(dE, mn, cfg.route_norm, ctx)) / cfg.temperature
         if self.training and cfg.jitter > 0:
             u = ctx.uniform(tuple(z.shape), z.device).to(z.dtype)
             z = z * (1 - cfg.jitter + 2 * cfg.jitter * u)
         pi = torch.softmax(z, dim=-1)
-        if cfg.n_gram > 1 and pi.dim() == 3:
-            src = ngram_source(m[..., 0], cfg.n_gram, cfg.ngram_rule)
+        if src is not None:
             pi = pi.gather(1, src[..., None].expand_as(pi))
         return pi
 
