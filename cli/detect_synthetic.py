@@ -12,7 +12,7 @@ TOOL = "detect-synthetic"
 TABLES = (".csv", ".jsonl", ".parquet")
 TRAIN_FIELDS = ("method", "backbone", "backbone_weights", "image_size", "input_size", "preprocess", "steps",
                 "batch_size", "micro_batches", "lr", "eps", "margin", "val_fraction", "fusion", "rigid_noise",
-                "rigid_space", "rigid_draws")
+                "rigid_space", "rigid_draws", "lpd")
 WEIGHTS_FILE = {"type": click.Path()}  # a file or a local timm / torchvision model folder
 RECONSTRUCTED = (
     "RECONSTRUCTED (the paper body is not known; the method sheet follows the official code): Platt "

@@ -14,7 +14,7 @@ import torch
 
 from conftest import Interrupted, exe, run_tool as _run_tool
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 
 TOOL = "detect-synthetic"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # on a loaded 2-core machine one torch thread is many times faster
@@ -115,10 +115,44 @@ def test_lpd_and_median_match_a_direct_computation():
     med = median3(torch.from_numpy(x)).numpy()
     ref = median_filter(x, size=(1, 1, 3, 3), mode="nearest")
     assert np.allclose(med[..., 1:-1, 1:-1], ref[..., 1:-1, 1:-1])
-    lpd = lpd_map(torch.from_numpy(x)).numpy()
+    lpd = lpd_map(torch.from_numpy(x)).numpy()                      # default: the official lower median
+    mid = lpd_map(torch.from_numpy(x), "mid-mean").numpy()
     i, j = 4, 5
     ring = np.delete(x[0, 1, i - 1:i + 2, j - 1:j + 2].ravel(), 4)
-    assert lpd[0, 1, i, j] == pytest.approx(x[0, 1, i, j] - np.median(ring), abs=1e-6)
+    assert lpd[0, 1, i, j] == pytest.approx(x[0, 1, i, j] - np.sort(ring)[3], abs=1e-6)
+    assert mid[0, 1, i, j] == pytest.approx(x[0, 1, i, j] - np.median(ring), abs=1e-6)
+    # the border: zero padding (official) vs replicate padding (mid-mean)
+    corner = np.sort([0, 0, 0, 0, 0, x[0, 0, 0, 1], x[0, 0, 1, 0], x[0, 0, 1, 1]])
+    assert lpd[0, 0, 0, 0] == pytest.approx(x[0, 0, 0, 0] - corner[3], abs=1e-6)
+    rep = np.sort([x[0, 0, 0, 0]] * 3 + [x[0, 0, 0, 1]] * 2 + [x[0, 0, 1, 0]] * 2 + [x[0, 0, 1, 1]])
+    assert mid[0, 0, 0, 0] == pytest.approx(x[0, 0, 0, 0] - 0.5 * (rep[3] + rep[4]), abs=1e-6)
+    with pytest.raises(UsageError, match="--lpd"):
+        lpd_map(torch.from_numpy(x), "median")
+
+
+def test_lpd_mode_is_stored_and_older_model_files_keep_mid_mean():
+    from icmlkit.lib.detect_synthetic.model import DetectorConfig
+
+    assert DetectorConfig().lpd == "lower-median"
+    assert DetectorConfig.from_json(DetectorConfig(lpd="mid-mean").to_json()).lpd == "mid-mean"
+    old = json.loads(DetectorConfig().to_json())
+    del old["lpd"]
+    assert DetectorConfig.from_json(json.dumps(old)).lpd == "mid-mean"   # written before 2026-12-07
+    with pytest.raises(InputError, match="--lpd"):
+        DetectorConfig.from_json(json.dumps(dict(old, lpd="median")))
+
+
+def test_unreadable_images_are_described_without_internals():
+    from PIL import Image
+
+    from icmlkit.lib.detect_synthetic.images import _image_problem, decode
+
+    for data in (b"", b"hello", b"\x89PNG\r\n\x1a\n" + bytes(range(256))):
+        with pytest.raises(InputError) as info:
+            decode(data, 16, "x.png")
+        assert str(info.value) == "x.png: not a readable image (no image format recognised)"
+    assert _image_problem(IndexError("pop from empty list"), Image) == "corrupt or unsupported image data"
+    assert _image_problem(OSError("image file is truncated"), Image) == "image file is truncated"
 
 
 # --------------------------------------------------------------------------- the backbone

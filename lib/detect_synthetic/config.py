@@ -18,6 +18,7 @@ FUSIONS = ("max", "mean", "logit-mean")  # ra-det's rules for the calibrated bra
 PREPROCESS = ("resize", "crop")
 GENERATORS = ("dcgan", "ddpm", "vae")  # the in-process generators of the offline benchmark
 SPACES = ("normalised", "pixel")
+LPD_MODES = ("lower-median", "mid-mean")  # the official LPD map, and ours before 2026-12-07
 DEFAULT_BACKBONE = "efficientnet-lite0"
 EPS_EVAL = 16 / 255
 EPS_TRAIN = (4 / 255, 32 / 255)
@@ -96,6 +97,10 @@ class DetectorConfig:
     rigid_space: str = field(default="normalised", metadata={
         "choices": SPACES, "help": "rigid: add the noise to the encoder's normalised input tensor at its input "
         "size, unclamped (RIGID's way), or to the [0, 1] pixels at the image size, clamped."})
+    lpd: str = field(default="lower-median", metadata={
+        "choices": LPD_MODES, "help": "ra-det: the LPD map x - median of the 8 neighbours: lower-median (the official "
+        "code: the lower middle value, zero padding) or mid-mean (the mean of the two middle values, replicate "
+        "padding; ours before 2026-12-07)."})
     linear_c: float = 1.0
     chunk: int = 128
 
@@ -104,6 +109,7 @@ class DetectorConfig:
         _check_choice("--rigid-space", self.rigid_space, SPACES)
         _check_choice("--fusion", self.fusion, ("auto", *FUSIONS))
         _check_choice("--preprocess", self.preprocess, PREPROCESS)
+        _check_choice("--lpd", self.lpd, LPD_MODES)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -122,6 +128,8 @@ class DetectorConfig:
             data["eps_train"] = tuple(data["eps_train"])
         if data.get("method") == "rigid" and "rigid_space" not in data:
             data["rigid_space"] = "pixel"  # model files written before rigid_space existed
+        if "lpd" not in data:
+            data["lpd"] = "mid-mean"  # model files written before the LPD map followed the official code
         try:
             cfg = cls(**data)
             cfg.check()

@@ -62,6 +62,20 @@ def list_images(items, recursive: bool = True) -> list[str]:
     return out
 
 
+def _image_problem(exc: Exception, Image) -> str:
+    """What is wrong with an image file, in words: Pillow's own message where it describes the file
+    (truncated, unsupported compression), never an exception's internals (an in-memory buffer's repr,
+    an IndexError from a corrupt header)."""
+    text = str(exc).strip()
+    if isinstance(exc, Image.DecompressionBombError):
+        return "too many pixels: Pillow refuses it as a possible decompression bomb"
+    if isinstance(exc, Image.UnidentifiedImageError):
+        return "no image format recognised"
+    if type(exc) is OSError and text and " object at 0x" not in text:
+        return text.splitlines()[0][:200]
+    return "corrupt or unsupported image data"
+
+
 def decode(data: bytes, size: int, name: str = "<bytes>", crop: bool = False):
     """Bytes of an image file -> uint8 array (size, size, 3): RGB, centre square, bicubic resize
     (``crop``: the centre ``size`` square at the native resolution when the image is that large)."""
@@ -73,7 +87,7 @@ def decode(data: bytes, size: int, name: str = "<bytes>", crop: bool = False):
             im.load()
             rgb = im.convert("RGB")
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types for bad files
-        raise InputError(f"not a readable image ({type(exc).__name__}: {exc})", name) from None
+        raise InputError(f"not a readable image ({_image_problem(exc, Image)})", name) from None
     w, h = rgb.size
     s = min(w, h)
     if s < 1:

@@ -275,7 +275,7 @@ class Detector(nn.Module):
         f_clean = self.encoder(x)
         f_views = self._view_embeddings(views)
         delta, f_adv = self._perturb(x, views, f_clean, eps)
-        return self._head_logits(lpd_map(x), f_clean, f_views, delta, f_adv, eps)
+        return self._head_logits(lpd_map(x, self.config.lpd), f_clean, f_views, delta, f_adv, eps)
 
     def calibrated(self, z: torch.Tensor) -> torch.Tensor:
         """Per-branch calibrated probabilities sigmoid(a_k z_k + b_k) (B, 4)."""
@@ -379,7 +379,7 @@ class Detector(nn.Module):
                 f.append(self.encoder(xb))
                 views.append(torch.cat(vb, dim=1))
                 fv.append(torch.stack(self._view_embeddings(vb)))
-                lpd.append(lpd_map(xb))
+                lpd.append(lpd_map(xb, c.lpd))
         return torch.cat(f), torch.cat(views), torch.cat(fv, dim=1), torch.cat(lpd)
 
     def _split_validation(self, y, groups, seed):

@@ -2,7 +2,9 @@
 
 - :func:`multiscale_views`: the "raw" views of an image (0.5x resized, Gaussian-smoothed, 3x3
   median-filtered) that the probe generator and the foundation branch see.
-- :func:`lpd_map`: the local-pixel-deviation map (FerretNet's zero-masked median deviation).
+- :func:`lpd_map`: the local-pixel-deviation map (FerretNet's zero-masked median deviation): by
+  default as the official code (lower median of the 8 neighbours, zero padding), ``mode="mid-mean"``
+  for ours before 2026-12-07 (mean of the two middle neighbours, replicate padding).
 - :class:`ProbeUNet`: the learned perturbation generator g(x, views, f(x)) -> δ = ε·tanh(·), an
   L∞-bounded perturbation applied and clamped in **pixel space** ([0, 1]); the official code adds δ
   to the normalised tensor without clamping — our choice is documented in the README.
@@ -22,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.detect_synthetic.config import LPD_MODES
 
 
 def gaussian_kernel(sigma: float, device=None) -> torch.Tensor:
@@ -42,10 +45,11 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return F.conv2d(x, k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
 
 
-def _neighbourhood(x: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, C, 9, H, W): the 3x3 neighbourhood of each pixel (replicate padding)."""
+def _neighbourhood(x: torch.Tensor, padding: str = "replicate") -> torch.Tensor:
+    """(B, C, H, W) -> (B, C, 9, H, W): the 3x3 neighbourhood of each pixel (``replicate`` padding, or
+    ``zeros``)."""
     b, c, h, w = x.shape
-    p = F.pad(x, [1, 1, 1, 1], mode="replicate")
+    p = F.pad(x, [1, 1, 1, 1], mode="replicate") if padding == "replicate" else F.pad(x, [1, 1, 1, 1])
     return F.unfold(p.reshape(b * c, 1, h + 2, w + 2), 3).view(b, c, 9, h, w)
 
 
@@ -54,12 +58,19 @@ def median3(x: torch.Tensor) -> torch.Tensor:
     return _neighbourhood(x).median(dim=2).values
 
 
-def lpd_map(x: torch.Tensor) -> torch.Tensor:
+def lpd_map(x: torch.Tensor, mode: str = "lower-median") -> torch.Tensor:
     """Local pixel deviation: x minus the median of its 8 neighbours (the centre is masked out of
-    the 3x3 window, FerretNet's "zero-masked median deviation"); the even-count median is the mean
-    of the two middle values."""
-    nb = _neighbourhood(x)
+    the 3x3 window, FerretNet's "zero-masked median deviation").
+
+    ``lower-median`` (default, the official RA-Det / FerretNet code): the lower of the two middle
+    neighbours (torch.median of the 9 values with the centre set to -inf), zero padding at the border.
+    ``mid-mean`` (ours before 2026-12-07): the mean of the two middle neighbours, replicate padding."""
+    if mode not in LPD_MODES:
+        raise UsageError(f"--lpd must be one of {', '.join(LPD_MODES)}, not {mode!r}")
+    nb = _neighbourhood(x, "zeros" if mode == "lower-median" else "replicate")
     ring = torch.cat([nb[:, :, :4], nb[:, :, 5:]], dim=2).sort(dim=2).values
+    if mode == "lower-median":
+        return x - ring[:, :, 3]
     return x - 0.5 * (ring[:, :, 3] + ring[:, :, 4])
 
 
