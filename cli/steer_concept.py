@@ -6,7 +6,7 @@ import click
 from icmlkit.cli._common import (ToolGroup, add_demo, config_options, make_main, output_option, shard_option,
                                 shard_slice)
 from icmlkit.lib.steer_concept.evaluate import EvaluateConfig
-from icmlkit.lib.steer_concept.pipeline import FitConfig, RunConfig
+from icmlkit.lib.steer_concept.pipeline import CompleteConfig, FitConfig, RunConfig
 from icmlkit.lib.steer_concept.synthetic import GenerateConfig
 
 TOOL = "steer-concept"
@@ -292,6 +292,41 @@ def run_cmd(run, args, output, cfg, dtype, column):
     loaded = load_model(model or steering.config.get("model"), device=run.device, dtype=dtype)
     res = run_steered(cfg, loaded, steering, texts, device=run.device)
     run.save(output, save_activations, res.arrays, texts, {**res.meta, "steered_with": str(steer_path)})
+    return {**res.summary, "output": output}
+
+
+@cli.command(device=True, seed=False)
+@click.argument("args", nargs=-1, required=True, metavar="[MODEL] STEER PROMPTS")
+@output_option("Write the completions (.jsonl or .csv: prompt, completion, new_tokens[, unsteered]).",
+               suffixes=(".jsonl", ".csv"), required=True)
+@config_options(CompleteConfig)
+@dtype_option
+@column_option
+def complete(run, args, output, cfg, dtype, column):
+    """Greedy continuations of a causal language model with the steer hooked in (the LLM path).
+
+    MODEL (default: the one named in the steering file) is loaded with its language-model head; the
+    steer sits at the fitted site and layers. --tokens all (default) steers every position, as run
+    and eval do; --tokens generated steers the generated tokens only and --clip off turns the steps'
+    intermediate clipping off: together the official LLM script's setting (its steer starts at the
+    prompt length and its clipping is off unless asked for).
+
+    \b
+    JSON keys: model, prompts, layers, site, strength, tokens, clip, max_new_tokens, changed (with
+    --compare: prompts whose completion the steer changed), seconds, output.
+    Example:  steer-concept complete llama h2m.safetensors prompts.txt --tokens generated --clip off -o out.jsonl
+    """
+    from icmlkit.lib.core.io import write_rows
+    from icmlkit.lib.steer_concept.model import load_model
+    from icmlkit.lib.steer_concept.pipeline import complete_steered
+
+    model, (steer_path, prompts_path) = _model_and_rest(args, 2, "[MODEL] STEER PROMPTS")
+    run.output(output)
+    steering = _steering(run, steer_path)
+    prompts = _texts(run, prompts_path, column)
+    loaded = load_model(model or steering.config.get("model"), device=run.device, dtype=dtype, kind="causal-lm")
+    res = complete_steered(cfg, loaded, steering, prompts, device=run.device)
+    run.save(output, write_rows, res.arrays["rows"])
     return {**res.summary, "output": output}
 
 

@@ -683,3 +683,112 @@ def test_fit_stats_concept_is_the_leace_eraser(classification, tmp_path, capsys)
     code, _, err = call(capsys, "fit", "--stats", "concept", "--source", tmp_path / "s.npz",
                         "-o", tmp_path / "x.safetensors")
     assert code == 2 and "--stats concept" in err
+
+
+# ------------------------------------------------------------- issue 53: whitening cut, the LLM path
+
+
+def test_whitening_cut_is_the_official_pinv_rule_by_default_and_1e10_on_request():
+    from icmlkit.lib.steer_concept.stats import OURS_EIG_THRESHOLD, eig_cut
+
+    evals = torch.logspace(0, -12, 16, dtype=torch.float64)
+    assert eig_cut(evals) == pytest.approx(16 * torch.finfo(torch.float64).eps)   # lambda_max * d * eps
+    assert eig_cut(evals, OURS_EIG_THRESHOLD) == pytest.approx(1e-10)
+    assert eig_cut(evals * 100, OURS_EIG_THRESHOLD) == pytest.approx(1e-8)          # relative above 1
+    Q, _ = torch.linalg.qr(torch.randn(16, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    cov = (Q * evals) @ Q.T
+    assert Whitening(cov).effective_rank == 16
+    assert Whitening(cov, threshold=OURS_EIG_THRESHOLD).effective_rank == 13
+    x = np.random.default_rng(0).standard_normal((60, 5))
+    a = fit_from_arrays(x[:20] + 2, x[20:40], x, method="midsteer")
+    b = fit_from_arrays(x[:20] + 2, x[20:40], x, method="midsteer", eig_threshold=OURS_EIG_THRESHOLD)
+    assert a.info["eig_threshold"] is None and b.info["eig_threshold"] == 1e-10
+    assert torch.allclose(a.left, b.left) and torch.allclose(a.right, b.right)       # well conditioned: the same
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    """A 2-layer, 32-d random Llama (causal LM) with MiniLM's tokenizer files."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from icmlkit.lib.steer_concept.model import minilm_path
+
+    src = minilm_path()
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0,
+                      bos_token_id=101, eos_token_id=102, tie_word_embeddings=False, initializer_range=0.3)
+    LlamaForCausalLM(cfg).eval().save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, folder / name)
+    return folder
+
+
+def _llama_steering(folder, strength=8.0):
+    from icmlkit.lib.steer_concept.model import load_model
+
+    steering, _ = _tiny_steering(load_model(folder), layers=(0, 1), site="attn")
+    for st in steering.steps:
+        st.beta = strength
+    steering.config["model"] = str(folder)
+    return steering
+
+
+def test_generated_tokens_only_leaves_the_prompt_pass_alone(tiny_llama):
+    from icmlkit.lib.hf.hooks import capture_outputs, site_modules
+    from icmlkit.lib.steer_concept.hooks import steering_hooks
+    from icmlkit.lib.steer_concept.model import load_model
+
+    lm = load_model(tiny_llama, kind="causal-lm")
+    steering = _llama_steering(tiny_llama)
+    mods = site_modules(lm.model, [0, 1], "attn")
+    ids = lm.tokenizer(["A horse jumps over a fence."], return_tensors="pt")["input_ids"]
+
+    def site_out(tokens, inp, clip=None):
+        with steering_hooks(mods, steering, tokens=tokens, clip=clip), capture_outputs(mods) as got, \
+                torch.inference_mode():
+            lm.model(input_ids=inp)
+        return got[1][0]
+
+    plain = site_out("generated", ids)                        # a prompt pass: untouched
+    with capture_outputs(mods) as got, torch.inference_mode():
+        lm.model(input_ids=ids)
+    assert torch.equal(plain, got[1][0])
+    assert not torch.allclose(site_out("all", ids), plain)    # the default steers every position
+    one = ids[:, :1]
+    assert torch.equal(site_out("generated", one), site_out("all", one))   # a one-position pass is steered
+    assert not torch.allclose(site_out("all", ids, clip=False), site_out("all", ids, clip=True))
+
+
+def test_complete_official_setting_keeps_the_first_token_and_strength_zero_is_the_model(tiny_llama):
+    from icmlkit.lib.steer_concept.model import load_model
+    from icmlkit.lib.steer_concept.pipeline import CompleteConfig, complete_steered
+
+    lm = load_model(tiny_llama, kind="causal-lm")
+    steering = _llama_steering(tiny_llama)
+    prompts = TEXTS
+    zero = complete_steered(CompleteConfig(strength=0.0, max_new_tokens=6, compare=True), lm, steering, prompts)
+    assert zero.summary["changed"] == 0
+    gen = complete_steered(CompleteConfig(tokens="generated", clip="off", max_new_tokens=6, compare=True), lm,
+                           steering, prompts)
+    assert gen.summary["changed"] > 0
+    tok = lm.tokenizer
+    for r in gen.arrays["rows"]:  # the first new token comes from the unsteered prompt pass
+        first = tok(r["completion"], add_special_tokens=False)["input_ids"][:1]
+        assert first == tok(r["unsteered"], add_special_tokens=False)["input_ids"][:1]
+
+
+def test_cli_complete(tiny_llama, tmp_path, capsys):
+    steering = _llama_steering(tiny_llama)
+    (tmp_path / "s.safetensors").write_bytes(steering.to_bytes())
+    (tmp_path / "p.txt").write_text("\n".join(TEXTS) + "\n")
+    code, out, err = call(capsys, "complete", tmp_path / "s.safetensors", tmp_path / "p.txt", "-o",
+                          tmp_path / "c.jsonl", "--tokens", "generated", "--clip", "off", "--max-new-tokens", "3",
+                          "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["tokens"] == "generated" and s["clip"] == "off" and s["prompts"] == 4
+    rows = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and {"prompt", "completion", "new_tokens"} <= set(rows[0])

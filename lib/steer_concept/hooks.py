@@ -24,20 +24,35 @@ from icmlkit.lib.hf.hooks import find_layers, parse_layers, site_modules  # noqa
 POOLS = ("mean", "last", "cls", "all")
 
 
+TOKENS = ("all", "generated")
+
+
 @contextlib.contextmanager
-def steering_hooks(modules: dict, steering, strength: float | None = None):
+def steering_hooks(modules: dict, steering, strength: float | None = None, *, tokens: str = "all",
+                   clip: bool | None = None):
     """Register forward hooks applying ``steering``'s steps of each layer at its site module.
 
     The activation is cloned to float64, steered, and cast back to its dtype (no in-place edit).
-    ``strength`` replaces every step's beta (beta is applied at each hooked layer).
+    ``strength`` replaces every step's beta (beta is applied at each hooked layer); ``clip`` (not None)
+    replaces every step's intermediate clipping. ``tokens="generated"`` steers generated tokens only, as
+    the official LLM script (``min_token_index`` = the prompt length): a forward pass over more than one
+    position (the prompt, under a key-value cache) is left as it is, a one-position pass (a new token) is
+    steered -- so a one-token prompt is steered too, as there.
     """
+    import dataclasses
+
+    if tokens not in TOKENS:
+        raise UsageError(f"--tokens must be one of {', '.join(TOKENS)}, not {tokens!r}")
     missing = [layer for layer in steering.layers if layer not in modules]
     if missing:
         raise UsageError(f"the steering file has steps for layers {missing} that are not hooked")
-    steps = {layer: steering.steps_for(layer) for layer in modules}
+    steps = {layer: [st if clip is None else dataclasses.replace(st, clip=bool(clip)) for st in steering.steps_for(layer)]
+             for layer in modules}
     hooked = {layer: mod for layer, mod in modules.items() if steps[layer]}
 
     def steer(layer, h):
+        if tokens == "generated" and h.dim() >= 2 and h.shape[1] > 1:
+            return None  # the prompt pass: untouched
         x = h.detach().clone()
         for st in steps[layer]:
             x = st.apply(x, strength)

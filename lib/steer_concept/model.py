@@ -26,13 +26,14 @@ def resolve_model_path(spec: str | os.PathLike | None) -> Path:
     return resolve(DEFAULT_MODEL if spec is None else spec, extra="hf")
 
 
-def load_model(spec=None, *, device="cpu", dtype: str = "float32") -> LoadedModel:
-    """Load the tokenizer and the base model (``AutoModel``) from a local folder, offline, in eval mode."""
+def load_model(spec=None, *, device="cpu", dtype: str = "float32", kind: str = "base") -> LoadedModel:
+    """Load the tokenizer and the base model (``AutoModel``; ``kind="causal-lm"``: with its language-model
+    head, for ``complete``) from a local folder, offline, in eval mode."""
     from icmlkit.lib.hf.models import load_model as hf_load
 
     if dtype not in DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-    return hf_load(DEFAULT_MODEL if spec is None else spec, kind="base", device=device, dtype=dtype, extra="hf")
+    return hf_load(DEFAULT_MODEL if spec is None else spec, kind=kind, device=device, dtype=dtype, extra="hf")
 
 
 # ------------------------------------------------------------------------------------------ texts

@@ -85,8 +85,10 @@ class FitConfig:
         "choices": ("neutral", "concept")})
     shrinkage: str = field(default="none", metadata={
         "help": "Covariance shrinkage toward a scaled identity: none, auto (Ledoit-Wolf) or a number in [0, 1]."})
-    eig_threshold: float = field(default=DEFAULT_EIG_THRESHOLD, metadata={
-        "help": "Eigenvalues of Sigma below this (times max(1, largest)) are dropped (pseudo-inverse).", "min": 0.0})
+    eig_threshold: float | None = field(default=DEFAULT_EIG_THRESHOLD, metadata={
+        "help": "Drop the eigenvalues of Sigma at or below this times max(1, largest) (pseudo-inverse; 1e-10 was "
+                "this project's rule). Default: the official cut, torch.linalg.pinv's largest * d * eps.",
+        "min": 0.0})
     identity_cov: bool = field(default=False, metadata={
         "help": "Sigma = I (no whitening), as the official identity_cov flag."})
     zero_mean: bool = field(default=False, metadata={"help": "mu0 = 0 (no centring), as the official "
@@ -284,3 +286,56 @@ def run_steered(cfg: RunConfig, loaded, steering: Steering, texts: list[str], *,
     summary = {"model": loaded.name, "texts": len(texts), "layers": enc.layers, "site": enc.site,
                "strength": cfg.strength, "disturbance": dist, "seconds": round(time.perf_counter() - t0, 3)}
     return RunResult(res, {**enc.config(), "strength": cfg.strength}, summary)
+
+
+# --------------------------------------------------------------------------- `complete` (steered generation)
+
+@dataclass
+class CompleteConfig:
+    """Settings of ``steer-concept complete``: greedy continuations of a causal language model with the steer
+    hooked in. The official LLM script's setting is ``--tokens generated --clip off``."""
+
+    strength: float | None = field(default=None, metadata={
+        "help": "Replace every step's beta (applied at each layer)."})
+    tokens: str = field(default="all", metadata={
+        "help": "Which positions the steer touches: all (the prompt and every generated token, as run and eval "
+                "steer every token) or generated (the generated tokens only, as the official LLM script).",
+        "choices": ("all", "generated")})
+    clip: str = field(default="file", metadata={
+        "help": "Intermediate clipping: file (each step's own, as fitted), off (the official LLM script's default) "
+                "or on.", "choices": ("file", "on", "off")})
+    max_new_tokens: int = field(default=32, metadata={"help": "Tokens generated per prompt (greedy).", "min": 1})
+    batch_size: int = field(default=8, metadata={"help": "Prompts per batch.", "min": 1})
+    compare: bool = field(default=False, metadata={
+        "help": "Also generate without the steer (the 'unsteered' field of each row)."})
+
+
+def complete_steered(cfg: CompleteConfig, loaded, steering: Steering, prompts: list[str], *, device=None) -> RunResult:
+    """Greedy continuations of ``prompts`` by ``loaded`` (a causal LM) with ``steering`` hooked at its site
+    and layers (:func:`~icmlkit.lib.steer_concept.hooks.steering_hooks` with ``tokens`` and ``clip``).
+    ``arrays`` holds the rows (prompt, completion, new_tokens[, unsteered])."""
+    from icmlkit.lib.hf.generate import greedy_generate
+    from icmlkit.lib.hf.hooks import site_modules
+    from icmlkit.lib.steer_concept.hooks import steering_hooks
+
+    if steering.layers == [None]:
+        raise UsageError("STEER: the steering file was fitted on plain arrays (no layers); use `apply`")
+    t0 = time.perf_counter()
+    site = steering.config.get("site", "attn")
+    modules = site_modules(loaded.model, list(steering.layers), site)
+    gen = dict(max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, device=device)
+    clip = {"file": None, "on": True, "off": False}[cfg.clip]
+    with steering_hooks(modules, steering, cfg.strength, tokens=cfg.tokens, clip=clip):
+        out = greedy_generate(loaded.model, loaded.tokenizer, prompts, **gen)
+    base = greedy_generate(loaded.model, loaded.tokenizer, prompts, **gen) if cfg.compare else None
+    rows = []
+    for i, (p, g) in enumerate(zip(prompts, out)):
+        row = {"prompt": p, "completion": g.text, "new_tokens": len(g.token_ids)}
+        if base is not None:
+            row["unsteered"] = base[i].text
+        rows.append(row)
+    changed = None if base is None else sum(r["completion"] != r["unsteered"] for r in rows)
+    summary = {"model": loaded.name, "prompts": len(prompts), "layers": list(steering.layers), "site": site,
+               "strength": cfg.strength, "tokens": cfg.tokens, "clip": cfg.clip, "max_new_tokens": cfg.max_new_tokens,
+               "changed": changed, "seconds": round(time.perf_counter() - t0, 3)}
+    return RunResult({"rows": rows}, {"tokens": cfg.tokens, "clip": cfg.clip}, summary)

@@ -8,9 +8,11 @@ eigenvalues that whitening then amplifies).
 - :func:`neutral_stats` -- mean mu0 and covariance Sigma of neutral activations (chunked, float64),
   optionally shrunk toward a scaled identity (a fixed coefficient, or Ledoit-Wolf's estimate).
 - :func:`concept_mean` -- mu_s / mu_t, the mean activation of a concept's examples.
-- :class:`Whitening` -- Sigma^{-1/2} and Sigma^{1/2} by ``eigh``; eigenvalues below the threshold
-  (1e-10, as in the official code) are dropped, i.e. both are pseudo-inverse square roots on the
-  range of Sigma. ``effective_rank`` says how many directions were kept.
+- :class:`Whitening` -- Sigma^{-1/2} and Sigma^{1/2} by ``eigh``; eigenvalues at or below the cut
+  are dropped, i.e. both are pseudo-inverse square roots on the range of Sigma. The default cut is the
+  official code's, torch.linalg.pinv's rule lambda_max * d * eps(float64); a number r (``--eig-threshold``,
+  this project's former default 1e-10) cuts at r * max(1, lambda_max) instead.
+  ``effective_rank`` says how many directions were kept.
 """
 from __future__ import annotations
 
@@ -18,7 +20,20 @@ from dataclasses import dataclass
 
 from icmlkit.lib.core.errors import InputError
 
-DEFAULT_EIG_THRESHOLD = 1e-10
+DEFAULT_EIG_THRESHOLD = None  # None: the official cut, torch.linalg.pinv's rule (lambda_max * d * eps)
+OURS_EIG_THRESHOLD = 1e-10    # the former default: lambda <= 1e-10 * max(1, lambda_max) dropped
+
+
+def eig_cut(evals, threshold: float | None = DEFAULT_EIG_THRESHOLD) -> float:
+    """The eigenvalue at or below which a direction of Sigma is dropped. ``None``: the official
+    MidSteer rule (core/math.py, MIT), torch.linalg.pinv's: largest * d * eps of the dtype (about
+    3.6e-15 * largest for d = 16 in float64); a number r: r * max(1, largest)."""
+    import torch
+
+    top = float(evals.max())
+    if threshold is None:
+        return top * int(evals.shape[-1]) * torch.finfo(evals.dtype).eps
+    return float(threshold) * max(1.0, top)
 
 
 def _as_2d_float64(x, name: str):
@@ -124,12 +139,13 @@ def concept_mean(x, name: str = "concept"):
 class Whitening:
     """W = Sigma^{-1/2} and W+ = Sigma^{1/2} by eigendecomposition in float64.
 
-    Eigenvalues <= ``threshold`` * max(1, largest eigenvalue) are zeroed in both (pseudo-inverse),
-    with the official code's absolute 1e-10 as the default; ``identity=True`` gives W = W+ = I
-    (the CASteer special case).
+    Eigenvalues at or below :func:`eig_cut` are zeroed in both (pseudo-inverse): by default the
+    official code's cut (torch.linalg.pinv's rule, ``threshold=None``); ``threshold=r`` drops
+    lambda <= r * max(1, largest) (1e-10 was this project's default). ``identity=True`` gives
+    W = W+ = I (the CASteer special case).
     """
 
-    def __init__(self, cov=None, *, threshold: float = DEFAULT_EIG_THRESHOLD, identity: bool = False,
+    def __init__(self, cov=None, *, threshold: float | None = DEFAULT_EIG_THRESHOLD, identity: bool = False,
                  dim: int | None = None, device=None):
         import torch
 
@@ -142,7 +158,7 @@ class Whitening:
             return
         cov = cov.to(torch.float64)
         evals, evecs = torch.linalg.eigh((cov + cov.T) / 2)
-        cut = float(threshold) * max(1.0, float(evals.max()))
+        cut = eig_cut(evals, threshold)
         keep = evals > cut
         safe = torch.where(keep, evals, torch.ones_like(evals))
         inv_sqrt = torch.where(keep, safe.rsqrt(), torch.zeros_like(evals))

@@ -121,7 +121,7 @@ class SteerStep:
 def fit_step(mu_s, mu_t=None, neutral: Stats | None = None, *, method: str = "midsteer",
              beta: float | None = None, clip: bool | None = None, renormalize: bool = False,
              identity_cov: bool = False, zero_mean: bool = False,
-             eig_threshold: float = DEFAULT_EIG_THRESHOLD, layer: int | None = None,
+             eig_threshold: float | None = DEFAULT_EIG_THRESHOLD, layer: int | None = None,
              concept: str = "concept", keep_means: bool = True) -> SteerStep:
     """Fit one steer from the concept means and the neutral statistics (all float64).
 
@@ -171,7 +171,8 @@ def fit_step(mu_s, mu_t=None, neutral: Stats | None = None, *, method: str = "mi
             "n_neutral": int(neutral.n) if neutral is not None else 0,
             "shrinkage": float(neutral.shrinkage) if neutral is not None else 0.0,
             "identity_cov": bool(identity_cov), "zero_mean": bool(zero_mean),
-            "eig_threshold": float(eig_threshold), "has_target": mu_t is not None}
+            "eig_threshold": None if eig_threshold is None else float(eig_threshold),
+            "has_target": mu_t is not None}
     extra = {}
     if keep_means:
         extra["mu_s"] = mu_s
