@@ -19,11 +19,12 @@ Parts (``python bench/fed_stream.py --list``):
   default ``.venv-flower/bin/python`` in the repository; flwr cannot share the main venv); not
   measured without one.
 
-Tuning (``tune``, the same budget for every strategy): before each comparison every strategy gets 3
-configurations of its own knob on a separate tuning seed (100), scored by the time-averaged accuracy
-with the true oracle; the best is used on the evaluation seeds with both oracles. Knobs: DDS lambda
-(dds-saw, dds-only), SAW gamma (saw-only), FedProx mu, the decay of marfoq and drsr, and the local
-learning rate for the strategies without a knob of their own (fedavg-fifo, fedavg-reservoir, online).
+Tuning (``tune``, the same budget for every strategy): before each comparison every strategy gets 9
+configurations on a separate tuning seed (100), scored by the time-averaged accuracy with the true
+oracle; the best is used on the evaluation seeds with both oracles. The grid is the local learning
+rate (0.5, 1, 2 x the setting's) times 3 values of the strategy's own knob: DDS lambda (dds-saw,
+dds-only), SAW gamma (saw-only), FedProx mu, the decay of marfoq and drsr; the strategies without a
+knob of their own (fedavg-fifo, fedavg-reservoir, online) get 9 learning rates over the same range.
 
 Run: ``make bench TOOL=fed-stream`` (or ``python bench/fed_stream.py [--part P] [--quick] [--report]``).
 """
@@ -59,17 +60,21 @@ LEGACY_BASIS = "from the engines' own seconds per round"
 FLOWER_PYTHON = os.environ.get("FED_STREAM_FLOWER_PYTHON", str(REPO / ".venv-flower" / "bin" / "python"))
 
 
+LR_FACTORS = (0.5, 1.0, 2.0)  # the shared knob: the local learning rate, times the setting's own
+KNOBS = {"dds-saw": ("lam", (0.5, 2.0, 10.0)), "dds-only": ("lam", (0.5, 2.0, 10.0)),
+         "saw-only": ("gamma", (0.5, 2.0, 8.0)), "fedprox": ("mu", (0.001, 0.01, 0.1)),
+         "marfoq": ("decay", (0.5, 0.8, 0.95)), "drsr": ("decay", (0.5, 0.8, 0.95))}
+BUDGET = 9
+
+
 def grid(strategy: str, base: RunConfig) -> list[dict]:
-    """The strategy's 3 configurations of its own knob (the budget every strategy gets)."""
-    if strategy in ("dds-saw", "dds-only"):
-        return [{"lam": v} for v in (0.5, 2.0, 10.0)]
-    if strategy == "saw-only":
-        return [{"gamma": v} for v in (0.5, 2.0, 8.0)]
-    if strategy == "fedprox":
-        return [{"mu": v} for v in (0.001, 0.01, 0.1)]
-    if strategy in ("marfoq", "drsr"):
-        return [{"decay": v} for v in (0.5, 0.8, 0.95)]
-    return [{"lr": round(base.lr * f, 6)} for f in (0.5, 1.0, 2.0)]  # no knob of its own: the local lr
+    """The strategy's 9 configurations (the budget every strategy gets): the local learning rate
+    (0.5, 1, 2 x the setting's) times 3 values of its own knob; a strategy without a knob of its own
+    (fedavg-fifo, fedavg-reservoir, online) gets 9 learning rates over the same range."""
+    if strategy in KNOBS:
+        knob, values = KNOBS[strategy]
+        return [{"lr": round(base.lr * f, 6), knob: v} for f in LR_FACTORS for v in values]
+    return [{"lr": round(base.lr * 2 ** (i / 4 - 1), 6)} for i in range(BUDGET)]
 
 
 def _key(*parts) -> str:
@@ -83,7 +88,7 @@ def tuned(ctx, name: str, stream, base: RunConfig, strategies) -> dict[str, RunC
                           lambda: run_stream(dataclasses.replace(base, strategy=strategy, **cfg), stream,
                                              seed=TUNE_SEED).summary["acc_time_avg"])
 
-    rec = ctx.record_tuning(name, tune({s: grid(s, base) for s in strategies}, evaluate, budget=3))
+    rec = ctx.record_tuning(name, tune({s: grid(s, base) for s in strategies}, evaluate, budget=BUDGET))
     ctx.log(f"{name} tuning: " + ", ".join(f"{s} {v['best']}" for s, v in rec["methods"].items()))
     return {s: dataclasses.replace(base, strategy=s, **rec["methods"][s]["best"]) for s in strategies}
 
@@ -276,8 +281,9 @@ def _table(rows) -> str:
 def _tuned_line(tuned: dict | None) -> str:
     if not tuned:
         return ""
-    return f"Tuned (3 configurations of its own knob each, on seed {TUNE_SEED}): " + "; ".join(
-        f"{s} " + ", ".join(f"{k} {c[k]:g}" for k in grid(s, RunConfig())[0]) for s, c in tuned.items()) + "."
+    return (f"Tuned ({BUDGET} configurations each: the local lr x its own knob, on seed {TUNE_SEED}): "
+            + "; ".join(f"{s} " + ", ".join(f"{k} {c[k]:g}" for k in grid(s, RunConfig())[0]) for s, c in tuned.items())
+            + ".")
 
 
 @bench.report
