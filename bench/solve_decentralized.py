@@ -46,9 +46,14 @@ SEED = 0
 QUIET = 10 ** 9  # trace_every: no trace
 
 
+def _finite(v):
+    """JSON has no inf or NaN (a diverged run's error): those become None."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
 def _pick(s, keys=("iterations", "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual",
                    "suboptimality", "converged", "seconds")):
-    return {k: s.get(k) for k in keys}
+    return {k: _finite(s.get(k)) for k in keys}
 
 
 def once(fn):
@@ -79,7 +84,10 @@ def tuned_methods(ctx, name: str, prob, ref, grids: dict, budget: int, max_iter:
                 f"converged {s['converged']}")
         return s["communications"] if s["converged"] else math.inf
 
-    rec = ctx.record_tuning(name, tune(grids, evaluate, budget=budget, maximize=False))
+    rec = tune(grids, evaluate, budget=budget, maximize=False)
+    for got in rec["methods"].values():  # a setting that did not converge scored inf: None in the JSON record
+        got["scores"] = [_finite(v) for v in got["scores"]]
+    ctx.record_tuning(name, rec)
     out = {}
     for method, got in rec["methods"].items():
         grid = {_label(c): runs[(method, _label(c))] for c in got["grid"]}
