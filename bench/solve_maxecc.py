@@ -22,7 +22,8 @@ lp          the LP crossover on planted instances (noise 0.9, k = 8, r = 3) of 1
             incident pairs: icmlkit's restarted PDHG in torch to a certified 1e-4 relative gap
             against HiGHS row generation and ipm at their default tolerances and, at the PDHG's
             accuracy, HiGHS ipm at 1e-4 without crossover and HiGHS's own PDLP at 1e-4 (each HiGHS
-            solve limited to 3.5x the PDHG time: a stopped solve is a lower bound on the ratio).
+            solve limited to 3.5x the PDHG time, in its own process: a stopped solve is a lower
+            bound on the ratio).
 lp-large    the PDHG alone at 1.1 x 10^6 and 3.7 x 10^6 pairs (minutes each).
 lp-top      the largest size (1.1 x 10^7 pairs): the PDHG, then HiGHS row generation and ipm at their
             default tolerances, one solve at a time, each HiGHS solve in its own process (its peak
@@ -262,38 +263,48 @@ TOP_RUNS, TOP_FACTOR = HIGHS_RUNS[:2], 3.0
 LP_THREADS = 1  # one core for each solver: robust to the machine's other load, and equal
 
 
-def _highs_in_child(H, method: str, limit: float, tol) -> dict:
-    """One HiGHS solve in a forked process (the caller times it): its fields for the row, its peak memory, and a kill
-    (the kernel's out-of-memory killer on a big model) reported as such instead of ending the run."""
-    import multiprocessing as mp
+def _highs_child(send, H, method: str, limit: float, tol) -> None:
+    """The body of one HiGHS solve in a spawned process (a fresh HiGHS, whose global scheduler takes
+    the thread count of its first run, so an earlier solve of the parent cannot make it refuse one)."""
     import resource
 
-    ctx = mp.get_context("fork")
+    ref, rec = once(lambda: solve_lp(H, method=method, time_limit=limit, tolerance=tol, threads=LP_THREADS))
+    send.send(dict(optimal=bool(ref.optimal), status=ref.status, value=ref.value, seconds=rec["median_s"],
+                   peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20))
+
+
+def _highs_in_child(H, method: str, limit: float, tol) -> dict:
+    """One HiGHS solve in its own process, timed there by time_call (process start-up and imports
+    excluded): its fields for the row, its peak memory, and a kill (the kernel's out-of-memory killer
+    on a big model) reported as such instead of ending the run, with the wall time until the kill."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_highs_child, args=(send, H, method, limit, tol))
+    got = {}
 
-    def child():
-        ref = solve_lp(H, method=method, time_limit=limit, tolerance=tol, threads=LP_THREADS)
-        send.send(dict(optimal=bool(ref.optimal), status=ref.status, value=ref.value,
-                       peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20))
+    def wait():
+        proc.start()
+        send.close()
+        try:
+            got.update(recv.recv())  # blocks until the child sends, or raises once it died without sending
+        except EOFError:
+            pass
+        proc.join()
 
-    proc = ctx.Process(target=child)
-    proc.start()
-    send.close()
-    try:
-        got = recv.recv()  # blocks until the child sends, or raises once it died without sending
-    except EOFError:
-        got = None
-    proc.join()
-    if got is None:
-        return dict(optimal=False, value=None,
+    rec = time_call(wait, repeats=1, warmup=0)
+    if not got:
+        return dict(optimal=False, value=None, seconds=rec["median_s"],
                     status=f"process ended with code {proc.exitcode} (-9: killed, e.g. out of memory)")
     return got
 
 
 def lp_rows(ctx, sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, highs: bool = True,
-            isolate: bool = False) -> list[dict]:
+            memory: bool = False) -> list[dict]:
     """One crossover row per size: the PDHG, then (with ``highs``) each HiGHS route of ``routes``
-    limited to ``factor`` x the PDHG time, in-process or, with ``isolate``, each in its own process.
+    limited to ``factor`` x the PDHG time, each in its own process (with ``memory``, its peak memory
+    and status go into the row).
     Every solve is a cached item (with the date and commit it ran at): a rerun continues where a
     killed one stopped (the instance is regenerated from its seed)."""
     import torch
@@ -321,17 +332,11 @@ def lp_rows(ctx, sizes, routes=HIGHS_RUNS, factor: float = LIMIT_FACTOR, highs: 
             for key, method, tol in routes:
                 def solve(key=key, method=method, tol=tol):
                     ctx.log(f"n={n}: HiGHS {key}, limit {limit} s ...")
-                    if isolate:
-                        got, rec = once(lambda: _highs_in_child(H, method, limit, tol))
-                    else:
-                        ref, rec = once(lambda: solve_lp(H, method=method, time_limit=limit, tolerance=tol,
-                                                         threads=LP_THREADS))
-                        got = dict(optimal=bool(ref.optimal), status=ref.status, value=ref.value)
-                    return {**got, "seconds": rec["median_s"], "measured": {"date": now(), "commit": commit()}}
+                    return {**_highs_in_child(H, method, limit, tol), "measured": {"date": now(), "commit": commit()}}
 
                 got = ctx.cached(f"n{n}-{key}-limit{limit}", solve)
                 row["measured"][key] = got["measured"]
-                if isolate:
+                if memory:
                     row[f"{key}_status"] = got["status"]
                     row[f"{key}_peak_rss_gb"] = round(got["peak_rss_gb"], 2) if "peak_rss_gb" in got else None
                 row[f"seconds_{key}"] = round(got["seconds"], 2)
@@ -435,7 +440,7 @@ def part_lp_large(ctx) -> dict:
             hours=3.0)
 def part_lp_top(ctx) -> dict:
     return {"rows": lp_rows(ctx, LP_SIZES[:1] if ctx.quick else [TOP_SIZE], routes=TOP_RUNS, factor=TOP_FACTOR,
-                            isolate=True)}
+                            memory=True)}
 
 
 @bench.part("factor", doc="adversarial search for the exact E[value]/LP of scaled and threshold-order", hours=0.02)
@@ -647,7 +652,8 @@ def markdown(rows: list[dict], frac: list[dict], fact: list[dict], lps: list[dic
         md += ["## LP crossover", "",
                f"Planted, noise 0.9, k 8, r 3; {LP_THREADS} thread for each solver; each HiGHS solve limited to "
                f"{LIMIT_FACTOR}x the PDHG time of the same instance, at least {LIMIT_FLOOR:.0f} s (part lp), and "
-               f"{TOP_FACTOR}x at the part lp-top's size, each solve in its own process there; wall seconds of one "
+               f"{TOP_FACTOR}x at the part lp-top's size; each HiGHS solve in its own process since the harness "
+               f"(in-process in the legacy lp rows); wall seconds of one "
                f"solve each, ratio = HiGHS / PDHG" + (f"; plot {plot}" if plot else "") + ".", "",
                table([{"n": r["n"], "pairs": r["pairs"], "PDHG s": f"{r['seconds_pdhg']:.1f}",
                        "PDHG certified gap": f"{r['pdhg_gap']:.1e}", "PDHG iterations": r["pdhg_iterations"],
