@@ -11,7 +11,8 @@ TOOL = "train-3dgs"
 RECONSTRUCTED = (
     "RECONSTRUCTED (the paper's text beyond its abstract is unknown): that the final method is the "
     "Sophia-style diagonal step followed by the Hellinger clip; beta1/beta2/k/eps (0.9/0.999/10/1e-15, the "
-    "toy's); o_min/o_max (0.01/1), tau_q (0.05) and the colour floor (1e-3); one multi-view batch with the "
+    "toy's); o_max (1) and the colour floor (1e-3) (o_min 0.1 and tau_q 0.01 are the authors' prototype's, options "
+    "--opacity-floor and --tau-q); one multi-view batch with the "
     "same probe for g and Hz; --schedule scaled (a derived horizon correction); the forms of the prototype's "
     "options --color-caps and --opacity-radius, the residual floor of --curvature gn-train, and the "
     "--reg-* regularisers."
@@ -50,7 +51,7 @@ Examples:
 
 def _fit_config_options(exclude=()):
     beta = {"type": click.FloatRange(0, 1, max_open=True)}
-    return config_options(FitConfig, exclude=("lambda_dssim", "tau_q", "extent", "eval_iters", *exclude),
+    return config_options(FitConfig, exclude=("lambda_dssim", "extent", "eval_iters", *exclude),
                           beta1=beta, beta2=beta)
 
 

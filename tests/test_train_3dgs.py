@@ -944,3 +944,59 @@ def test_cuda_and_cpu_renders_agree():
         out[dev] = [x.detach().cpu() for x in (*imgs, *grads, *hv)]
     for a, b in zip(out["cpu"], out["cuda"]):
         np.testing.assert_allclose(b.numpy(), a.numpy(), atol=1e-5, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- issue 53: opacity floor, tau_q
+
+
+def test_opacity_floor_and_quaternion_radius_are_options_with_the_prototype_defaults(scene_dir, monkeypatch):
+    from icmlkit.lib.train_3dgs import train as train_mod
+    from icmlkit.lib.train_3dgs.optim import OPACITY_RANGE, TAU_Q
+    from icmlkit.lib.train_3dgs.train import FitConfig, InitConfig, fit_scene
+
+    cfg = FitConfig()
+    assert (cfg.opacity_floor, cfg.tau_q) == (0.1, 0.01) == (OPACITY_RANGE[0], TAU_Q)
+    g = random_gaussians(32, 1, seed=3).replace(opacity_logits=torch.full((32,), -6.0, dtype=D))  # o ~ 0.0025
+    eps = 1e-4
+    raw = {k: torch.full_like(v, 1e3) for k, v in g.tensors().items()}
+    steps = {}
+    for floor, tau in ((0.1, 0.01), (0.01, 0.05)):
+        params = {k: v.detach().clone().requires_grad_(True) for k, v in g.tensors().items()}
+        opt = GaussianTrustRegion(named_groups(params), radius=eps, radius_final=eps, opacity_range=(floor, 1.0),
+                                  tau_q=tau)
+        steps[floor] = opt.trust_region_clip(raw, eps)
+    # the means' bound scales as sqrt(-ln(1 - eps / (3 o_bar))): about sqrt(10) tighter with the 0.1 floor
+    ratio = steps[0.01]["means"] / steps[0.1]["means"]
+    assert torch.allclose(ratio, torch.full_like(ratio, math.sqrt(10)), rtol=2e-3)
+    qn = g.quats.norm(dim=-1, keepdim=True)
+    assert float((steps[0.1]["quats"].abs() - qn * 0.01).max()) <= 1e-12      # the tau_q cap binds at 1 %
+    big = {k: torch.full_like(v, 1e3) for k, v in g.tensors().items()}
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in g.tensors().items()}
+    loose = GaussianTrustRegion(named_groups(params), radius=0.2, radius_final=0.2, tau_q=0.05)
+    capped = loose.trust_region_clip(big, 0.2)["quats"].abs()
+    assert float((capped - qn * 0.05).abs().min()) < 1e-12                     # a wide radius: the cap decides
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def spy(groups, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(train_mod, "GaussianTrustRegion", spy)
+    sc = read_scene(scene_dir)
+    for floor, tau in ((0.1, 0.01), (0.01, 0.05)):
+        with pytest.raises(Stop):
+            fit_scene(sc, FitConfig(iters=2, opacity_floor=floor, tau_q=tau), InitConfig(init="random", n_gaussians=8))
+        assert seen["opacity_range"] == (floor, 1.0) and seen["tau_q"] == tau
+    with pytest.raises(UsageError, match="3 o_min"):  # the scaled schedule's limit follows the floor
+        train_mod.tr_radii(FitConfig(iters=10, schedule="scaled", opacity_floor=0.01))
+
+
+def test_cli_takes_opacity_floor_and_tau_q(scene_dir, tmp_path):
+    r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "a.ply", "--iters", "2", "--opacity-floor", "0.01",
+                 "--tau-q", "0.05", "--init", "random", "--n-gaussians", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    bad = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "b.ply", "--opacity-floor", "0")
+    assert bad.returncode == 2 and "--opacity-floor" in bad.stderr

@@ -64,7 +64,12 @@ class FitConfig:
     initial_probes: int = _opt(1, "TR: probes of the first refresh (the prototype: 20).", min=1)
     renorm_quats_every: int = _opt(0, "TR: set q <- q/|q| every this many steps (the rotation is unchanged; the "
                                    "prototype: 10); 0: never.", min=0)
-    tau_q: float = 0.05
+    opacity_floor: float = _opt(0.1, "TR: o_min, the floor of o_bar = clamp(sigmoid(opacity), o_min, 1) in the trust "
+                                "region's bounds (the authors' prototype: 0.1; this project used 0.01 before).",
+                                min=0, max=1, min_open=True, max_open=True)
+    tau_q: float = _opt(0.01, "TR: the quaternion radius: each rotation component moves by at most |q| tau_q beside "
+                        "its Hellinger bound (the authors' prototype: 0.01; this project used 0.05 before).", min=0,
+                        min_open=True)
     # Adam
     extent: float | None = None      # scene extent for the means' learning rate (None: 3DGS's camera radius)
     eval_iters: list = field(default_factory=list)  # extra iterations at which to evaluate

@@ -21,7 +21,9 @@ The method (method sheet ``train-3dgs.md``; the paper's text beyond its abstract
    opacity ``alpha_new in [alpha -+ sqrt(4 alpha eps)]`` then ``[1e-5, 1 - 1e-5]``, back to logits;
    DC colour ``|d f_dc| <= sqrt(4 c eps / (3 o_bar)) / C0``, c = C0 f_dc + 0.5 (floored at
    ``color_floor`` **[reconstructed]**, else a black channel could never move); higher SH: the DC
-   bound / 20. o_min, o_max and tau_q are not known **[reconstructed]**.
+   bound / 20. o_min = 0.1 and tau_q = 0.01 are the authors' prototype's (as described in the project's
+   issue 53; options ``opacity_range``, ``tau_q``, the CLI's ``--opacity-floor``, ``--tau-q``); o_max = 1
+   **[reconstructed]**.
 4. **Radius schedule**: ``eps_TR`` decays exponentially from ``radius`` to ``radius_final``
    (1e-6 -> 1e-8 by default) over ``total_steps``. :func:`scaled_radii` gives the horizon-aware
    variant: both ends times c^2 with ``c = S(horizon) / S(total_steps)``, ``S(T) = sum_{t<T}
@@ -55,7 +57,8 @@ ADAM_LR = {"means": 1.6e-4, "means_final": 1.6e-6, "sh0": 2.5e-3, "shN": 2.5e-3 
            "log_scales": 5e-3, "quats": 1e-3}
 
 
-OPACITY_RANGE = (0.01, 1.0)  # o_min, o_max of o_bar [reconstructed]
+OPACITY_RANGE = (0.1, 1.0)  # o_min (the authors' prototype's floor), o_max [reconstructed] of o_bar
+TAU_Q = 0.01                 # the quaternion radius |dq_j| <= |q| tau_q (the authors' prototype's)
 
 
 def exp_schedule(start: float, end: float, step: int, total: int) -> float:
@@ -155,7 +158,7 @@ class GaussianTrustRegion(torch.optim.Optimizer):
     def __init__(self, params: Iterable[dict], lr: float = 1.0, betas=(0.9, 0.999), eps: float = 1e-15,
                  hessian_every: int = 10, block_average: bool = True, radius: float = 1e-6,
                  radius_final: float = 1e-8, total_steps: int = 1000, opacity_range=OPACITY_RANGE,
-                 tau_q: float = 0.05, sh_rest_divisor: float = 20.0, color_floor: float = 1e-3,
+                 tau_q: float = TAU_Q, sh_rest_divisor: float = 20.0, color_floor: float = 1e-3,
                  probes: int = 1, initial_probes: int | None = None, abs_before_ema: bool = False,
                  renorm_quats_every: int = 0, color_caps: bool = False, opacity_factor: float = 1.0):
         if not (radius > 0 and radius_final > 0):  # the schedule is log-linear: both ends must be > 0
