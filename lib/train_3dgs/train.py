@@ -29,7 +29,7 @@ from icmlkit.lib.train_3dgs.config import FitConfig, InitConfig  # noqa: F401 - 
 from icmlkit.lib.train_3dgs.memory import TensorMemoryMeter
 from icmlkit.lib.train_3dgs.model import GROUPS, Gaussians, init_gaussians, random_box_init
 from icmlkit.lib.train_3dgs.metrics import gs_loss, psnr, reg_residual, regularisers, ssim, train_residual
-from icmlkit.lib.train_3dgs.optim import OPACITY_RANGE, GaussianTrustRegion, adam_lr_update, make_adam, named_groups, scaled_radii
+from icmlkit.lib.train_3dgs.optim import GaussianTrustRegion, adam_lr_update, make_adam, named_groups, scaled_radii
 from icmlkit.lib.train_3dgs.rasterize import render
 from icmlkit.lib.train_3dgs.scene import Scene
 
@@ -137,7 +137,7 @@ def tr_radii(cfg: FitConfig) -> tuple[float, float]:
     :func:`~icmlkit.lib.train_3dgs.optim.scaled_radii` over ``iters`` for ``schedule_horizon``."""
     if cfg.schedule == "scaled":
         r0, r1 = scaled_radii(cfg.radius, cfg.radius_final, cfg.iters, cfg.schedule_horizon)
-        limit = 3 * OPACITY_RANGE[0]  # the means' bound needs eps < 3 o_bar
+        limit = 3 * cfg.opacity_floor  # the means' bound needs eps < 3 o_bar
         if max(r0, r1) >= limit:
             raise UsageError(f"--schedule scaled: {cfg.iters} iterations for a {cfg.schedule_horizon}-iteration "
                              f"budget give a start radius of {r0:.3g}, beyond the trust region's closed forms "
@@ -216,7 +216,8 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
         opt = GaussianTrustRegion(named_groups(params), betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                                   hessian_every=cfg.hessian_every, block_average=cfg.block_average,
                                   radius=radii[0], radius_final=radii[1], total_steps=cfg.iters,
-                                  tau_q=cfg.tau_q, probes=cfg.probes, initial_probes=cfg.initial_probes,
+                                  tau_q=cfg.tau_q, opacity_range=(cfg.opacity_floor, 1.0),
+                                  probes=cfg.probes, initial_probes=cfg.initial_probes,
                                   abs_before_ema=cfg.abs_before_ema, renorm_quats_every=cfg.renorm_quats_every,
                                   color_caps=cfg.color_caps,
                                   opacity_factor=(cfg.opacity_radius or cfg.radius) / cfg.radius)
@@ -226,7 +227,10 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
     gen_batch, gen_probe = streams["batches"], streams["probe"]
     rows: list = []
     start = 0
-    fp = fingerprint({"config": asdict(cfg), "seed": int(seed), "dtype": str(dtype)}, *init.tensors().values(),
+    settings = asdict(cfg)
+    if settings["opacity_floor"] == 0.01:  # added later (0.01 was fixed): earlier runs resume with it
+        del settings["opacity_floor"]
+    fp = fingerprint({"config": settings, "seed": int(seed), "dtype": str(dtype)}, *init.tensors().values(),
                      scene.train_cams.R, scene.train_cams.t, scene.train_images, scene.test_images, scene.background)
     state = checkpointer.load(fp) if checkpointer is not None else None
     t_train = 0.0
