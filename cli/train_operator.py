@@ -5,7 +5,7 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, checkpoint_options, config_options, make_main, option_group,
                                  output_option)
-from icmlkit.lib.train_operator.config import PDES, FewShotConfig, GenerateConfig, ModelConfig, TrainConfig
+from icmlkit.lib.train_operator.config import GRIDS, PDES, FewShotConfig, GenerateConfig, ModelConfig, TrainConfig
 
 TOOL = "train-operator"
 RECONSTRUCTED = (
@@ -48,13 +48,18 @@ Examples:
 _data_keys = option_group([
     click.option("--x-key", default="x", show_default=True, help="Name of the input field in the data files."),
     click.option("--y-key", default="y", show_default=True, help="Name of the output field in the data files."),
+    click.option("--grid", type=click.Choice(GRIDS), default="auto", show_default=True,
+                 help="Where a grid's points lie on [0, 1]^d (position features and quadrature): node "
+                      "(linspace(0, 1, s), boundaries included), cell (i/s: neuraloperator's Darcy .pt), periodic "
+                      "(i/s on [0, 1)); auto: the file's grid key, else its coords, else .pt 2-D cell / 1-D "
+                      "periodic and .npz/.mat node."),
 ])
 
 
-def _read(run, path, x_key, y_key, need_y=True):
+def _read(run, path, x_key, y_key, grid="auto", need_y=True):
     from icmlkit.lib.train_operator.data import read_fields
 
-    return read_fields(run.input(path), x_key, y_key, need_y=need_y)
+    return read_fields(run.input(path), x_key, y_key, need_y=need_y, grid=None if grid == "auto" else grid)
 
 
 @cli.command()
@@ -105,7 +110,7 @@ def generate(run, pde, output, cfg):
 @checkpoint_options("epoch")
 @config_options(ModelConfig, arg="mcfg")
 @config_options(TrainConfig, arg="tcfg")
-def train(run, data, output, epochs_csv, val_path, x_key, y_key, checkpoint_every, resume, mcfg, tcfg):
+def train(run, data, output, epochs_csv, val_path, x_key, y_key, grid, checkpoint_every, resume, mcfg, tcfg):
     """Train FuncAttn, its Conv2d variant, Transolver or FNO on DATA.
 
     Global scalar normalisers, relative-L2 loss on decoded outputs, AdamW + OneCycleLR, gradient clip
@@ -138,8 +143,8 @@ def train(run, data, output, epochs_csv, val_path, x_key, y_key, checkpoint_ever
     run.output(epochs_csv)
     run.output(config_json)
     ck = run.checkpointer(output, checkpoint_every, resume)
-    ds = _read(run, data, x_key, y_key)
-    val = _read(run, val_path, x_key, y_key) if val_path else None
+    ds = _read(run, data, x_key, y_key, grid)
+    val = _read(run, val_path, x_key, y_key, grid) if val_path else None
     res = train_model(mcfg, tcfg, ds, val, seed=run.seed, device=run.device, dist=run.dist, checkpointer=ck)
     run.save(output, res.model.save)
     run.save(epochs_csv, write_rows, res.rows, ["epoch", "train_rel_l2", "val_rel_l2", "lr"])
@@ -154,7 +159,7 @@ def train(run, data, output, epochs_csv, val_path, x_key, y_key, checkpoint_ever
 @_data_keys
 @click.option("--batch", type=click.IntRange(min=1), default=16, show_default=True, help="Samples per forward pass.")
 @click.option("--fail-above", type=float, default=None, help="Exit 3 when rel_l2_x100 is above this.")
-def eval_(run, model, data, x_key, y_key, batch, fail_above):
+def eval_(run, model, data, x_key, y_key, grid, batch, fail_above):
     """Relative L2 x 100 (per sample, averaged, on decoded outputs) of MODEL on DATA, at any resolution.
 
     \b
@@ -164,7 +169,7 @@ def eval_(run, model, data, x_key, y_key, batch, fail_above):
     from icmlkit.lib.train_operator.train import evaluate, load_model
 
     m = load_model(run.input(model))
-    res = evaluate(m, _read(run, data, x_key, y_key), device=run.device, batch=batch)
+    res = evaluate(m, _read(run, data, x_key, y_key, grid), device=run.device, batch=batch)
     if fail_above is not None and res.summary["rel_l2_x100"] > fail_above:
         run.fail_check(f"rel_l2_x100 {res.summary['rel_l2_x100']:.4f} is above --fail-above {fail_above}")
     return res.summary
@@ -177,7 +182,7 @@ def eval_(run, model, data, x_key, y_key, batch, fail_above):
                required=True)
 @_data_keys
 @click.option("--batch", type=click.IntRange(min=1), default=16, show_default=True, help="Samples per forward pass.")
-def predict(run, model, inputs, output, x_key, y_key, batch):
+def predict(run, model, inputs, output, x_key, y_key, grid, batch):
     """Predict the output fields of INPUTS (y is not needed) at INPUTS' own points.
 
     \b
@@ -189,7 +194,7 @@ def predict(run, model, inputs, output, x_key, y_key, batch):
 
     run.output(output)
     m = load_model(run.input(model))
-    res = predict_fields(m, _read(run, inputs, x_key, y_key, need_y=False), device=run.device, batch=batch)
+    res = predict_fields(m, _read(run, inputs, x_key, y_key, grid, need_y=False), device=run.device, batch=batch)
     run.save(output, write_npz, y=res.y, coords=res.coords)
     return {**res.summary, "output": output}
 
@@ -204,7 +209,7 @@ def predict(run, model, inputs, output, x_key, y_key, batch):
 @click.option("--batch", type=click.IntRange(min=1), default=16, show_default=True, help="Samples per forward pass.")
 @click.option("--max-ratio", type=float, default=None,
               help="Exit 3 when an error exceeds this multiple of the first DATA's (e.g. 1.3).")
-def superres(run, model, data, output, plot, x_key, y_key, batch, max_ratio):
+def superres(run, model, data, output, plot, x_key, y_key, grid, batch, max_ratio):
     """One model at several resolutions (zero-shot, no retraining): a table and a figure.
 
     Columns: data, resolution, n, rel_l2_x100, rel_l2_std, seconds, points, interp_rel_l2_x100,
@@ -222,7 +227,7 @@ def superres(run, model, data, output, plot, x_key, y_key, batch, max_ratio):
     run.output(output)
     run.output(plot)
     m = load_model(run.input(model))
-    sets = [_read(run, p, x_key, y_key) for p in data]
+    sets = [_read(run, p, x_key, y_key, grid) for p in data]
     res = run_superres(m, sets, device=run.device, batch=batch)
     run.save(output, write_rows, res.rows)
     if plot:

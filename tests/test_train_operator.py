@@ -575,3 +575,141 @@ def test_a_model_file_with_the_wrong_weights_is_refused(tmp_path, capsys):
     d = _valid(tmp_path)["data"]
     code, _, err = run_inprocess(TOOL, ["eval", str(tmp_path / "w.safetensors"), str(d)], capsys)
     assert code == 1 and "w.safetensors" in err and "do not fit" in err
+
+
+# --------------------------------------------------------------------------- issue 53: grid conventions, recipe
+
+
+@pytest.mark.skipif(not (DARCY / "darcy_test_32.pt").is_file(), reason="data/darcy is not here")
+def test_neuraloperator_darcy_files_are_cell_grids_and_their_nodes_agree_across_resolutions():
+    """darcy_test_16 is exactly darcy_test_32's even nodes: with i/n positions the same node has the same
+    coordinates at both resolutions (linspace(0, 1, n) moved it by up to 0.031)."""
+    a, b = read_fields(DARCY / "darcy_test_16.pt"), read_fields(DARCY / "darcy_test_32.pt")
+    assert a.convention == b.convention == "cell"
+    even = b.coords.reshape(32, 32, 2)[::2, ::2].reshape(-1, 2)
+    assert np.array_equal(a.coords, even) and float(a.coords.max()) == 15 / 16
+    assert np.array_equal(a.y, b.y.reshape(50, 32, 32, 1)[:, ::2, ::2].reshape(50, -1, 1))
+    lo, hi = a.box()
+    assert lo.tolist() == [0, 0] and hi.tolist() == [1, 1]
+    old = read_fields(DARCY / "darcy_test_16.pt", grid="node")  # the former positions, on request
+    assert old.convention == "node" and float(old.coords.max()) == 1.0
+    assert float(np.abs(old.coords - read_fields(DARCY / "darcy_test_32.pt", grid="node").coords.reshape(
+        32, 32, 2)[::2, ::2].reshape(-1, 2)).max()) == pytest.approx(1 - 30 / 31, abs=1e-6)
+
+
+def test_grid_conventions_from_keys_coords_and_format(tmp_path):
+    from icmlkit.lib.core.io import write_npz
+    from icmlkit.lib.train_operator.data import grid_axis
+
+    assert np.allclose(grid_axis(4, "node"), [0, 1 / 3, 2 / 3, 1]) and np.allclose(grid_axis(4, "cell"), [0, .25, .5, .75])
+    x = np.ones((2, 4, 4), dtype=np.float32)
+    assert fieldset(x, x, None).convention == "node"                                  # arrays: node, as before
+    assert fieldset(x, x, grid_coords((4, 4), "cell")).convention == "cell"           # inferred from coords
+    odd = grid_coords((4, 4), "node") * 2
+    fs = fieldset(x, x, odd)
+    assert fs.convention is None and np.array_equal(fs.coords, odd)                   # kept, no convention
+    write_npz(tmp_path / "p.npz", x=x, y=x, grid=np.array("periodic"))
+    assert read_fields(tmp_path / "p.npz").convention == "periodic"                   # the file's grid key
+    assert read_fields(tmp_path / "p.npz", grid="node").convention == "node"          # --grid overrides it
+    write_npz(tmp_path / "bad.npz", x=x, y=x, grid=np.array("staggered"))
+    with pytest.raises(InputError, match="key 'grid'"):
+        read_fields(tmp_path / "bad.npz")
+    pts = np.ones((2, 10), dtype=np.float32)
+    with pytest.raises(InputError, match="point set"):
+        fieldset(pts, pts, np.random.default_rng(0).random((10, 2)), convention="cell")
+    line = np.ones((2, 8), dtype=np.float32)  # N x L with 1-D coords and a convention: a 1-D grid
+    fs = fieldset(line, line, grid_coords((8,), "periodic"), convention="periodic")
+    assert fs.grid == (8,) and fs.layout == "nl" and fs.convention == "periodic"
+
+
+def test_generators_name_their_grid():
+    from icmlkit.lib.train_operator.config import BurgersConfig
+    from icmlkit.lib.train_operator.solvers import generate_burgers, generate_darcy
+
+    d = generate_darcy(DarcyConfig(n=1, solve_resolution=9, resolution=5)).arrays
+    assert str(d["grid"]) == "node" and np.allclose(d["coords"], grid_coords((5, 5), "node"))
+    b = generate_burgers(BurgersConfig(n=1, solve_resolution=64, resolution=16, t_final=0.01, dt=1e-3)).arrays
+    fs = fieldset(b["x"], b["y"], b["coords"], convention=str(b["grid"]))
+    assert fs.convention == "periodic" and fs.grid == (16,) and float(fs.coords.max()) == 15 / 16
+
+
+def test_trapezoid_is_refused_on_cell_and_periodic_grids():
+    from icmlkit.lib.train_operator.train import check_quadrature, train
+
+    x = (np.random.default_rng(0).random((8, 6, 6)) > 0.5).astype(np.float32)
+    cell = fieldset(x, x, grid_coords((6, 6), "cell"))
+    node = fieldset(x, x, None)
+    with pytest.raises(UsageError, match="trapezoid.*cell grid"):
+        train(_tiny_cfg(quadrature="trapezoid"), TrainConfig(epochs=1, batch=4, val_fraction=0), cell)
+    res = train(_tiny_cfg(quadrature="trapezoid"), TrainConfig(epochs=1, batch=4, val_fraction=0), node)
+    with pytest.raises(UsageError, match="trapezoid"):
+        res.model.predict(cell, torch.device("cpu"))                      # a trapezoid model on an i/n grid
+    check_quadrature("uniform", cell)
+    check_quadrature("trapezoid", fieldset(np.ones((2, 5)), np.ones((2, 5)), np.random.default_rng(0).random((5, 2))))
+
+
+def test_central_differences_boundaries_and_the_gradient_term():
+    from icmlkit.lib.train_operator.train import boundary_zeroed, central_differences, gradient_rel_l2
+
+    s = 33
+    t = np.linspace(0, 1, s)
+    X, Y = np.meshgrid(t, t, indexing="ij")
+    u = torch.tensor((np.sin(np.pi * X) * np.sin(2 * np.pi * Y)).reshape(1, -1, 1))
+    dx, dy = central_differences(u, (s, s), "node")
+    # interior: the derivative to O(h^2); the scale is (s / 2) per index step as the official 1 / (2 dx), dx = 1/s
+    ex = (np.pi * np.cos(np.pi * X) * np.sin(2 * np.pi * Y))[1:-1, 1:-1] * s / (s - 1)
+    assert np.abs(dx[0, 1:-1, 1:-1, 0].numpy() - ex).max() < 0.05
+    p = torch.tensor(np.sin(2 * np.pi * np.arange(16) / 16).reshape(1, -1, 1))
+    (dp,) = central_differences(p, (16,), "periodic")                     # wraps around: no boundary error
+    assert np.abs(dp[0, :, 0].numpy() - 2 * np.pi * np.cos(2 * np.pi * np.arange(16) / 16)).max() < 0.2
+    ones = torch.ones(1, 16, 1)
+    assert boundary_zeroed(ones, (4, 4), "node").reshape(4, 4).sum() == 4        # the 2 x 2 interior
+    assert boundary_zeroed(ones, (4, 4), "cell").reshape(4, 4).sum() == 9        # x = 0 rows/columns only
+    assert boundary_zeroed(ones, (4, 4), "periodic").sum() == 16
+    exact = torch.tensor(np.sin(np.pi * X) * np.sin(np.pi * Y)).reshape(1, -1, 1)  # zero on the boundary
+    assert float(gradient_rel_l2(exact, exact, (s, s), "node")) < 1e-12
+    assert float(gradient_rel_l2(exact * 1.1, exact, (s, s), "node")) == pytest.approx(2 * 0.1, rel=1e-6)
+
+
+def test_recipe_paper_initialises_and_trains_and_ours_is_unchanged():
+    from icmlkit.lib.train_operator.train import objective, paper_init, rel_l2, train
+
+    net = build_net(_tiny_cfg().to_dict() | {"width": 64, "heads": 4}, 1, 1, 2)
+    paper_init(net)
+    lin = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    w = torch.cat([m.weight.reshape(-1) for m in lin])
+    assert abs(float(w.detach().std()) - 0.02) < 0.002 and float(w.detach().abs().max()) <= 2.0
+    assert all(m.bias is None or float(m.bias.abs().max()) == 0 for m in lin)
+    data = _tiny_data()
+    pred, y = torch.rand(4, 64, 1), torch.rand(4, 64, 1)
+    err = rel_l2(pred, y)
+    assert torch.equal(objective(err, pred, y, data, "ours"), err.mean())
+    assert float(objective(err, pred, y, data, "paper")) > float(err.sum())
+    tc = TrainConfig(epochs=2, batch=4, val_fraction=0)
+    ours = train(_tiny_cfg(), tc, data, seed=1)
+    paper = train(_tiny_cfg(), TrainConfig(epochs=2, batch=4, val_fraction=0, recipe="paper"), data, seed=1)
+    assert np.isfinite(paper.summary["final_train_rel_l2"])
+    assert paper.summary["final_train_rel_l2"] != ours.summary["final_train_rel_l2"]
+    assert "recipe" not in tc.fingerprint_dict()                                  # old checkpoints still resume
+    assert TrainConfig(recipe="paper").fingerprint_dict()["recipe"] == "paper"
+    pts = fieldset(np.ones((4, 10), np.float32), np.ones((4, 10), np.float32), np.random.default_rng(0).random((10, 2)))
+    with pytest.raises(UsageError, match="--recipe paper needs a grid"):
+        train(_tiny_cfg(), TrainConfig(epochs=1, batch=2, val_fraction=0, recipe="paper"), pts)
+
+
+def test_cli_grid_and_recipe_options(tmp_path):
+    data = tmp_path / "d.npz"
+    from icmlkit.lib.core.io import write_npz
+
+    x = (np.random.default_rng(0).random((8, 6, 6)) > 0.5).astype(np.float32)
+    write_npz(data, x=x, y=np.cumsum(x, axis=1) / 6)
+    common = ["--width", "8", "--heads", "2", "--layers", "1", "--bases", "4", "--epochs", "1", "--batch", "4",
+              "--val-fraction", "0"]
+    r = run_tool(TOOL, "train", data, "-o", tmp_path / "m.safetensors", "--grid", "cell", "--quadrature",
+                 "trapezoid", *common)
+    assert r.returncode == 2 and "trapezoid" in r.stderr
+    s = js(run_tool(TOOL, "train", data, "-o", tmp_path / "m.safetensors", "--grid", "cell", "--recipe", "paper",
+                    *common, "--json"))
+    assert np.isfinite(s["final_train_rel_l2"])
+    e = js(run_tool(TOOL, "eval", tmp_path / "m.safetensors", data, "--grid", "cell", "--json"))
+    assert np.isfinite(e["rel_l2_x100"])

@@ -12,6 +12,14 @@ MODELS = ("funcattn", "funcattn-conv", "transolver", "fno")
 BASES = ("learned", "fourier")
 POSITIONS = ("unified", "coords")
 QUADRATURES = ("uniform", "trapezoid")
+RECIPES = ("ours", "paper")
+GRIDS = ("auto", "node", "cell", "periodic")
+
+
+def without_later_defaults(cfg: dict, added: dict) -> dict:
+    """``cfg`` for checkpoint fingerprints: options added after release (``added``: name -> default) are
+    left out while at their default, so checkpoints written before they existed still resume."""
+    return {k: v for k, v in cfg.items() if not (k in added and v == added[k])}
 
 
 @dataclass
@@ -37,10 +45,11 @@ class ModelConfig:
     inverse: bool = option(True, "Ablation: --no-inverse replaces the inverse transform W O by the mean of O "
                            "over the bases, broadcast to every point [reconstructed].")
     quadrature: str = option("uniform", "Point weights in the basis transform T (and Transolver's slice tokens): "
-                             "uniform, every point alike (the paper's sum); trapezoid, on grids the edge nodes "
-                             "weigh 1/2 per axis, so T is the same integral at every resolution of a node grid "
-                             "that includes its boundary [our addition, not in the paper]; point sets stay "
-                             "uniform.", choices=QUADRATURES)
+                             "uniform, every point alike (the paper's sum); trapezoid, on node grids the edge "
+                             "nodes weigh 1/2 per axis, so T is the same integral at every resolution of a grid "
+                             "that includes its boundary [our addition, not in the paper]; refused on cell and "
+                             "periodic grids (i/n points, where the uniform sum is the right rule); point sets "
+                             "stay uniform.", choices=QUADRATURES)
     alpha_init: float | None = option(None, "Initial a of alpha = sigmoid(a) (default: 0 for funcattn-conv, "
                                       "1e-3 for funcattn).")
     modes: int = option(8, "fno: Fourier modes per axis (at most half the training grid).", min=1)
@@ -64,9 +73,8 @@ class ModelConfig:
 
     @staticmethod
     def fingerprint_dict(cfg: dict) -> dict:
-        """``cfg`` for checkpoint fingerprints: options added after release are left out while at their
-        default, so checkpoints written before they existed still resume."""
-        return {k: v for k, v in cfg.items() if not (k in ADDED_LATER and v == ADDED_LATER[k])}
+        """``cfg`` for checkpoint fingerprints (:func:`without_later_defaults`)."""
+        return without_later_defaults(cfg, ADDED_LATER)
 
 
 ADDED_LATER = {"quadrature": "uniform"}
@@ -86,10 +94,23 @@ class TrainConfig:
     val_fraction: float = option(0.1, "Hold out the last part of DATA for validation when --val is not given "
                                  "(0: no validation).", min=0, max=0.9)
     threads: int = option(1, "torch CPU threads (1 is fastest for these small models on a shared CPU; at most 2 here).", min=1)
+    recipe: str = option("ours", "ours: PyTorch's default initialisation and the relative-L2 loss (batch mean); "
+                         "paper: the official Darcy recipe, every Linear initialised trunc_normal(std 0.02) with "
+                         "zero bias, and the loss rel-L2 + 0.1 x (rel-L2 of the central-difference gradient per "
+                         "axis), summed over the batch as the official script (grids only).", choices=RECIPES)
 
     def check(self) -> None:
         if self.epochs < 1 or self.batch < 1:
             raise UsageError("--epochs and --batch must be >= 1")
+        if self.recipe not in RECIPES:
+            raise UsageError(f"--recipe must be one of {', '.join(RECIPES)}")
+
+    def fingerprint_dict(self) -> dict:
+        """This config for checkpoint fingerprints (:func:`without_later_defaults`)."""
+        return without_later_defaults(asdict(self), TRAIN_ADDED_LATER)
+
+
+TRAIN_ADDED_LATER = {"recipe": "ours"}
 
 
 @dataclass

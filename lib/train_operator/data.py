@@ -3,12 +3,28 @@
 Layouts accepted for ``x`` and ``y`` (``y`` optional for ``predict``):
 
 - 2-D grids without coordinates: ``N x C x H x W`` (neuraloperator's ``N x 1 x H x W``) or ``N x H x W``;
-  the points are the nodes of ``linspace(0, 1, H) x linspace(0, 1, W)`` in row-major order;
-- 1-D grids without coordinates: ``N x L`` (``linspace(0, 1, L)``); ``y`` may be ``N x C x L`` (C output
-  channels, e.g. neuraloperator's ``burgers_lowres.pt``: ``input`` N x 16, ``output`` N x 17 x 16, the
-  solution at 17 times);
+- 1-D grids without coordinates: ``N x L``; ``y`` may be ``N x C x L`` (C output channels, e.g.
+  neuraloperator's ``burgers_lowres.pt``: ``input`` N x 16, ``output`` N x 17 x 16, the solution at 17
+  times);
 - point sets: ``N x n`` or ``N x n x C`` with ``coords`` of shape ``n x d`` (d = 1, 2 or 3), the same
   points for every sample.
+
+Every grid has a convention (:data:`CONVENTIONS`) that places its points on the unit box [0, 1]^d, row-major,
+and decides the position features (the coordinates, with the box [0, 1]^d as the training box) and the
+quadrature (``--quadrature trapezoid`` is the rule of node grids only):
+
+- ``node``: ``linspace(0, 1, s)`` per axis, both boundaries included (our ``generate darcy``; FNO's Darcy
+  ``.mat`` files, 421 nodes);
+- ``cell``: ``i / s``, i < s: the nodes of a finer grid's every other node, the boundary at 0 included and
+  the one at 1 not (neuraloperator's Darcy ``.pt`` files: ``darcy_test_16`` is exactly ``darcy_test_32``'s
+  even nodes, which linspace(0, 1, s) would misplace by up to 0.031);
+- ``periodic``: ``i / s`` on the periodic [0, 1) (neuraloperator's ``burgers_lowres.pt``; our ``generate
+  burgers`` and ``ns``).
+
+The convention is the file's ``grid`` key when it has one (a string), else the ``coords`` it lists (node or
+i / s points; ``generate`` writes both), else by format: ``.pt`` files follow neuraloperator's (2-D
+``cell``, 1-D ``periodic``), ``.npz`` and ``.mat`` files are ``node``; ``read_fields(grid=...)`` (the
+commands' ``--grid``) overrides it.
 
 The ``.pt`` files shipped with neuraloperator 0.3.0 store column-major tensors; they are loaded with
 ``torch.load(weights_only=True)`` and made contiguous before any reshape. Every problem is an
@@ -25,13 +41,15 @@ from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.io import display_name, load_npz, read_bytes, suffix
 
 FORMATS = (".pt", ".npz", ".mat")
+CONVENTIONS = ("node", "cell", "periodic")
 
 
 @dataclass
 class FieldSet:
     """Samples of an input field ``x`` (N, n, cx) and optionally an output field ``y`` (N, n, cy) at the
     points ``coords`` (n, d). ``grid`` is the grid shape ((H, W) or (L,)) when the points form a regular
-    row-major grid, else None; ``layout`` records the file's layout so that predictions are written back in
+    row-major grid, else None; ``convention`` (:data:`CONVENTIONS`) places a grid's points on [0, 1]^d
+    (None for a point set); ``layout`` records the file's layout so that predictions are written back in
     it."""
 
     x: np.ndarray
@@ -41,6 +59,7 @@ class FieldSet:
     layout: str  # "nchw", "nhw", "nl" or "points"
     path: str = ""
     extra: dict = field(default_factory=dict)
+    convention: str | None = None  # "node", "cell" or "periodic" for a grid; None for a point set
 
     @property
     def n_samples(self) -> int:
@@ -61,11 +80,18 @@ class FieldSet:
 
     def head(self, n: int) -> "FieldSet":
         return FieldSet(self.x[:n], None if self.y is None else self.y[:n], self.coords, self.grid, self.layout,
-                        self.path)
+                        self.path, convention=self.convention)
 
     def tail(self, start: int) -> "FieldSet":
         return FieldSet(self.x[start:], None if self.y is None else self.y[start:], self.coords, self.grid,
-                        self.layout, self.path)
+                        self.layout, self.path, convention=self.convention)
+
+    def box(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of the domain: [0, 1]^d for a grid (whatever its convention), the points' bounding box
+        for a point set. The position features are measured in it."""
+        if self.convention is not None:
+            return np.zeros(self.dim, dtype=np.float32), np.ones(self.dim, dtype=np.float32)
+        return self.coords.min(0), self.coords.max(0)
 
     def to_layout(self, values: np.ndarray) -> np.ndarray:
         """(N, n, c) values in this set's file layout."""
@@ -80,9 +106,17 @@ class FieldSet:
         return values[..., 0].copy() if c == 1 else values.copy()
 
 
-def grid_coords(shape: tuple) -> np.ndarray:
-    """Nodes of ``linspace(0, 1, s)`` per axis, row-major, as (prod(shape), len(shape)) float32."""
-    axes = [np.linspace(0.0, 1.0, s) for s in shape]
+def grid_axis(s: int, convention: str = "node") -> np.ndarray:
+    """The s positions of one axis: ``linspace(0, 1, s)`` (node) or ``i / s`` (cell, periodic)."""
+    if convention not in CONVENTIONS:
+        raise InputError(f"grid convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    return np.linspace(0.0, 1.0, s) if convention == "node" else np.arange(s, dtype=np.float64) / s
+
+
+def grid_coords(shape: tuple, convention: str = "node") -> np.ndarray:
+    """The points of a grid of ``convention`` (:func:`grid_axis` per axis), row-major, as
+    (prod(shape), len(shape)) float32."""
+    axes = [grid_axis(s, convention) for s in shape]
     mesh = np.meshgrid(*axes, indexing="ij")
     return np.stack([m.reshape(-1) for m in mesh], axis=1).astype(np.float32)
 
@@ -148,8 +182,20 @@ def read_raw(path) -> dict:
     raise InputError(f"expected a {', '.join(FORMATS)} file", display_name(path))
 
 
-def read_fields(path, x_key: str = "x", y_key: str = "y", need_y: bool = True) -> FieldSet:
-    """Read ``x`` (and ``y``, and optional ``coords``) from ``path`` and check them (see the module doc)."""
+def _grid_key(raw: dict, where: str) -> str | None:
+    """The file's own ``grid`` key (a string naming its convention), or None."""
+    if "grid" not in raw:
+        return None
+    value = raw["grid"]
+    value = value.item() if isinstance(value, np.ndarray) and value.shape == () else value
+    if not isinstance(value, str) or value not in CONVENTIONS:
+        raise InputError(f"key 'grid' must be one of {', '.join(CONVENTIONS)}, found {str(value)[:40]!r}", where)
+    return value
+
+
+def read_fields(path, x_key: str = "x", y_key: str = "y", need_y: bool = True, grid: str | None = None) -> FieldSet:
+    """Read ``x`` (and ``y``, and optional ``coords`` and ``grid``) from ``path`` and check them (see the module
+    doc). ``grid`` (a convention name) overrides the file's ``grid`` key, its coords and the format's default."""
     where = display_name(path)
     raw = read_raw(path)
     if x_key not in raw:
@@ -161,12 +207,30 @@ def read_fields(path, x_key: str = "x", y_key: str = "y", need_y: bool = True) -
     elif need_y:
         raise InputError(f"missing key {y_key!r} (keys: {sorted(map(str, raw))[:10]})", where)
     coords = _as_array(raw["coords"], where, "coords") if "coords" in raw else None
-    return fieldset(x, y, coords, where, x_key, y_key)
+    convention = grid if grid is not None else _grid_key(raw, where)
+    return fieldset(x, y, coords, where, x_key, y_key, convention=convention,
+                    default="neuraloperator" if suffix(path) == ".pt" else "node")
+
+
+def _infer_convention(coords: np.ndarray, grid: tuple) -> str | None:
+    """node or cell when ``coords`` are that grid's points (to float32 round-off), else None."""
+    for conv in ("node", "cell"):
+        ref = grid_coords(grid, conv)
+        if coords.shape == ref.shape and np.allclose(coords, ref, rtol=0, atol=1e-6):
+            return conv
+    return None
 
 
 def fieldset(x: np.ndarray, y: np.ndarray | None, coords: np.ndarray | None, where: str = "<arrays>",
-             x_key: str = "x", y_key: str = "y") -> FieldSet:
-    """Arrays in one of the accepted layouts -> a checked :class:`FieldSet`."""
+             x_key: str = "x", y_key: str = "y", *, convention: str | None = None,
+             default: str = "node") -> FieldSet:
+    """Arrays in one of the accepted layouts -> a checked :class:`FieldSet`.
+
+    A grid's convention is ``convention`` when given (its points then come from it, whatever ``coords``
+    say), else the one its ``coords`` match, else ``default`` (a convention, or ``neuraloperator``: 2-D
+    cell, 1-D periodic); grid ``coords`` that match no convention are kept, with convention None."""
+    if convention is not None and convention not in CONVENTIONS:
+        raise InputError(f"grid convention {convention!r} is not one of {', '.join(CONVENTIONS)}", where)
     if x.ndim < 2 or x.shape[0] < 1 or x.size == 0:
         raise InputError(f"key {x_key!r} has shape {tuple(x.shape)}; expected N x ... with N >= 1 and points",
                          where)
@@ -176,15 +240,21 @@ def fieldset(x: np.ndarray, y: np.ndarray | None, coords: np.ndarray | None, whe
         n = coords.shape[0]
         grid_like = (x.ndim == 4 and x.shape[2] * x.shape[3] == n) or \
             (x.ndim == 3 and x.shape[1] != n and x.shape[1] * x.shape[2] == n)
-        if grid_like:  # a grid file (as `generate darcy` writes) with its nodes listed in coords
-            if coords.shape[1] != 2:
+        line_like = convention is not None and x.ndim == 2 and coords.shape[1] == 1 and x.shape[1] == n
+        if grid_like or line_like:  # a grid file (as `generate` writes) with its nodes listed in coords
+            if grid_like and coords.shape[1] != 2:
                 raise InputError(f"key 'coords' has shape {tuple(coords.shape)}; a 2-D grid needs n x 2", where)
-            fs = fieldset(x, y, None, where, x_key, y_key)
             c = np.ascontiguousarray(coords, dtype=np.float32)
             if not np.isfinite(c).all():
                 raise InputError("key 'coords' holds NaN or infinite values", where)
-            fs.coords = c
+            fs = fieldset(x, y, None, where, x_key, y_key, convention=convention or "node")
+            if convention is None:
+                fs.convention = _infer_convention(c, fs.grid)
+                fs.coords = c if fs.convention is None else grid_coords(fs.grid, fs.convention)
             return fs
+        if convention is not None:
+            raise InputError(f"a grid convention ({convention}) was given, but this file holds a point set "
+                             f"(coords n x {coords.shape[1]}, {x_key!r} {tuple(x.shape)})", where)
         if x.ndim not in (2, 3) or x.shape[1] != n:
             raise InputError(f"key 'coords' has {n} points but {x_key!r} has shape {tuple(x.shape)}; expected "
                              f"N x {n} or N x {n} x C", where)
@@ -207,7 +277,9 @@ def fieldset(x: np.ndarray, y: np.ndarray | None, coords: np.ndarray | None, whe
         if min(grid) < 2:
             raise InputError(f"key {x_key!r} has shape {tuple(x.shape)}: a grid needs at least 2 points per axis",
                              where)
-        c = grid_coords(grid)
+        if convention is None:
+            convention = default if default != "neuraloperator" else ("cell" if len(grid) >= 2 else "periodic")
+        c = grid_coords(grid, convention)
     ys = None
     if y is not None:
         ys = _match_y(x, y, layout, grid, where, x_key, y_key)
@@ -218,7 +290,8 @@ def fieldset(x: np.ndarray, y: np.ndarray | None, coords: np.ndarray | None, whe
         raise InputError(f"key {y_key!r} holds NaN or infinite values", where)
     if not np.isfinite(c).all():
         raise InputError("key 'coords' holds NaN or infinite values", where)
-    return FieldSet(xs, ys, np.ascontiguousarray(c), grid, layout, where)
+    return FieldSet(xs, ys, np.ascontiguousarray(c), grid, layout, where,
+                    convention=None if grid is None else convention)
 
 
 def _match_y(x, y, layout, grid, where, x_key, y_key) -> np.ndarray:

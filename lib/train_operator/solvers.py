@@ -26,6 +26,7 @@ import numpy as np
 
 from icmlkit.lib.core.runtime import numpy_rng
 from icmlkit.lib.train_operator.config import BurgersConfig, DarcyConfig
+from icmlkit.lib.train_operator.data import grid_coords
 
 
 # --------------------------------------------------------------------------- Darcy
@@ -90,8 +91,8 @@ class GenerateResult:
 
 def generate_darcy(cfg: DarcyConfig, *, seed: int = 0) -> GenerateResult:
     """``cfg.n`` Darcy samples solved at ``solve_resolution`` and subsampled to ``resolution``: arrays
-    x (N x 1 x H x W coefficient), y (N x 1 x H x W solution), coords (H*W x 2, row-major)."""
-    from icmlkit.lib.train_operator.data import grid_coords
+    x (N x 1 x H x W coefficient), y (N x 1 x H x W solution), coords (H*W x 2, row-major), grid ("node":
+    linspace(0, 1, H) per axis, the boundary included)."""
 
     t0 = time.perf_counter()
     s = cfg.solve_resolution
@@ -101,8 +102,8 @@ def generate_darcy(cfg: DarcyConfig, *, seed: int = 0) -> GenerateResult:
     step = (s - 1) // (cfg.resolution - 1)
     x = a[:, ::step, ::step][:, None].astype(np.float32)
     y = u[:, ::step, ::step][:, None].astype(np.float32)
-    coords = grid_coords(x.shape[2:])
-    return GenerateResult({"x": x, "y": y, "coords": coords}, {
+    coords = grid_coords(x.shape[2:], "node")
+    return GenerateResult({"x": x, "y": y, "coords": coords, "grid": np.array("node")}, {
         "pde": "darcy", "n": cfg.n, "solve_resolution": s, "resolution": cfg.resolution,
         "y_mean": float(y.mean()), "y_max": float(y.max()), "seconds": time.perf_counter() - t0})
 
@@ -162,19 +163,20 @@ def solve_burgers(u0: np.ndarray, nu: float, t_final: float, dt: float) -> np.nd
 
 def generate_burgers(cfg: BurgersConfig, *, seed: int = 0) -> GenerateResult:
     """``cfg.n`` Burgers samples solved at ``solve_resolution`` points and subsampled: arrays x (u0,
-    N x L), y (u(t_final), N x L), coords (L x 1: i / L, periodic)."""
+    N x L), y (u(t_final), N x L), coords (L x 1: i / L), grid ("periodic")."""
+
     t0 = time.perf_counter()
     s = cfg.solve_resolution
     u0 = burgers_grf(cfg.n, s, cfg.alpha, numpy_rng(seed, "burgers-grf"))
     uT = solve_burgers(u0, cfg.nu, cfg.t_final, cfg.dt)
     step = s // cfg.resolution
-    coords = (np.arange(cfg.resolution, dtype=np.float64) / cfg.resolution)[:, None].astype(np.float32)
+    coords = grid_coords((cfg.resolution,), "periodic")
     x, y = u0[:, ::step].astype(np.float32), uT[:, ::step].astype(np.float32)
     if not (np.isfinite(y).all()):
         from icmlkit.lib.core.errors import UsageError
 
         raise UsageError("the Burgers solve blew up; use a smaller --dt")
-    return GenerateResult({"x": x, "y": y, "coords": coords}, {
+    return GenerateResult({"x": x, "y": y, "coords": coords, "grid": np.array("periodic")}, {
         "pde": "burgers", "n": cfg.n, "solve_resolution": s, "resolution": cfg.resolution, "nu": cfg.nu,
         "y_mean": float(y.mean()), "y_max": float(np.abs(y).max()), "seconds": time.perf_counter() - t0})
 
@@ -250,7 +252,7 @@ def solve_ns(w0: np.ndarray, forcing: np.ndarray | float, nu: float, record_time
 def generate_ns(cfg, *, seed: int = 0) -> GenerateResult:
     """``cfg.n`` vorticity trajectories solved at ``solve_resolution`` and subsampled to ``resolution``:
     x = w at t = record_dt * (1 .. t_in) (N x t_in x H x W), y = w at the next t_out record times
-    (N x t_out x H x W), coords (H*W x 2: the periodic nodes (i / H, j / W), row-major)."""
+    (N x t_out x H x W), coords (H*W x 2: the periodic nodes (i / H, j / W), row-major), grid ("periodic")."""
     t0 = time.perf_counter()
     s = cfg.solve_resolution
     w0 = ns_grf(cfg.n, s, rng=numpy_rng(seed, "ns-grf"))
@@ -263,11 +265,9 @@ def generate_ns(cfg, *, seed: int = 0) -> GenerateResult:
     step = s // cfg.resolution
     w = w[:, :, ::step, ::step].astype(np.float32)
     r = cfg.resolution
-    t = np.arange(r) / r
-    X, Y = np.meshgrid(t, t, indexing="ij")
-    coords = np.stack([X.ravel(), Y.ravel()], 1).astype(np.float32)
+    coords = grid_coords((r, r), "periodic")
     x, y = w[:, :cfg.t_in], w[:, cfg.t_in:]
-    return GenerateResult({"x": x, "y": y, "coords": coords}, {
+    return GenerateResult({"x": x, "y": y, "coords": coords, "grid": np.array("periodic")}, {
         "pde": "ns", "n": cfg.n, "solve_resolution": s, "resolution": r, "nu": cfg.nu, "t_in": cfg.t_in,
         "t_out": cfg.t_out, "record_dt": cfg.record_dt, "y_mean": float(y.mean()), "y_max": float(np.abs(y).max()),
         "seconds": time.perf_counter() - t0})

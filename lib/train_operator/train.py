@@ -5,7 +5,10 @@ returns a result with ``.summary``).
 Training (method sheet step 9): global scalar mean/std normalisers of x and y (``UnitTransformer``,
 over samples, points and channels), relative-L2 loss on the decoded output, AdamW, OneCycleLR (one
 step per batch), gradient-norm clip 0.1. Under torchrun each process takes its contiguous part of every
-global batch and the gradients are averaged over the processes before the clip.
+global batch and the gradients are averaged over the processes before the clip. ``--recipe paper`` is
+the official Darcy script's recipe instead: trunc_normal(0.02) initialisation of every Linear and the
+loss rel-L2 + 0.1 x rel-L2 of the central-difference gradients, summed over the batch
+(:func:`paper_init`, :func:`gradient_rel_l2`).
 """
 from __future__ import annotations
 
@@ -76,6 +79,7 @@ class OperatorModel:
             raise InputError("--model funcattn-conv needs a 2-D grid", data.path)
         if data.y is not None and data.y.shape[2] != self.cout:
             raise InputError(f"y has {data.y.shape[2]} channels; the model predicts {self.cout}", data.path)
+        check_quadrature(self.cfg.get("quadrature", "uniform"), data)
 
     def forward_normalised(self, xb: torch.Tensor, coords: torch.Tensor, grid) -> torch.Tensor:
         """Decoded prediction of a batch of raw inputs (B, n, cin)."""
@@ -129,6 +133,72 @@ def rel_l2(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return num / den
 
 
+def paper_init(net: torch.nn.Module) -> None:
+    """The official model's initialisation (``--recipe paper``): every Linear's weight trunc_normal(std
+    0.02) (truncated at +-2, as timm's), its bias 0; LayerNorms weight 1, bias 0. Convolutions, the
+    temperatures and the alpha parameters keep their own initial values."""
+    for m in net.modules():
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                torch.nn.init.zeros_(m.bias)
+        elif isinstance(m, torch.nn.LayerNorm):
+            torch.nn.init.ones_(m.weight)
+            torch.nn.init.zeros_(m.bias)
+
+
+def central_differences(u: torch.Tensor, grid: tuple, convention: str) -> list[torch.Tensor]:
+    """Per grid axis, (u[i+1] - u[i-1]) s / 2 of (B, n, c) values on a row-major grid: zero ghost points
+    beyond both ends (a Dirichlet boundary, as the official Darcy script pads), or wrapped around on a
+    periodic grid. Each (B, *grid, c)."""
+    B, _, c = u.shape
+    g = u.reshape(B, *grid, c)
+    out = []
+    for ax, s in enumerate(grid, start=1):
+        if convention == "periodic":
+            d = torch.roll(g, -1, ax) - torch.roll(g, 1, ax)
+        else:
+            z = torch.zeros_like(g.narrow(ax, 0, 1))
+            gp = torch.cat([z, g, z], dim=ax)
+            d = gp.narrow(ax, 2, s) - gp.narrow(ax, 0, s)
+        out.append(d * (s / 2.0))
+    return out
+
+
+def boundary_zeroed(u: torch.Tensor, grid: tuple, convention: str) -> torch.Tensor:
+    """(B, n, c) values with the grid's boundary points set to 0 (the official script zeroes the
+    prediction's outer ring before differentiating): both ends of every axis on a node grid, the first
+    (x = 0) on a cell grid, none on a periodic one."""
+    if convention == "periodic":
+        return u
+    mask = torch.ones(grid, dtype=u.dtype, device=u.device)
+    for ax, s in enumerate(grid):
+        ends = (0, s - 1) if convention == "node" else (0,)
+        for i in ends:
+            idx = [slice(None)] * len(grid)
+            idx[ax] = i
+            mask[tuple(idx)] = 0
+    return u * mask.reshape(1, -1, 1)
+
+
+def gradient_rel_l2(pred: torch.Tensor, target: torch.Tensor, grid: tuple, convention: str) -> torch.Tensor:
+    """(B,) sum over the grid axes of the relative L2 error of the central-difference gradient, the
+    prediction's boundary zeroed first (the official Darcy script's derivative term, ``--recipe paper``)."""
+    gp = central_differences(boundary_zeroed(pred, grid, convention), grid, convention)
+    gt = central_differences(target, grid, convention)
+    return sum(rel_l2(a, b) for a, b in zip(gp, gt))
+
+
+def objective(err: torch.Tensor, pred: torch.Tensor, target: torch.Tensor, data: FieldSet, recipe: str,
+              world: int = 1) -> torch.Tensor:
+    """The training loss of a batch from its per-sample relative L2 ``err``: ``ours`` their mean;
+    ``paper`` the official sum over the batch of rel-L2 + 0.1 x :func:`gradient_rel_l2` (times the process
+    count under torchrun, whose averaged gradients then equal one process's sum over the global batch)."""
+    if recipe != "paper":
+        return err.mean()
+    return (err + 0.1 * gradient_rel_l2(pred, target, data.grid, data.convention)).sum() * world
+
+
 # --------------------------------------------------------------------------- train
 
 
@@ -139,9 +209,23 @@ class TrainResult:
     summary: dict
 
 
-def _check_data(mcfg: ModelConfig, data: FieldSet, what: str) -> None:
+def check_quadrature(quadrature: str, data: FieldSet) -> None:
+    """``trapezoid`` is the rule of a node grid (boundaries included); on a cell or periodic grid (i/n
+    points: the last point is not a boundary) the uniform sum is the right one: refused there."""
+    if quadrature == "trapezoid" and data.grid is not None and data.convention != "node":
+        raise UsageError(f"--quadrature trapezoid is the rule of node grids (boundaries included); "
+                         f"{data.path or 'the data'} is a {data.convention or 'grid of unknown convention'} grid "
+                         f"{data.resolution}, where the uniform sum is right (use --quadrature uniform, or --grid "
+                         f"node if its points do include both boundaries)")
+
+
+def _check_data(mcfg: ModelConfig, data: FieldSet, what: str, recipe: str = "ours") -> None:
     if data.y is None:
         raise InputError("missing key 'y' (training needs outputs)", data.path)
+    check_quadrature(mcfg.quadrature, data)
+    if recipe == "paper" and (data.grid is None or data.convention is None):
+        raise UsageError(f"--recipe paper needs a grid of known convention (its loss takes central differences); "
+                         f"{data.path or 'the data'} holds {'a point set' if data.grid is None else 'a grid whose coords match no convention'}")
     if mcfg.model in ("fno", "funcattn-conv") and data.grid is None:
         raise InputError(f"--model {mcfg.model} needs a regular grid; this file holds a point set", data.path)
     if mcfg.model == "funcattn-conv" and len(data.grid) != 2:
@@ -163,7 +247,7 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
     dist = dist if dist is not None else Dist()
     device = torch.device(device)
     set_threads(device, tcfg.threads)
-    _check_data(mcfg, data, "DATA")
+    _check_data(mcfg, data, "DATA", tcfg.recipe)
     if tcfg.ntrain is not None:
         data = data.head(tcfg.ntrain)
     if val is None and tcfg.val_fraction > 0:
@@ -172,7 +256,7 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
             raise InputError(f"{data.n_samples} samples cannot be split into training and validation", data.path)
         data, val = data.head(data.n_samples - nval), data.tail(data.n_samples - nval)
     if val is not None:
-        _check_data(mcfg, val, "--val")
+        _check_data(mcfg, val, "--val", tcfg.recipe)
     if data.n_samples < tcfg.batch:
         raise UsageError(f"--batch {tcfg.batch} is larger than the {data.n_samples} training samples")
     if tcfg.batch % dist.world:
@@ -182,16 +266,18 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
     if cfg["model"] == "fno" and cfg.get("fno_width") is None:
         cfg["fno_width"] = matched_fno_width(cfg, cin, cout, dim)
     norm = Normaliser.fit(data)
-    lo, hi = data.coords.min(0), data.coords.max(0)
+    lo, hi = data.box()
     with seeded(seed, "init"):
         model = OperatorModel(cfg, cin, cout, dim, norm, lo, hi, data.resolution).to(device)
+        if tcfg.recipe == "paper":
+            paper_init(model.net)
     net = model.net
     params = [p for p in net.parameters()]
     steps = data.n_samples // tcfg.batch
     opt = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=tcfg.lr, epochs=tcfg.epochs, steps_per_epoch=steps)
     g = generator(seed, "batches")
-    fp = fingerprint({"model": ModelConfig.fingerprint_dict(cfg), "train": asdict(tcfg), "world": dist.world,
+    fp = fingerprint({"model": ModelConfig.fingerprint_dict(cfg), "train": tcfg.fingerprint_dict(), "world": dist.world,
                       "seed": seed},
                      data.x, data.y, data.coords, None if val is None else val.x)
     start, rows, seconds = 0, [], []
@@ -211,7 +297,8 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
         for b in range(steps):
             idx = perm[b * tcfg.batch:(b + 1) * tcfg.batch][part].to(device)
             pred = model.forward_normalised(X[idx], coords, data.grid)
-            loss = rel_l2(pred, Y[idx]).mean()
+            err = rel_l2(pred, Y[idx])
+            loss = objective(err, pred, Y[idx], data, tcfg.recipe, dist.world)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if dist.active:
@@ -219,7 +306,7 @@ def train(mcfg: ModelConfig, tcfg: TrainConfig, data: FieldSet, val: FieldSet | 
             torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
             opt.step()
             sched.step()
-            total += float(loss.detach())
+            total += float(err.detach().mean())
         train_err = dist.all_mean(total / steps)
         val_err = float(evaluate_model(model, val, device).mean()) if val is not None else None
         seconds.append(time.perf_counter() - t0)
@@ -305,8 +392,11 @@ class SuperResResult:
 def nested_grid(coarse: FieldSet, fine: FieldSet) -> bool:
     """True when ``fine`` is a 2-D grid over ``coarse``'s box whose every s-th node (per axis) is a node of
     ``coarse``, and the two hold the same samples (the same outputs at those nodes): the case where
-    ``fine`` can also be predicted by interpolating ``coarse``'s prediction."""
+    ``fine`` can also be predicted by interpolating ``coarse``'s prediction. Node grids only (the
+    interpolation spans the box with its end nodes)."""
     if coarse.grid is None or fine.grid is None or len(coarse.grid) != 2 or len(fine.grid) != 2:
+        return False
+    if coarse.convention != "node" or fine.convention != "node":
         return False
     if coarse.y is None or fine.y is None or coarse.n_samples != fine.n_samples or coarse.y.shape[2] != fine.y.shape[2]:
         return False
