@@ -61,7 +61,7 @@ def test_rigid_noise_lives_in_the_normalised_input_at_the_encoder_size():
     """RIGID adds λ·N(0, I) to the encoder's normalised input tensor (after resizing), unclamped;
     model files without rigid_space keep the older pixel-space probe."""
     from icmlkit.lib.core.runtime import generator
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.vision.backbone import load_backbone
     from icmlkit.lib.detect_synthetic.model import Detector, DetectorConfig
     from icmlkit.lib.detect_synthetic.probe import gaussian_noise
 
@@ -161,7 +161,7 @@ def test_unreadable_images_are_described_without_internals():
 def test_backbone_classifies_chelsea_as_a_cat_and_coffee_as_espresso_or_cup():
     from skimage import data
 
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.vision.backbone import load_backbone
 
     enc = load_backbone(input_size=224)
     assert enc.dim == 1280 and not any(p.requires_grad for p in enc.parameters())
@@ -180,7 +180,7 @@ def test_backbone_classifies_chelsea_as_a_cat_and_coffee_as_espresso_or_cup():
 
 
 def test_gradients_flow_through_the_frozen_encoder():
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.vision.backbone import load_backbone
 
     enc = load_backbone(input_size=32)
     enc.train()

