@@ -218,7 +218,8 @@ def agentdojo(ctx) -> dict:
 
     if importlib.util.find_spec("agentdojo") is None:
         return {"skipped": "agentdojo is not installed (optional extra)"}
-    from icmlkit.lib.design_safe_agents.agentdojo_env import SUITES, agentdojo_security_agrees
+    from icmlkit.lib.agentdojo import SUITES
+    from icmlkit.lib.design_safe_agents.agentdojo_env import agentdojo_security_agrees
 
     iterations = budget(ctx)["iterations_per_seed"]
     out = []
