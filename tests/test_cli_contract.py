@@ -183,5 +183,5 @@ def test_missing_or_broken_optional_module_is_an_environment_problem(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(EnvironmentProblem, match="fails to import .*RuntimeError: operator x::nms"):
         require_module("icmlkit_broken_mod", "detect-synthetic")
-    with pytest.raises(EnvironmentProblem, match=r"pip install 'icmlkit\[detect\]'"):
+    with pytest.raises(EnvironmentProblem, match=r"pip install 'icmlkit\[detect-synthetic\]'"):
         require_module("icmlkit_no_such_module_here", "detect-synthetic")
