@@ -222,6 +222,76 @@ def test_group_advantages_and_masked_tokens_get_zero_gradient():
     assert torch.all(logits.grad == 0)
 
 
+def test_reference_grpo_form_unbiased_std_and_clipped_ppo_loss():
+    """The reference trainer's (verl's) form: Bessel's std in the advantages, and the clipped PPO loss whose
+    gradient at ratio 1 is the plain loss's; clipped tokens (and, for A < 0, the dual clip) carry none."""
+    import torch
+
+    from icmlkit.lib.distill_agent.train import group_advantages, grpo_loss, ppo_clip_loss, token_logprobs
+
+    r = [1.0, 0.0, 0.5, 0.0]
+    pop, _ = group_advantages(r)
+    unb, _ = group_advantages(r, "unbiased")
+    t = torch.tensor(r, dtype=torch.float64)
+    assert torch.allclose(unb, (t - t.mean()) / (t.std() + 1e-6))
+    assert torch.allclose(unb / pop, ((t.std(unbiased=False) + 1e-6) / (t.std() + 1e-6)).expand(4))
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 6, 11, generator=g, requires_grad=True)
+    ids = torch.randint(0, 11, (2, 6), generator=g)
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 0, 0, 1, 1]])
+    adv = torch.tensor([1.0, -0.5])
+    old = token_logprobs(logits, ids).detach()
+    ppo_clip_loss(logits, ids, mask, adv, old, denom=5.0).backward()
+    g_ppo, logits.grad = logits.grad.clone(), None
+    grpo_loss(logits, ids, mask, adv, denom=5.0).backward()
+    assert torch.allclose(g_ppo, logits.grad, atol=1e-6)
+    # ratio far above 1 + eps with A > 0, and far above the dual-clip bound 3 with A < 0: no gradient
+    logits.grad = None
+    ppo_clip_loss(logits, ids, mask, adv, old - 2.0, denom=5.0).backward()
+    assert torch.all(logits.grad == 0)
+    loss = ppo_clip_loss(logits, ids, mask, adv, old - 2.0, denom=5.0)
+    m = mask[:, 1:].float()
+    assert float(loss) == pytest.approx(float(((-1.0 * 1.2 * m[0]).sum() + (0.5 * 3.0 * m[1]).sum()) / 5.0))
+
+
+def test_mini_batch_update_equals_ours_with_one_mini_batch_and_differs_with_two():
+    """One RL step's update on fixed rollouts: a mini-batch of every prompt is our on-policy update; two
+    mini-batches take two optimiser steps (the second off-policy) and end elsewhere."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from icmlkit.lib.core.runtime import Dist
+    from icmlkit.lib.distill_agent import train
+    from icmlkit.lib.distill_agent.config import RLConfig
+
+    g = torch.Generator().manual_seed(0)
+    runs = []
+    for i in range(4):                      # 2 prompts x group 2; generated tokens after a 3-token prefix
+        n = 7 + i
+        ids = torch.randint(1, 50, (n,), generator=g).tolist()
+        runs.append(SimpleNamespace(ep=SimpleNamespace(ids=ids, gen=[0, 0, 0] + [1] * (n - 3))))
+    adv = torch.tensor([1.0, -1.0, 0.7, -0.7], dtype=torch.float64)
+
+    def step(mini):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+        cfg = RLConfig(prompts=2, group=2, lr=1e-2, ppo_mini_batch=mini)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        model.train()
+        if mini:
+            train._ppo_update(cfg, model, model, opt, None, runs, [0, 1, 2, 3], adv, 0, 0, "cpu", Dist())
+        else:
+            train._one_update(cfg, model, model, opt, None, runs, [0, 1, 2, 3], adv, 0, "cpu", Dist())
+        return [p.detach().clone() for p in model.parameters()]
+
+    ours, whole, two = step(0), step(2), step(1)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours, whole))
+    assert max(float((a - b).abs().max()) for a, b in zip(ours, two)) > 1e-3
+
+
 # --------------------------------------------------------------------------- the stub endpoint
 
 

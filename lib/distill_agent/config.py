@@ -132,13 +132,24 @@ class RLConfig:
     kl: float = _opt(0.0, "KL coefficient to the starting model (k3 estimator; 0 as in the paper's script).",
                      min=0.0)
     clip_grad: float = _opt(1.0, "Gradient-norm clip (0: off).", min=0.0)
+    adv_std: str = _opt("population", "The group std that scales the advantages: population (ours) or unbiased "
+                        "(the reference trainer verl's torch.std).", choices=("population", "unbiased"))
+    ppo_mini_batch: int = _opt(0, "Prompts per PPO mini-batch: 0 = one on-policy update on the whole batch (ours); "
+                               "k < --prompts = the reference trainer's form: old log-probs taken once, then one "
+                               "optimiser step per mini-batch of k prompts with the clipped ratio (--clip-ratio, "
+                               "dual clip 3 on negative advantages).", min=0)
+    clip_ratio: float = _opt(0.2, "PPO clip epsilon of the mini-batch form (verl's clip_ratio).", min=0.0,
+                             min_open=True)
     lora: int = _opt(0, "LoRA rank (peft, extra lime; 0: full fine-tuning); merged into the weights at the "
                      "end.", min=0)
     lora_alpha: float = _opt(16.0, "LoRA scaling alpha.", min=0.0, min_open=True)
     lora_targets: str = _opt("q_proj,k_proj,v_proj,o_proj", "Comma-separated module names that get adapters.")
 
     def check(self) -> None:
-        pass
+        if self.adv_std not in ("population", "unbiased"):
+            raise UsageError(f"--adv-std must be population or unbiased, not {self.adv_std!r}")
+        if self.ppo_mini_batch < 0:
+            raise UsageError("--ppo-mini-batch must be >= 0")
 
 
 @dataclass

@@ -12,12 +12,17 @@ GRPO [the paper uses verl; this is a small multi-turn GRPO loop written for this
 2. reward each rollout (:func:`reward`): 1 for a correct final answer; else, on the FIRST generated
    step only, 0.5 if it is functionally equivalent to the teacher step, 0 if to the student's
    mistake, 0.1 otherwise; 0 without ``final_answer_print``; ``--reward outcome``: 1 / 0 only;
-3. advantages normalised within each group, A = (r - mean) / (std + 1e-6); groups whose rewards
-   are all equal carry no signal and are dropped;
+3. advantages normalised within each group, A = (r - mean) / (std + 1e-6) with the population std
+   (``adv_std="unbiased"``: Bessel's, as the reference trainer verl); groups whose rewards are all equal
+   carry no signal and are dropped;
 4. loss = -sum_i A_i sum_t m_it log pi(y_it) / sum m, where m is 1 only on the tokens the policy
    generated (prefix, teacher and observation tokens masked); one on-policy update per batch (the
    PPO ratio is 1); KL to the starting model with coefficient ``kl`` (0 by default, as the paper's
    script sets ``kl_loss_coef=0``).
+   ``ppo_mini_batch=k`` (0 < k < prompts) is the reference trainer's form instead: the rollouts'
+   log-probs are taken once before the update, then the batch is split into mini-batches of k prompts
+   (in order) and each takes one optimiser step on the clipped PPO loss (:func:`ppo_clip_loss`, token
+   mean over the mini-batch), so every mini-batch after the first is off-policy.
 """
 from __future__ import annotations
 
@@ -268,14 +273,15 @@ def reward(item: dict, prefix: list[dict], steps: list[dict], final, mode: str) 
     return 0.1
 
 
-def group_advantages(rewards):
-    """(advantages, keep) of one group: (r - mean) / (std + 1e-6); keep False when all rewards are equal."""
+def group_advantages(rewards, std: str = "population"):
+    """(advantages, keep) of one group: (r - mean) / (std + 1e-6), ``std`` the population std (ours) or
+    the unbiased one (verl's ``torch.std``); keep False when all rewards are equal."""
     import torch
 
     r = torch.as_tensor(rewards, dtype=torch.float64)
     if bool((r == r[0]).all()):
         return torch.zeros_like(r), False
-    return (r - r.mean()) / (r.std(unbiased=False) + 1e-6), True
+    return (r - r.mean()) / (r.std(unbiased=std == "unbiased") + 1e-6), True
 
 
 def token_logprobs(logits, ids, temperature: float = 1.0):
@@ -297,6 +303,90 @@ def grpo_loss(logits, ids, gen_mask, adv, denom, temperature: float = 1.0, ref_l
         d = rl - lp
         loss = loss + kl * ((torch.exp(d) - d - 1) * m).sum() / denom
     return loss
+
+
+def ppo_clip_loss(logits, ids, gen_mask, adv, old_lp, denom, clip: float = 0.2, clip_c: float = 3.0,
+                  temperature: float = 1.0, ref_logits=None, kl: float = 0.0):
+    """The reference trainer's (verl's) clipped policy loss, summed over the generated tokens / denom:
+    max(-A r, -A clip(r, 1 - clip, 1 + clip)) with r = exp(log pi - old log pi), and for A < 0 at most
+    -A clip_c (dual clip); plus the same k3 KL term as :func:`grpo_loss`. At r = 1 its gradient is
+    :func:`grpo_loss`'s."""
+    import torch
+
+    lp = token_logprobs(logits, ids, temperature)
+    m = gen_mask[:, 1:].float()
+    a = adv[:, None].float()
+    ratio = torch.exp(lp - old_lp)
+    pg = torch.maximum(-a * ratio, -a * ratio.clamp(1.0 - clip, 1.0 + clip))
+    pg = torch.where(a < 0, torch.minimum(pg, -a * clip_c), pg)
+    loss = (pg * m).sum() / denom
+    if kl > 0 and ref_logits is not None:
+        rl = token_logprobs(ref_logits, ids, temperature).detach()
+        d = rl - lp
+        loss = loss + kl * ((torch.exp(d) - d - 1) * m).sum() / denom
+    return loss
+
+
+def _ppo_update(cfg, net, model, opt, ref, runs, keep, adv, first_prompt: int, pad, device, dist) -> None:
+    """The mini-batch form of one RL step (``cfg.ppo_mini_batch`` prompts per optimiser step); rollout
+    i belongs to prompt ``first_prompt + i // cfg.group`` of the global batch."""
+    import torch
+
+    if keep:
+        x_all, m_all = _pad([runs[i].ep.ids for i in keep], [runs[i].ep.gen for i in keep], pad, device)
+        with torch.no_grad():   # log pi_old: the rollout policy, before any of this step's updates
+            old_all = token_logprobs(model(input_ids=x_all).logits, x_all, cfg.temperature)
+    mb = cfg.ppo_mini_batch
+    for k in range(math.ceil(cfg.prompts / mb)):
+        rows = [r for r, i in enumerate(keep) if (first_prompt + i // cfg.group) // mb == k]
+        n_tok = float(sum(sum(runs[keep[r]].ep.gen) for r in rows))
+        denom_t = dist.all_mean(n_tok) * dist.world if dist.world > 1 else n_tok
+        if denom_t <= 0:
+            continue                      # no trained token in this mini-batch on any rank
+        opt.zero_grad(set_to_none=True)
+        if rows:
+            idx = torch.as_tensor(rows, device=device)
+            x, m = x_all[idx], m_all[idx]
+            logits = net(input_ids=x).logits
+            ref_logits = None
+            if ref is not None:
+                with torch.no_grad():
+                    ref_logits = ref(input_ids=x).logits
+            loss = ppo_clip_loss(logits, x, m, adv[[keep[r] for r in rows]].to(logits.device), old_all[idx],
+                                 denom_t / max(dist.world, 1), cfg.clip_ratio, temperature=cfg.temperature,
+                                 ref_logits=ref_logits, kl=cfg.kl)
+        else:                             # keep DDP's collective calls in step
+            loss = sum(p.sum() for p in net.parameters()) * 0.0
+        loss.backward()
+        if cfg.clip_grad > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+        opt.step()
+
+
+def _one_update(cfg, net, model, opt, ref, runs, keep, adv, pad, device, dist) -> None:
+    """Ours: one on-policy optimiser step on the whole batch (:func:`grpo_loss`)."""
+    import torch
+
+    n_tok = float(sum(sum(runs[i].ep.gen) for i in keep))
+    denom_t = dist.all_mean(n_tok) * dist.world if dist.world > 1 else n_tok
+    opt.zero_grad(set_to_none=True)
+    if keep and denom_t > 0:
+        x, m = _pad([runs[i].ep.ids for i in keep], [runs[i].ep.gen for i in keep], pad, device)
+        logits = net(input_ids=x).logits
+        ref_logits = None
+        if ref is not None:
+            with torch.no_grad():
+                ref_logits = ref(input_ids=x).logits
+        loss = grpo_loss(logits, x, m, adv[keep].to(logits.device), denom_t / max(dist.world, 1),
+                         cfg.temperature, ref_logits, cfg.kl)
+        loss.backward()
+    elif dist.world > 1:  # keep DDP's collective calls in step: a zero loss on every parameter
+        loss = sum(p.sum() for p in net.parameters()) * 0.0
+        loss.backward()
+    if cfg.clip_grad > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+    if keep or dist.world > 1:
+        opt.step()
 
 
 def rl(cfg, items: list[dict], model, tok, agent_cfg, *, seed: int, device, dist=None, checkpointer=None,
@@ -354,33 +444,18 @@ def rl(cfg, items: list[dict], model, tok, agent_cfg, *, seed: int, device, dist
         keep = []
         for j in range(len(chosen)):
             sl = slice(j * cfg.group, (j + 1) * cfg.group)
-            a, ok = group_advantages(rewards[sl])
+            a, ok = group_advantages(rewards[sl], cfg.adv_std)
             if ok:
                 adv[sl] = a
                 keep += list(range(sl.start, sl.stop))
             else:
                 dropped_total += 1
         model.train()
-        n_tok = float(sum(sum(runs[i].ep.gen) for i in keep))
-        denom_t = dist.all_mean(n_tok) * dist.world if dist.world > 1 else n_tok
-        opt.zero_grad(set_to_none=True)
-        if keep and denom_t > 0:
-            x, m = _pad([runs[i].ep.ids for i in keep], [runs[i].ep.gen for i in keep], pad, device)
-            logits = net(input_ids=x).logits
-            ref_logits = None
-            if ref is not None:
-                with torch.no_grad():
-                    ref_logits = ref(input_ids=x).logits
-            loss = grpo_loss(logits, x, m, adv[keep].to(logits.device), denom_t / max(dist.world, 1),
-                             cfg.temperature, ref_logits, cfg.kl)
-            loss.backward()
-        elif dist.world > 1:  # keep DDP's collective calls in step: a zero loss on every parameter
-            loss = sum(p.sum() for p in net.parameters()) * 0.0
-            loss.backward()
-        if cfg.clip_grad > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
-        if keep or dist.world > 1:
-            opt.step()
+        if 0 < cfg.ppo_mini_batch < cfg.prompts:   # the reference trainer's mini-batch form
+            first = dist.split(cfg.prompts).start if dist.world > 1 else 0
+            _ppo_update(cfg, net, model, opt, ref, runs, keep, adv, first, pad, device, dist)
+        else:
+            _one_update(cfg, net, model, opt, ref, runs, keep, adv, pad, device, dist)
         model.eval()
         mean_r = dist.all_mean(sum(rewards) / len(rewards))
         curve.append(round(mean_r, 6))
