@@ -109,11 +109,13 @@ def query(run, model, points, output, shard, cfg):
     """Geometry of the trained model at POINTS: spectrum, tangents, local dimension, Gamma grad f.
 
     One network call and an r x r eigen-decomposition per point (never D x D). The local
-    dimension rules are [reconstructed]. h must lie in the model's trained range.
+    dimension rules are [reconstructed]. h must lie in the model's trained range. --what tangent
+    without --dim refuses (exit 2) when the eigen-gap is weak: the largest gap under 2x the second
+    largest (median over the points), where two dimensions fit about equally well.
 
     \b
-    JSON keys: n, D, rank, h, what, median_local_dim, d (with --what tangent), seconds,
-    queries_per_s.
+    JSON keys: n, D, rank, h, what, median_local_dim, d and eigengap_ratio (with --what tangent),
+    seconds, queries_per_s.
     Examples:
       metric-match query m.safetensors test.npz --h 0.1 --what tangent --dim 4 -o tan.npz
       metric-match query m.safetensors test.npz --h 0.1 --what dim --shard 2/8 -o part2.npz --json
@@ -146,8 +148,11 @@ def knn(run, data, points, output, shard, cfg, qcfg):
     matching's target (--halve divides it by 2). Compare projectors and eigen-ratios.
 
     \b
-    JSON keys: n, D, rank, h, k, n_data, convention, what, median_local_dim, d (with --what
-    tangent), seconds (queries), seconds_index (data upload), queries_per_s.
+    --what tangent without --dim warns (as query refuses) when the eigen-gap is weak.
+
+    \b
+    JSON keys: n, D, rank, h, k, n_data, convention, what, median_local_dim, d and eigengap_ratio
+    (with --what tangent), seconds (queries), seconds_index (data upload), queries_per_s.
     Examples:
       metric-match knn train.npz test.npz --k 64 --h 0.3 --what tangent -o knn.npz --json
       metric-match knn train.npz test.npz --k 32 --h 0.2 --what dim --halve --json

@@ -436,3 +436,64 @@ def test_wrong_shapes_are_refused(tmp_path, capsys):
         code, _, err = run_inprocess(TOOL, argv, capsys)
         assert code == 1 and err.startswith("Error:") and "Traceback" not in err, (argv, err)
     assert not (base / "o.safetensors").exists()
+
+
+# ------------------------------------------------------------------ issue 53: h embedding, weak eigen-gap
+
+def test_log_h_frequencies_are_bounded_and_old_files_keep_theirs():
+    from icmlkit.lib.metric_match.config import H_FREQ_MAX
+    from icmlkit.lib.metric_match.core import log_h_frequencies
+    from icmlkit.lib.metric_match.model import build_nets
+
+    f = log_h_frequencies(32)
+    assert float(f.max()) == pytest.approx(H_FREQ_MAX) and float(f.min()) == pytest.approx(1 / 8)
+    assert torch.allclose(f[1:] / f[:-1], f[1:2] / f[:1])                  # geometric
+    assert torch.equal(log_h_frequencies(8), 2.0 ** torch.arange(8, dtype=torch.float64) / 8)  # below the bound
+    assert float(log_h_frequencies(32, None).max()) == pytest.approx(2 ** 31 / 8)  # the former rule: 2.7e8
+    assert float(log_h_frequencies(16, 4.0).max()) == pytest.approx(4.0)
+    arch = {"width": 8, "blocks": 1, "emb": 32, "kind": "mlp", "channels": 4}
+    old, _ = build_nets({"D": 3, "rank": 2, "arch": arch}, seed=0)          # a file written before the bound
+    new, _ = build_nets({"D": 3, "rank": 2, "arch": {**arch, "h_freq_max": 8.0}}, seed=0)
+    assert old.mlp.h_freq_max is None and new.mlp.h_freq_max == 8.0
+    h = torch.tensor([0.1, 0.1 * (1 + 1e-6)])
+    y = torch.zeros(2, 3)
+    # the unbounded embedding swings by O(1) for a 1e-6 change of h; the bounded one does not
+    assert (old(y, h)[0] - old(y, h)[1]).abs().max() > 100 * (new(y, h)[0] - new(y, h)[1]).abs().max()
+
+
+def test_train_records_h_freq_max(tmp_path):
+    x, _ = plane(100)
+    res = train(TrainConfig(**{**TINY, "steps": 2, "h_freq_max": 4.0}), Points(x, "p"))
+    save_model(tmp_path / "m.safetensors", res.model)
+    m = load_model(tmp_path / "m.safetensors")
+    assert m.config["arch"]["h_freq_max"] == 4.0 and m.net.mlp.h_freq_max == 4.0
+
+
+def _spectrum_rows(vals, n=20):
+    lam = torch.tensor([vals] * n, dtype=torch.float64)
+    V = torch.eye(len(vals), dtype=torch.float64)[None].expand(n, -1, -1)
+    return lam, V
+
+
+def test_tangent_without_dim_refuses_a_weak_eigengap():
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.metric_match.api import _outputs
+    from icmlkit.lib.metric_match.core import eigengap_strength
+
+    # the plain S^4 model's shape: 4 tangent ~0.5, the radial one 0.3, normals 0.005
+    weak, V = _spectrum_rows([0.5, 0.5, 0.5, 0.5, 0.3, 0.005, 0.005, 0.005])
+    ratio, alt = eigengap_strength(weak)
+    assert float(ratio[0]) == pytest.approx(0.295 / 0.2) and int(alt[0]) == 4
+    with pytest.raises(UsageError, match="eigen-gap is weak.*d = 5 and d = 4.*--dim"):
+        _outputs("tangent", weak, V, QueryConfig(what="tangent"), 8)
+    arrays, extra = _outputs("tangent", weak, V, QueryConfig(what="tangent", dim=4), 8)   # --dim: no check
+    assert arrays["tangent"].shape == (20, 4, 8) and extra["eigengap_ratio"] == pytest.approx(1.475)
+    _outputs("tangent", weak, V, QueryConfig(what="tangent", dim_rule="threshold"), 8)    # a chosen rule
+    arrays, extra = _outputs("tangent", weak, V, QueryConfig(what="tangent"), 8, refuse_weak=False)  # knn: warns
+    assert arrays["tangent"].shape == (20, 5, 8) and extra["eigengap_ratio"] < 2
+    _outputs("dim", weak, V, QueryConfig(what="dim"), 8)                                 # not a tangent
+    clean, V = _spectrum_rows([0.5, 0.5, 0.5, 0.5, 0.03, 0.005, 0.005, 0.005])
+    arrays, extra = _outputs("tangent", clean, V, QueryConfig(what="tangent"), 8)
+    assert extra["d"] == 4 and extra["eigengap_ratio"] > 10
+    one, V = _spectrum_rows([0.5])
+    assert _outputs("tangent", one, V, QueryConfig(what="tangent"), 1)[1]["eigengap_ratio"] == float("inf")

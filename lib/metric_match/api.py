@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from icmlkit.lib.core.console import log
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.metric_match.config import EvalConfig, InterpolateConfig, KnnConfig, QueryConfig
-from icmlkit.lib.metric_match.core import eig_route, local_dimension, projector_error
+from icmlkit.lib.metric_match.core import eig_route, eigengap_strength, local_dimension, projector_error
 from icmlkit.lib.metric_match.data import Points, parse_direction
 from icmlkit.lib.metric_match.knn import knn_cdc
 from icmlkit.lib.metric_match.model import MetricModel
@@ -34,6 +35,12 @@ def _slice(n: int, shard: tuple[int, int]) -> np.ndarray:
     return np.arange((k - 1) * n // m, k * n // m)
 
 
+# `query --what tangent` without --dim refuses (`knn`: warns) when the median ratio of the largest
+# eigen-gap to the second largest is below this: two dimensions fit about equally well [reconstructed
+# threshold]
+WEAK_EIGENGAP_RATIO = 2.0
+
+
 def _tangent_dim(cfg_dim, local_dim: torch.Tensor, rank: int) -> int:
     d = int(cfg_dim) if cfg_dim is not None else int(torch.median(local_dim).item()) if len(local_dim) else 1
     if d > rank:
@@ -41,12 +48,32 @@ def _tangent_dim(cfg_dim, local_dim: torch.Tensor, rank: int) -> int:
     return d
 
 
-def _outputs(what: str, lam, V, cfg: QueryConfig, D: int, M=None) -> tuple[dict, dict]:
+def _check_gap(lam, cfg: QueryConfig, d: int, refuse: bool = True) -> float | None:
+    """The median eigen-gap ratio (None for an empty query). A tangent dimension read from a weak
+    eigen-gap (ratio below :data:`WEAK_EIGENGAP_RATIO`, no --dim, the eigengap rule) is refused, or with
+    ``refuse=False`` (the kNN baseline) logged as a warning."""
+    if not len(lam):
+        return None
+    ratio, alt = eigengap_strength(lam)
+    med = float(torch.median(ratio).item())
+    if cfg.what == "tangent" and cfg.dim is None and cfg.dim_rule == "eigengap" and med < WEAK_EIGENGAP_RATIO:
+        other = int(torch.median(alt).item())
+        msg = (f"the eigen-gap is weak: the largest gap is only {med:.2f}x the second largest (median over the "
+               f"points; below {WEAK_EIGENGAP_RATIO:g}), so d = {d} and d = {other} fit about equally well; pass "
+               f"--dim (or --dim-rule threshold)")
+        if refuse:
+            raise UsageError(msg)
+        log.warning(msg)
+    return med
+
+
+def _outputs(what: str, lam, V, cfg: QueryConfig, D: int, M=None, refuse_weak: bool = True) -> tuple[dict, dict]:
     ld = local_dimension(lam, cfg.dim_rule, cfg.dim_threshold)
     arrays = {"spectrum": lam.numpy(), "local_dim": ld.numpy().astype(np.int64)}
     extra: dict = {}
     if what == "tangent":
         d = _tangent_dim(cfg.dim, ld, lam.shape[1])
+        extra["eigengap_ratio"] = _check_gap(lam, cfg, d, refuse_weak)
         arrays["tangent"] = V[:, :d].numpy()
         extra["d"] = d
     elif what == "metric":
@@ -100,7 +127,7 @@ def knn_query(data: Points, pts: Points, kcfg: KnnConfig, cfg: QueryConfig, shar
     t1 = time.perf_counter()
     lam, V = knn_cdc(X, Q, kcfg.k, kcfg.knn_h, chunk=kcfg.chunk, halve=kcfg.halve)
     lam, V = lam.cpu(), V.cpu()
-    arrays, extra = _outputs(cfg.what, lam, V, cfg, data.x.shape[1])
+    arrays, extra = _outputs(cfg.what, lam, V, cfg, data.x.shape[1], refuse_weak=False)
     sec = time.perf_counter() - t1
     arrays["index"] = idx.astype(np.int64)
     summary = {"n": int(len(idx)), "D": int(data.x.shape[1]), "rank": int(data.x.shape[1]), "h": kcfg.knn_h,

@@ -13,6 +13,9 @@ SCALES = ("rms", "none")
 DIM_RULES = ("eigengap", "threshold")
 NETS = ("auto", "mlp", "unet")
 MANIFOLDS = ("sphere", "squiggly-circle", "torus", "swiss-roll")  # plus skdim:<name>
+# the bound on the log-h embedding's frequencies (radians per unit of log h): a period of 0.2 in
+# log h, i.e. a 20 % change of h, finer than any h the tool compares [reconstructed choice]
+H_FREQ_MAX = 32.0
 
 
 @dataclass
@@ -32,6 +35,9 @@ class TrainConfig:
     width: int = _opt(256, "Hidden width of the FiLM MLP.", min=1)
     blocks: int = _opt(3, "Residual FiLM blocks of the MLP.", min=1)
     emb: int = _opt(32, "Sinusoidal frequencies of the log-h embedding.", min=1)
+    h_freq_max: float = _opt(H_FREQ_MAX, "Largest frequency of the log-h embedding (radians per unit of log h): 2^k/8 "
+                             "while below it, else --emb geometric steps from 1/8 to it (unbounded 2^k/8 reached "
+                             "2.7e8 at --emb 32).", min=0.125)
     lr: float = _opt(1e-3, "AdamW learning rate (cosine decay to 0; [reconstructed] schedule).", min=0,
                      min_open=True)
     weight_decay: float = _opt(0.0, "AdamW weight decay (official configs: 0).", min=0)

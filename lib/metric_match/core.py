@@ -5,8 +5,9 @@
   with a Tikhonov term Gamma = M^T M + lambda I it adds 2 lambda |M|_F^2 (and the constant terms
   -2 lambda |delta|^2 + lambda^2 D, kept so that it equals the naive loss exactly).
   :func:`naive_loss` is the D x D Frobenius MSE it equals (a test checks 1e-10 in float64).
-- :class:`FiLMMLP`: y -> M(y, h) in R^{r x D}; h enters through a sinusoidal embedding of log h and
-  FiLM (scale, shift) in every residual block. The input is divided by sqrt(1 + h^2) (data of RMS
+- :class:`FiLMMLP`: y -> M(y, h) in R^{r x D}; h enters through a sinusoidal embedding of log h
+  (frequencies bounded by ``h_freq_max``, :func:`log_h_frequencies`) and FiLM (scale, shift) in every
+  residual block. The input is divided by sqrt(1 + h^2) (data of RMS
   radius 1 after standardisation) **[reconstructed]** preconditioning; widths and block layout
   **[reconstructed]** (the paper's MLP: hidden 1024, 4 layers, a time embedding).
 - :class:`FiLMUNet`: the small UNet for image sets (two downsamplings, FiLM conv blocks on the same
@@ -15,6 +16,8 @@
   to R^D (v_i = M^T u_i / sqrt(lambda_i)): the spectrum and an orthonormal eigenbasis of Gamma = M^T M.
 - :func:`local_dimension`: the local intrinsic dimension from the spectrum's decay (eigen-gap or
   threshold rule, **[reconstructed]**: the paper reads it "from where the eigenvalues decay").
+  :func:`eigengap_strength` says how clearly the eigen-gap picks it (``query --what tangent`` without
+  ``--dim`` refuses an ambiguous one).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import torch
 from torch import nn
 
 from icmlkit.lib.core.errors import UsageError
+from icmlkit.lib.metric_match.config import H_FREQ_MAX
 
 
 def lowrank_loss(M: torch.Tensor, delta: torch.Tensor, tikhonov: float = 0.0, reduce: bool = True) -> torch.Tensor:
@@ -48,11 +52,24 @@ def naive_loss(M: torch.Tensor, delta: torch.Tensor, tikhonov: float = 0.0) -> t
     return ((gamma - target) ** 2).sum((-1, -2)).div(D * D).mean()
 
 
-def sinusoidal(h: torch.Tensor, n_freq: int) -> torch.Tensor:
-    """(B,) noise levels -> (B, 2 n_freq) sin/cos features of log h (frequencies 2^k / 8, k < n_freq,
-    [reconstructed])."""
+def log_h_frequencies(n_freq: int, f_max: float | None = H_FREQ_MAX, *, dtype=torch.float64,
+                      device=None) -> torch.Tensor:
+    """The n_freq frequencies (radians per unit of log h) of :func:`sinusoidal`: 2^k / 8 while they stay
+    at or below ``f_max``; when 2^(n_freq-1) / 8 would pass it, n_freq geometric steps from 1/8 to
+    ``f_max`` instead. ``f_max=None`` is the former unbounded 2^k / 8 (up to 2.7e8 at n_freq 32, where
+    most features are noise in h: sin/cos of log h times 1e8), kept only for model files written
+    before the bound (their ``arch`` has no ``h_freq_max``)."""
+    k = torch.arange(n_freq, dtype=dtype, device=device)
+    if f_max is None or n_freq < 2 or 2.0 ** (n_freq - 1) / 8.0 <= f_max:
+        return 2.0 ** k / 8.0
+    return (8.0 * float(f_max)) ** (k / (n_freq - 1)) / 8.0
+
+
+def sinusoidal(h: torch.Tensor, n_freq: int, f_max: float | None = H_FREQ_MAX) -> torch.Tensor:
+    """(B,) noise levels -> (B, 2 n_freq) sin/cos features of log h at :func:`log_h_frequencies`
+    ([reconstructed] embedding)."""
     x = torch.log(h)[:, None]
-    freqs = (2.0 ** torch.arange(n_freq, dtype=h.dtype, device=h.device)) / 8.0
+    freqs = log_h_frequencies(n_freq, f_max, dtype=h.dtype, device=h.device)
     ang = x * freqs[None, :]
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
 
@@ -74,9 +91,10 @@ class FiLMBlock(nn.Module):
 class FiLMMLP(nn.Module):
     """(y (B, D), h (B,)) -> (B, out) with FiLM conditioning on h in every block."""
 
-    def __init__(self, D: int, out: int, width: int = 256, blocks: int = 3, emb: int = 32):
+    def __init__(self, D: int, out: int, width: int = 256, blocks: int = 3, emb: int = 32,
+                 h_freq_max: float | None = H_FREQ_MAX):
         super().__init__()
-        self.D, self.out_dim, self.n_freq = D, out, emb
+        self.D, self.out_dim, self.n_freq, self.h_freq_max = D, out, emb, h_freq_max
         self.inp = nn.Linear(D, width)
         self.emb = nn.Sequential(nn.Linear(2 * emb, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU())
         self.blocks = nn.ModuleList([FiLMBlock(width) for _ in range(blocks)])
@@ -85,7 +103,7 @@ class FiLMMLP(nn.Module):
 
     def forward(self, y, h):
         x = self.inp(y / torch.sqrt(1 + h * h)[:, None])
-        e = self.emb(sinusoidal(h, self.n_freq))
+        e = self.emb(sinusoidal(h, self.n_freq, self.h_freq_max))
         for blk in self.blocks:
             x = blk(x, e)
         return self.head(self.norm(x))
@@ -123,10 +141,11 @@ class FiLMUNet(nn.Module):
     Layout and widths **[reconstructed]** (the paper uses "a UNet" for images; its configuration is
     not reproduced here)."""
 
-    def __init__(self, image_shape, out_per_channel: int, channels: int = 32, emb: int = 32):
+    def __init__(self, image_shape, out_per_channel: int, channels: int = 32, emb: int = 32,
+                 h_freq_max: float | None = H_FREQ_MAX):
         super().__init__()
         self.H, self.W, self.C = image_dims(image_shape)
-        self.out_per_channel, self.n_freq = out_per_channel, emb
+        self.out_per_channel, self.n_freq, self.h_freq_max = out_per_channel, emb, h_freq_max
         c, ew = channels, 4 * channels
         self.emb = nn.Sequential(nn.Linear(2 * emb, ew), nn.SiLU(), nn.Linear(ew, ew), nn.SiLU())
         self.inp = nn.Conv2d(self.C, c, 3, padding=1)
@@ -144,7 +163,7 @@ class FiLMUNet(nn.Module):
         B = y.shape[0]
         up = torch.nn.functional.interpolate
         x = (y / torch.sqrt(1 + h * h)[:, None]).reshape(B, self.H, self.W, self.C).permute(0, 3, 1, 2)
-        e = self.emb(sinusoidal(h, self.n_freq))
+        e = self.emb(sinusoidal(h, self.n_freq, self.h_freq_max))
         a = self.enc1(self.inp(x), e)
         b = self.enc2(self.down1(a), e)
         m = self.mid(self.down2(b), e)
@@ -155,13 +174,14 @@ class FiLMUNet(nn.Module):
         return o.reshape(B, self.out_per_channel, self.H * self.W * self.C)
 
 
-def _backbone(D: int, out_rows: int, width: int, blocks: int, emb: int, kind: str, image_shape, channels: int):
+def _backbone(D: int, out_rows: int, width: int, blocks: int, emb: int, kind: str, image_shape, channels: int,
+              h_freq_max: float | None = H_FREQ_MAX):
     if kind == "unet":
         H, W, C = image_dims(image_shape)
         if H * W * C != D:
             raise UsageError(f"image shape {tuple(image_shape)} does not hold D = {D} values")
-        return FiLMUNet(image_shape, out_rows, channels, emb)
-    return FiLMMLP(D, out_rows * D, width, blocks, emb)
+        return FiLMUNet(image_shape, out_rows, channels, emb, h_freq_max)
+    return FiLMMLP(D, out_rows * D, width, blocks, emb, h_freq_max)
 
 
 class MetricNet(nn.Module):
@@ -169,10 +189,10 @@ class MetricNet(nn.Module):
     :class:`FiLMUNet` with r output maps per image channel."""
 
     def __init__(self, D: int, rank: int, width: int = 256, blocks: int = 3, emb: int = 32, kind: str = "mlp",
-                 image_shape=None, channels: int = 32):
+                 image_shape=None, channels: int = 32, h_freq_max: float | None = H_FREQ_MAX):
         super().__init__()
         self.D, self.rank, self.kind = D, rank, kind
-        net = _backbone(D, rank, width, blocks, emb, kind, image_shape, channels)
+        net = _backbone(D, rank, width, blocks, emb, kind, image_shape, channels, h_freq_max)
         if kind == "unet":
             self.unet = net
         else:
@@ -189,14 +209,14 @@ class Denoiser(nn.Module):
     network (MLP, or the UNet for images)."""
 
     def __init__(self, D: int, width: int = 256, blocks: int = 3, emb: int = 32, kind: str = "mlp",
-                 image_shape=None, channels: int = 32):
+                 image_shape=None, channels: int = 32, h_freq_max: float | None = H_FREQ_MAX):
         super().__init__()
         self.kind = kind
-        net = _backbone(D, 1, width, blocks, emb, kind, image_shape, channels)
+        net = _backbone(D, 1, width, blocks, emb, kind, image_shape, channels, h_freq_max)
         if kind == "unet":
             self.unet = net
         else:
-            self.mlp = FiLMMLP(D, D, width, blocks, emb)
+            self.mlp = FiLMMLP(D, D, width, blocks, emb, h_freq_max)
 
     def forward(self, y, h):
         h2 = (h * h)[:, None]
@@ -229,6 +249,23 @@ def local_dimension(spectrum: torch.Tensor, rule: str = "eigengap", threshold: f
         return (lam > threshold * lam[:, :1]).sum(-1).clamp_min(1)
     nxt = torch.cat([lam[:, 1:], torch.zeros_like(lam[:, :1])], dim=-1)
     return (lam - nxt).argmax(-1) + 1
+
+
+def eigengap_strength(spectrum: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """((n,) ratio of the largest gap lambda_k - lambda_{k+1} (lambda_{r+1} = 0) to the second largest,
+    (n,) the dimension the second-largest gap would give). A ratio near 1 means two cuts of the spectrum
+    are about as good: the eigen-gap dimension is ambiguous (e.g. the plain S^4 model's radial
+    eigenvalue 0.3 between the tangent ones 0.5 and the normal ones 0.005). A spectrum of length 1 has
+    one gap: ratio inf."""
+    lam = spectrum.double()
+    nxt = torch.cat([lam[:, 1:], torch.zeros_like(lam[:, :1])], dim=-1)
+    gaps = lam - nxt
+    if gaps.shape[1] < 2:
+        return torch.full((len(lam),), float("inf"), dtype=torch.float64), torch.ones(len(lam), dtype=torch.long)
+    top = torch.topk(gaps, 2, dim=-1)
+    first, second = top.values[:, 0], top.values[:, 1]
+    ratio = torch.where(second > 0, first / second.clamp_min(1e-300), torch.full_like(first, float("inf")))
+    return ratio, top.indices[:, 1] + 1
 
 
 def projector_error(basis: torch.Tensor, true_basis: torch.Tensor) -> torch.Tensor:

@@ -81,8 +81,9 @@ def build_nets(config: dict, seed: int, dtype=torch.float32):
     """The metric network (and the denoiser when ``config["centred"]``), built under the named
     stream ``seeded(seed, "init")`` / ``"init-denoiser"``."""
     arch = config["arch"]
+    # files written before the bound have no h_freq_max: None rebuilds their unbounded embedding
     extra = {"kind": arch.get("kind", "mlp"), "image_shape": config.get("image_shape"),
-             "channels": int(arch.get("channels", 32))}
+             "channels": int(arch.get("channels", 32)), "h_freq_max": arch.get("h_freq_max")}
     with seeded(seed, "init"):
         net = MetricNet(config["D"], config["rank"], arch["width"], arch["blocks"], arch["emb"], **extra).to(dtype)
     den = None

@@ -89,7 +89,7 @@ def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist
         raise UsageError(f"--net unet needs an image set (a folder of PNGs or an .npz of (N, H, W[, C]) images); "
                          f"{points.path} holds points of shape N x {D}")
     config = {"D": D, "rank": rank, "arch": {"width": cfg.width, "blocks": cfg.blocks, "emb": cfg.emb, "kind": kind,
-                                             "channels": cfg.channels},
+                                             "channels": cfg.channels, "h_freq_max": cfg.h_freq_max},
               "h_min": cfg.h_min, "h_max": cfg.h_max, "bandwidth": cfg.bandwidth, "tikhonov": cfg.tikhonov,
               "centred": bool(cfg.centred), "scale_mode": cfg.scale,
               "image_shape": list(points.image_shape) if points.image_shape else None}
