@@ -243,7 +243,7 @@ def test_bad_env_ids():
 
 def test_missing_dm_control_is_an_environment_problem(monkeypatch):
     monkeypatch.setitem(sys.modules, "dm_control", None)
-    with pytest.raises(EnvironmentProblem, match=r"icmlkit\[control\]"):
+    with pytest.raises(EnvironmentProblem, match=r"icmlkit\[train-control\]"):
         make_env("dmc:lqr-6")
 
 
