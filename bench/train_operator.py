@@ -108,34 +108,6 @@ def summarise(runs: list[dict], names: list[str]) -> dict:
                       **{f"rel_l2_x100_{n}_std": float(e[:, i].std()) for i, n in enumerate(names)},
                       "per_seed": e.tolist(),
                       "final_train_rel_l2": float(np.mean([r["final_train_rel_l2"] for r in rs]))
-                      if all(r.get("final_train_rel_l2") is not None for r in rs) else None,  # older parts lack it
-                      "ratios_per_seed": [[float(row[i] / row[0]) for i in range(1, len(names))] for row in e],
-                      **_interp_means(rs, names),
-                      "seconds_per_epoch": float(np.mean([r["seconds_per_epoch"] for r in rs]))}
-    return out
-
-
-def _interp_means(rs: list[dict], names: list[str]) -> dict:
-    """Mean error of the training-resolution prediction interpolated onto each finer test grid, where
-    every run of the model recorded it (older parts did not)."""
-    out = {}
-    for i, n in enumerate(names[1:], start=1):
-        vals = [r.get("interp_errors", [None] * len(names))[i] for r in rs]
-        if all(v is not None for v in vals):
-            out[f"interp_rel_l2_x100_{n}"] = float(np.mean(vals))
-    return out
-
-
-def summarise(runs: list[dict], names: list[str]) -> dict:
-    out = {}
-    for model in sorted({r["model"] for r in runs}):
-        rs = sorted((r for r in runs if r["model"] == model), key=lambda r: r["seed"])
-        e = np.array([r["errors"] for r in rs])
-        out[model] = {"seeds": [r["seed"] for r in rs], "params": rs[0]["params"],
-                      **{f"rel_l2_x100_{n}": float(e[:, i].mean()) for i, n in enumerate(names)},
-                      **{f"rel_l2_x100_{n}_std": float(e[:, i].std()) for i, n in enumerate(names)},
-                      "per_seed": e.tolist(),
-                      "final_train_rel_l2": float(np.mean([r["final_train_rel_l2"] for r in rs]))
                       if all(r.get("final_train_rel_l2") is not None for r in rs) else None,  # older runs lack it
                       "ratios_per_seed": [[float(row[i] / row[0]) for i in range(1, len(names))] for row in e],
                       **_interp_means(rs, names),
