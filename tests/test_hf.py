@@ -341,3 +341,53 @@ def test_smollm2_cache_is_built_once_and_matches_the_gguf(monkeypatch, tmp_path)
     got, want = lm.model.state_dict(), ref.state_dict()
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+def test_tiny_kit_tokenizers_batches_and_model(tmp_path):
+    """lib/hf/tiny: word / character / tag-isolating tokenizers, right-padded batches, seeded init, save."""
+    from transformers import AutoTokenizer
+
+    from icmlkit.lib.hf import tiny as kit
+
+    words = ["[PAD]", "[UNK]", "[EOS]", "<code>", "</code>", "x", "=", "1", "x"]
+    tok = kit.word_tokenizer(words, unk="[UNK]", pad="[PAD]", eos="[EOS]", isolate=r"</?code>", decoder="spaces")
+    assert len(tok) == 8 and tok.pad_token_id == 0 and tok.eos_token_id == 2
+    ids = tok.encode("<code>x = 1</code> y", add_special_tokens=False)
+    assert ids == [3, 5, 6, 7, 4, 1] and tok.decode(ids[:4]) == "<code> x = 1"
+    chars = kit.word_tokenizer(["<pad>", "<s>", "</s>", "<unk>", *"ab1 "], unk="<unk>", pad="<pad>", bos="<s>",
+                               eos="</s>", split="chars", decoder="fuse")
+    assert chars.decode(chars.encode("ab 1", add_special_tokens=False)) == "ab 1"
+    ids, att, loss = kit.lm_batch([[5, 6, 7], [5]], [[0, 1, 1], [1]], 0, length=4)
+    assert ids.tolist() == [[5, 6, 7, 0], [5, 0, 0, 0]] and att.tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
+    assert loss.tolist() == [[0, 1, 1, 0], [1, 0, 0, 0]]
+    kw = dict(hidden=16, layers=1, heads=2, max_positions=16, pad_token_id=0, eos_token_id=2, bos_token_id=None)
+    a, b = kit.tiny_llama(len(tok), seed=0, stream="s", **kw), kit.tiny_llama(len(tok), seed=0, stream="s", **kw)
+    c = kit.tiny_llama(len(tok), seed=0, stream="other", **kw)
+    wa, wb, wc = (m.get_input_embeddings().weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+    kit.save_tiny(tmp_path, a, tok, tokenizer_class="PreTrainedTokenizerFast")
+    assert AutoTokenizer.from_pretrained(str(tmp_path)).encode("x = 1", add_special_tokens=False) == [5, 6, 7]
+
+
+def test_tiny_kit_masked_ce_reductions_and_schedule():
+    from icmlkit.lib.hf import tiny as kit
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 7, generator=g)
+    ids = torch.randint(0, 7, (3, 5), generator=g)
+    mask = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 1, 0, 0, 0]])
+    ce = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 7), ids[:, 1:].reshape(-1),
+                                           reduction="none").view(3, 4)
+    m = mask[:, 1:].float()
+    assert kit.masked_ce(logits, ids, mask).item() == pytest.approx(float((ce * m).sum() / m.sum()), rel=1e-6)
+    assert kit.masked_ce(logits, ids, mask, 2.0).item() == pytest.approx(float((ce * m).sum() / 2), rel=1e-6)
+    per = ((ce * m).sum(1) / m.sum(1)).mean()
+    assert kit.masked_ce(logits, ids, mask, per_sequence=True).item() == pytest.approx(float(per), rel=1e-6)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    sched = kit.warmup_cosine(opt, 10, 2, floor=0.1)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:3] == [0.5, 1.0, 1.0] and lrs[-1] > 0.1 and opt.param_groups[0]["lr"] == pytest.approx(0.1)

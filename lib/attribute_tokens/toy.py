@@ -11,7 +11,8 @@ so ``--resume`` needs no data-RNG state; under torchrun
 each rank takes its slice of the global batch (DDP averages the gradients); 4. greedy accuracy on
 held-out examples of both tasks (NIAH-KV with ``eval_lines_min..lines_max`` lines), which the
 method sheet requires to be >= 95% before attributions mean anything. [reconstructed: the paper
-trains no toy model; this is the method sheet's demonstration.]
+trains no toy model; this is the method sheet's demonstration.] The tokenizer, the decoder, the
+batches, the loss, the step and the schedule are the shared tiny-LM kit's (:mod:`icmlkit.lib.hf.tiny`).
 """
 from __future__ import annotations
 
@@ -36,29 +37,19 @@ class ToyResult:
 
 
 def make_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
+    """The toy vocabulary as a word-level tokenizer (one word = one token; [PAD] 0, [EOS] 2)."""
     from icmlkit.lib.attribute_tokens.tasks import toy_vocab
+    from icmlkit.lib.hf.tiny import word_tokenizer
 
-    vocab = {w: i for i, w in enumerate(toy_vocab())}
-    t = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
-    return tok
+    return word_tokenizer(toy_vocab(), unk="[UNK]", pad="[PAD]", eos="[EOS]")
 
 
 def make_model(cfg, vocab_size: int, seed: int, attn: str = "eager"):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from icmlkit.lib.hf.tiny import tiny_llama
 
-    from icmlkit.lib.core.runtime import seeded
-
-    conf = LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.hidden * 2,
-                       num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-                       max_position_embeddings=1024, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                       pad_token_id=0, eos_token_id=2, bos_token_id=None, attn_implementation=attn)
-    with seeded(seed, "init"):
-        return LlamaForCausalLM(conf)
+    return tiny_llama(vocab_size, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, max_positions=1024,
+                      seed=seed, stream="init", pad_token_id=0, eos_token_id=2, bos_token_id=None,
+                      rms_norm_eps=1e-5, attn_implementation=attn)
 
 
 def _row_ids(vocab: dict, row: dict) -> tuple[list, list]:
@@ -81,24 +72,18 @@ def _rows(kind: str, n: int, seed: int, stream: str, lines_min: int, lines_max: 
 
 
 def _batch(vocab, rows, device):
-    import torch
+    """(ids, attention, loss mask) of toy rows: the loss on the target tokens and EOS, except the key
+    after each "?" (not predictable)."""
+    from icmlkit.lib.hf.tiny import lm_batch
 
     seqs, masks = [], []
+    q = vocab["?"]
     for r in rows:
         p, t = _row_ids(vocab, r)
-        seqs.append(p + t)
-        masks.append([0] * len(p) + [1] * len(t))
-    L = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), L, dtype=torch.long)
-    att = torch.zeros(len(seqs), L, dtype=torch.long)
-    lm = torch.zeros(len(seqs), L, dtype=torch.bool)
-    q = vocab["?"]
-    for i, (s, m) in enumerate(zip(seqs, masks)):
-        m = [0 if j > 0 and s[j - 1] == q else v for j, v in enumerate(m)]  # the key after "?" is not predictable
-        ids[i, :len(s)] = torch.tensor(s)
-        att[i, :len(s)] = 1
-        lm[i, :len(s)] = torch.tensor(m, dtype=torch.bool)
-    return ids.to(device), att.to(device), lm.to(device)
+        s = p + t
+        seqs.append(s)
+        masks.append([0 if j > 0 and s[j - 1] == q else int(j >= len(p)) for j in range(len(s))])
+    return lm_batch(seqs, masks, vocab["[PAD]"], device=device)
 
 
 def _more_queries(row: dict, rng, q: int) -> dict:
@@ -166,6 +151,8 @@ def accuracy(model, tok, rows, device=None, batch: int = 50) -> dict:
     (the whole target, e.g. the written chain)."""
     import torch
 
+    from icmlkit.lib.hf.generate import pad_batch
+
     vocab = tok.get_vocab()
     dev = device or next(model.parameters()).device
     ok_ans = ok_all = 0
@@ -175,15 +162,8 @@ def accuracy(model, tok, rows, device=None, batch: int = 50) -> dict:
         prompts = [[vocab[w] for w in r["prompt"].split()] for r in chunk]
         targets = [[vocab[w] for w in r["target"].split()] for r in chunk]
         steps = max(len(t) for t in targets)
-        lens = [len(p) for p in prompts]
-        L = max(lens)
-        # left-pad the prompts; position ids count real tokens only
-        ids = torch.zeros(len(chunk), L, dtype=torch.long)
-        att = torch.zeros(len(chunk), L, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, L - len(p):] = torch.tensor(p)
-            att[i, L - len(p):] = 1
-        ids, att = ids.to(dev), att.to(dev)
+        # left-padded prompts; position ids count real tokens only
+        ids, att = pad_batch(prompts, vocab["[PAD]"], side="left", device=dev)
         out = []
         with torch.inference_mode():
             for _ in range(steps):
@@ -204,9 +184,9 @@ def train_toy(cfg, *, seed: int = 0, device=None, dist: Dist = Dist(), checkpoin
               log=None) -> ToyResult:
     """Train the toy decoder (steps in the module docstring); summary keys: steps, final_loss,
     accuracy_niah_kv, accuracy_vt, chain_exact_vt, meets_95, seconds, parameters."""
-    import math
-
     import torch
+
+    from icmlkit.lib.hf.tiny import masked_ce, optimizer_step, warmup_cosine
 
     dev = device or torch.device("cpu")
     tok = make_tokenizer()
@@ -216,14 +196,7 @@ def train_toy(cfg, *, seed: int = 0, device=None, dist: Dist = Dist(), checkpoin
     model.train()
     net = dist.wrap(model, dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warm = max(1, cfg.steps // 20)
-
-    def lr_at(s):
-        if s < warm:
-            return (s + 1) / warm
-        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, cfg.steps - warm))) * 0.95 + 0.05
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    sched = warmup_cosine(opt, cfg.steps, cfg.steps // 20, floor=0.05)
     fp = fingerprint({"config": asdict(cfg), "seed": int(seed), "world": dist.world})
     start, t_train, loss_v = 0, 0.0, float("nan")
     state = checkpointer.load(fp) if checkpointer is not None else None
@@ -235,18 +208,10 @@ def train_toy(cfg, *, seed: int = 0, device=None, dist: Dist = Dist(), checkpoin
         t0 = time.perf_counter()
         rows = step_rows(cfg, seed, step)[part]
         ids, att, lm = _batch(vocab, rows, dev)
-        logits = net(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1]
-        tgt = ids[:, 1:]
-        mask = lm[:, 1:]
         # mean over each sequence's target tokens, then over sequences: equal-size rank slices
         # under torchrun average to exactly the single-process loss
-        ce = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), tgt, reduction="none")
-        loss = ((ce * mask).sum(1) / mask.sum(1).clamp_min(1)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = masked_ce(net(input_ids=ids, attention_mask=att, use_cache=False).logits, ids, lm, per_sequence=True)
+        optimizer_step(loss, opt, sched, model.parameters())
         loss_v = dist.all_mean(float(loss.detach()))
         t_train += time.perf_counter() - t0
         if (step + 1) % 100 == 0:
@@ -270,18 +235,10 @@ def train_toy(cfg, *, seed: int = 0, device=None, dist: Dist = Dist(), checkpoin
 
 
 def save_tokenizer(folder, tok) -> None:
-    """Save the word tokenizer so that AutoTokenizer loads it as itself in any model folder (a
-    Qwen2 folder would otherwise rebuild it as a Qwen2 byte-level tokenizer)."""
-    import json
-    from pathlib import Path
+    """Save the word tokenizer so that AutoTokenizer loads it as itself in any model folder."""
+    from icmlkit.lib.hf.tiny import save_tokenizer as save
 
-    from icmlkit.lib.core.io import write_json
-
-    tok.save_pretrained(str(folder))
-    p = Path(folder) / "tokenizer_config.json"
-    conf = json.loads(p.read_text())
-    conf["tokenizer_class"] = "PreTrainedTokenizerFast"
-    write_json(p, conf)
+    save(folder, tok, tokenizer_class="PreTrainedTokenizerFast")
 
 
 def save_toy(folder, result: ToyResult) -> None:
@@ -289,14 +246,7 @@ def save_toy(folder, result: ToyResult) -> None:
     from pathlib import Path
 
     from icmlkit.lib.core.io import write_json
+    from icmlkit.lib.hf.tiny import save_tiny
 
-    folder = Path(folder)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
-    result.model.save_pretrained(str(folder))
-    save_tokenizer(folder, result.tokenizer)
-    write_json(folder / "toy_summary.json", result.summary)
+    save_tiny(folder, result.model, result.tokenizer, tokenizer_class="PreTrainedTokenizerFast")
+    write_json(Path(folder) / "toy_summary.json", result.summary)

@@ -1,5 +1,6 @@
-"""Local students: the tiny in-process LlamaConfig student (WordLevel tokenizer) or a Hugging Face
-causal LM loaded through lib/hf (a local folder, smollm2), with
+"""Local students: the tiny in-process LlamaConfig student (WordLevel tokenizer; the shared tiny-LM
+kit :mod:`icmlkit.lib.hf.tiny`) or a Hugging Face causal LM loaded through lib/hf (a local folder,
+smollm2), with
 
 - one plain conversation rendering for every local model [reconstructed; the upstream code uses
   the chat template of Qwen through LLaMA-Factory / verl]: ``[Q] question``, ``[A] assistant turn``,
@@ -31,44 +32,32 @@ def _torch():
 
 def build_tokenizer(words: list[str]):
     """A WordLevel tokenizer over ``words`` (tags split off, then whitespace), as a transformers
-    PreTrainedTokenizerFast."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    PreTrainedTokenizerFast; decoding joins the words with spaces."""
+    from icmlkit.lib.hf.tiny import word_tokenizer
 
-    vocab = {}
-    for w in words:
-        vocab.setdefault(w, len(vocab))
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"</?(?:first_thought|thought|code)>"), behavior="isolated"),
-        pre_tokenizers.WhitespaceSplit()])
-    tk.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
+    return word_tokenizer(words, unk="[UNK]", pad="[PAD]", eos="[EOS]", isolate=r"</?(?:first_thought|thought|code)>",
+                          decoder="spaces")
 
 
 def new_tiny(cfg, seed: int, words: list[str]):
     """A random-init LlamaForCausalLM (``cfg.layers`` layers, ``cfg.d_model`` wide) and its tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from icmlkit.lib.core.runtime import seeded
+    from icmlkit.lib.hf.tiny import tiny_llama
 
     tok = build_tokenizer(words)
-    conf = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.d_model, intermediate_size=2 * cfg.d_model,
-                       num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-                       max_position_embeddings=2048, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                       bos_token_id=tok.eos_token_id, tie_word_embeddings=True)
-    with seeded(seed, "student/init"):
-        model = LlamaForCausalLM(conf)
+    model = tiny_llama(len(tok), hidden=cfg.d_model, layers=cfg.layers, heads=cfg.heads, max_positions=2048,
+                       seed=seed, stream="student/init", pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                       bos_token_id=tok.eos_token_id)
     model.eval()
     return model, tok
 
 
 def save_student(folder, model, tok, info: dict | None = None) -> None:
     """An HF model folder (safetensors weights, config, tokenizer), written into ``folder``."""
+    from icmlkit.lib.hf.tiny import save_tiny
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(folder), safe_serialization=True)
-    tok.save_pretrained(str(folder))
+    save_tiny(folder, model, tok)
     (folder / TINY_MARK).write_text(json.dumps({"format": "icmlkit.distill-student/1", **(info or {})},
                                                indent=2, sort_keys=True) + "\n")
 

@@ -79,40 +79,12 @@ def init_student(cfg, seed: int, convs=None, device=None):
     return model, tok
 
 
-def masked_ce(logits, ids, mask, denom):
-    """Sum of next-token cross-entropy over ``mask``-ed targets, divided by ``denom``."""
-    import torch.nn.functional as F
-
-    lg = logits[:, :-1].float()
-    tgt = ids[:, 1:]
-    m = mask[:, 1:].float()
-    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="none").view_as(m)
-    return (ce * m).sum() / denom
-
-
 def _pad(seqs, masks, pad, device):
-    import torch
+    """(ids, mask) right-padded: the sequences and their loss (or generated-token) masks."""
+    from icmlkit.lib.hf.tiny import lm_batch
 
-    L = max(len(s) for s in seqs)
-    x = torch.full((len(seqs), L), pad, dtype=torch.long)
-    m = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, (s, k) in enumerate(zip(seqs, masks)):
-        x[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        m[i, :len(k)] = torch.tensor(k, dtype=torch.long)
-    return x.to(device), m.to(device)
-
-
-def _schedule(opt, total: int, warmup: float):
-    import torch
-
-    w = max(1, int(round(warmup * total)))
-
-    def f(step):
-        if step < w:
-            return (step + 1) / w
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, total - w))))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, f)
+    ids, _, mask = lm_batch(seqs, masks, pad, device=device)
+    return ids, mask
 
 
 def with_lora(model, cfg):
@@ -151,6 +123,7 @@ def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpoin
     from icmlkit.lib.core.checkpoint import fingerprint, restore
     from icmlkit.lib.core.runtime import Dist, generator
     from icmlkit.lib.distill_agent.model import Codec
+    from icmlkit.lib.hf.tiny import masked_ce, optimizer_step, warmup_cosine
 
     dist = dist or Dist()
     if model is None:
@@ -169,7 +142,7 @@ def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpoin
     total = cfg.epochs * per_epoch
     model = with_lora(model, cfg)
     opt = torch.optim.AdamW(_trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = _schedule(opt, total, cfg.warmup)
+    sched = warmup_cosine(opt, total, round(cfg.warmup * total))
     fp = fingerprint({"sft": _settings(cfg), "seed": seed, "world": dist.world}, [d[0] for d in data])
     step = 0
     if checkpointer is not None:
@@ -194,11 +167,7 @@ def sft(cfg, convs: list[list[dict]], *, seed: int, device, dist=None, checkpoin
             denom = denom / dist.world
         x, m = _pad([data[i][0] for i in idx], [data[i][1] for i in idx], pad, device)
         loss = masked_ce(net(input_ids=x).logits, x, m, denom)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(loss, opt, sched, model.parameters())
         step += 1
         losses.append(dist.all_mean(float(loss.detach())) * (dist.world if dist.world > 1 else 1))
         if checkpointer is not None and checkpointer.due(step, total):

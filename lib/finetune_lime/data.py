@@ -152,17 +152,10 @@ def pretrain_example(task: str, rng, max_len: int) -> Row:
 def char_tokenizer():
     """The toy backbone's character-level tokenizer (a transformers PreTrainedTokenizerFast that
     save_pretrained / AutoTokenizer round-trip): <pad>, <s>, </s>, <unk> and :data:`VOCAB_CHARS`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from icmlkit.lib.hf.tiny import word_tokenizer
 
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
-    for c in VOCAB_CHARS:
-        vocab.setdefault(c, len(vocab))
-    t = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    t.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    t.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>")
+    return word_tokenizer(["<pad>", "<s>", "</s>", "<unk>", *VOCAB_CHARS], unk="<unk>", pad="<pad>", bos="<s>",
+                          eos="</s>", split="chars", decoder="fuse")
 
 
 @dataclass
@@ -195,28 +188,12 @@ def encode_rows(tokenizer, rows: list[Row], *, max_length: int | None = None, wh
     return Encoded(P, Tg, [r.task for r in rows])
 
 
-def pad_right(seqs: list[list[int]], pad: int, length: int | None = None):
-    """(ids [B, L], mask [B, L]) right-padded to ``length`` (default the longest)."""
-    import torch
-
-    L = max(len(s) for s in seqs) if length is None else length
-    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, :len(s)] = 1
-    return ids, mask
-
-
 def teacher_batch(enc: Encoded, idx: list[int], pad: int, length: int | None = None):
-    """(ids, mask, labels) of rows ``idx``: prompt + target right-padded; labels -100 except the
-    target tokens (shifted by the caller)."""
-    import torch
+    """(ids, mask, labels) of rows ``idx``: prompt + target right-padded to ``length`` (default the
+    longest); labels -100 except the target tokens (shifted by the caller)."""
+    from icmlkit.lib.hf.tiny import lm_batch
 
     seqs = [enc.prompt[i] + enc.target[i] for i in idx]
-    ids, mask = pad_right(seqs, pad, length)
-    labels = torch.full_like(ids, -100)
-    for r, i in enumerate(idx):
-        a, b = len(enc.prompt[i]), len(enc.prompt[i]) + len(enc.target[i])
-        labels[r, a:b] = ids[r, a:b]
-    return ids, mask, labels
+    targets = [[0] * len(enc.prompt[i]) + [1] * len(enc.target[i]) for i in idx]
+    ids, mask, target = lm_batch(seqs, targets, pad, length=length)
+    return ids, mask, ids.masked_fill(target == 0, -100)

@@ -4,7 +4,8 @@ A small Llama-style decoder (``layers`` x ``d_model``, character tokenizer of
 :func:`~icmlkit.lib.finetune_lime.data.char_tokenizer`) pretrained on a mixture of copy / reverse / sort / add
 with a task-prefix code (``C:``, ``R:``, ``S:``, ``P:``), loss on the answer tokens, AdamW with cosine
 decay; saved as a Hugging Face folder (config.json, model.safetensors, tokenizer files) that
-``train`` loads like any local model folder.
+``train`` loads like any local model folder. The tokenizer, the decoder, the loss and the step are
+the shared tiny-LM kit's (:mod:`icmlkit.lib.hf.tiny`).
 """
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from icmlkit.lib.core.runtime import numpy_rng, seeded
+from icmlkit.lib.core.runtime import numpy_rng
 from icmlkit.lib.finetune_lime.config import ToyConfig
 from icmlkit.lib.finetune_lime.data import PRETRAIN, char_tokenizer, encode_rows, pretrain_example, teacher_batch
 
@@ -28,20 +28,17 @@ class ToyResult:
 
 
 def build_toy(cfg: ToyConfig, tokenizer, *, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from icmlkit.lib.hf.tiny import tiny_llama
 
-    conf = LlamaConfig(vocab_size=len(tokenizer), hidden_size=cfg.d_model, intermediate_size=2 * cfg.d_model,
-                       num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
-                       num_key_value_heads=cfg.heads, max_position_embeddings=128, tie_word_embeddings=True,
-                       pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                       eos_token_id=tokenizer.eos_token_id, attention_bias=False)
-    with seeded(seed, "toy-init"):
-        model = LlamaForCausalLM(conf)
-    return model
+    return tiny_llama(len(tokenizer), hidden=cfg.d_model, layers=cfg.layers, heads=cfg.heads, max_positions=128,
+                      seed=seed, stream="toy-init", pad_token_id=tokenizer.pad_token_id,
+                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, attention_bias=False)
 
 
 def pretrain_toy(cfg: ToyConfig, *, seed: int = 0, device=None, progress=None) -> ToyResult:
     """Build and pretrain the toy backbone; returns it in eval mode with its tokenizer."""
+    from icmlkit.lib.hf.tiny import masked_ce, optimizer_step
+
     cfg.check()
     dev = torch.device(device) if device is not None else torch.device("cpu")
     tok = char_tokenizer()
@@ -61,14 +58,8 @@ def pretrain_toy(cfg: ToyConfig, *, seed: int = 0, device=None, progress=None) -
         enc = encode_rows(tok, rows)
         ids, mask, labels = teacher_batch(enc, list(range(len(rows))), pad)
         ids, mask, labels = ids.to(dev), mask.to(dev), labels.to(dev)
-        logits = model(input_ids=ids, attention_mask=mask).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                               ignore_index=-100)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = masked_ce(model(input_ids=ids, attention_mask=mask).logits, ids, labels != -100)
+        optimizer_step(loss, opt, sched, model.parameters())
         loss_v = float(loss.detach())
         if progress is not None:
             progress(step + 1, cfg.steps, loss_v)
@@ -82,5 +73,6 @@ def pretrain_toy(cfg: ToyConfig, *, seed: int = 0, device=None, progress=None) -
 
 def save_toy(folder, res: ToyResult) -> None:
     """Write the Hugging Face folder (config.json, model.safetensors, tokenizer files)."""
-    res.model.save_pretrained(str(folder))
-    res.tokenizer.save_pretrained(str(folder))
+    from icmlkit.lib.hf.tiny import save_tiny
+
+    save_tiny(folder, res.model, res.tokenizer)

@@ -73,11 +73,12 @@ def pad_id(tokenizer) -> int:
     return 0
 
 
-def pad_batch(seqs: list[list[int]], pad: int, *, side: str = "left", device=None):
-    """Pad token-id lists into ``(input_ids, attention_mask)`` long tensors of shape [B, T]."""
+def pad_batch(seqs: list[list[int]], pad: int, *, side: str = "left", device=None, length: int | None = None):
+    """Pad token-id lists into ``(input_ids, attention_mask)`` long tensors of shape [B, T] (T:
+    ``length``, default the longest)."""
     import torch
 
-    n = max(len(s) for s in seqs)
+    n = max(len(s) for s in seqs) if length is None else length
     ids = torch.full((len(seqs), n), pad, dtype=torch.long)
     mask = torch.zeros((len(seqs), n), dtype=torch.long)
     for r, s in enumerate(seqs):
