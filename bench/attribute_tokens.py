@@ -1,82 +1,106 @@
-"""Benchmark of attribute-tokens (FlashTrace) against its baselines, in parts that each fit one locked
-job of <= 8 minutes on 2 shared CPU cores; every part writes bench/results/attribute_tokens_parts/<part>.json
-(the per-example rows) and the results are merged from all parts present. The toy part runs the issue's 200
-examples per task; SmolLM2 runs fewer (the counts are in the results; more shards can be added
-with --part smol-forced --shard K/N and merged).
+"""Benchmark of attribute-tokens (FlashTrace) against its baselines, on the toy decoder and on
+SmolLM2-135M-Instruct (real weights, lib/hf).
 
-Parts:
-- ``toy``: the toy decoder (``train-toy``; reused from outputs/attribute-tokens/toy when present, else
-  trained here) -- its accuracy on both tasks first; then Recall@10%, RISE and MAS on NIAH-KV (40-80
-  lines) and VT for flashtrace (hops 1), ifr-span (hops 0), token-wise IFR, Captum gradient x input and
-  IG, feature ablation (first examples only) and a random ranking; wall time vs target length M in
-  {8, 32, 128, 512} (the chain padded with filler steps) for flashtrace, token-wise IFR and IG;
-- ``smol-correct``: SmolLM2-135M-Instruct (real weights, lib/hf) on items it answers correctly: short
-  NIAH-KV (3 keys, the prompt ending in the queried key) and short VT (2 chains of 1 assignment),
-  greedy; its accuracy, then every method (RISE/MAS too) on the correct items with its own reply as
-  the attributed target (output span = the answer tokens of the reply);
-- ``smol-forced``: the gold answer / chain teacher-forced on longer items (NIAH-KV 8-12 lines, VT 3
-  chains): Recall@10% for every method, RISE/MAS for every method on the first rows;
-- ``smol-timing``: M in {8, 32, 128, 512} for flashtrace, token-wise IFR and IG on SmolLM2.
+Parts (``make bench TOOL=attribute-tokens``; about 2 h in all on 2 CPU cores, every long part resumable:
+each example's result is a cached item, the toy training checkpoints every 500 steps):
 
-Writes bench/results/attribute_tokens.json and bench/results/attribute_tokens.md (from the parts).
-Run:  .venv/bin/python bench/attribute_tokens.py   (every part in one run, about 25 min here), or part by part:
-      flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/attribute_tokens.py --part toy-train
-      (then smol-correct, smol-forced, smol-timing; --merge alone rebuilds the results from the parts)
+- ``toy``: the toy decoder (``train-toy`` defaults, 4000 steps, about 17 min when not cached) -- its
+  accuracy on both tasks first; then Recall@10%, RISE and RISE+AP on NIAH-KV (40-80 lines) and VT (200
+  examples per task, RISE/RISE+AP on the first 60) for flashtrace (hops 1), ifr-span (hops 0), token-wise
+  IFR, Captum gradient x input and IG (8 steps), feature ablation (first 10 examples) and a random
+  ranking; FlashTrace's VT Recall@10% by number of hops (0-6);
+- ``toy_timing``: wall time vs target length M in {8, 32, 128, 512} (the chain padded with filler
+  steps; a 200-token prompt) for flashtrace, token-wise IFR and IG (16 steps), and M = 8 / 512 at
+  prompts of 200, 1000 and 2000 tokens; every point a ``time_call`` (median of 3), every ratio a
+  ``speed_ratio``;
+- ``smol_correct``: SmolLM2 on items it answers correctly: short NIAH-KV (3 keys, the prompt ending in
+  the queried key) and short VT (2 chains of 1 assignment), greedy, 200 generated per task; its
+  accuracy, then every method (RISE/RISE+AP too) on every correct item with its own reply as the
+  attributed target (output span = the answer tokens of the reply);
+- ``smol_forced``: the gold answer / chain teacher-forced on 200 longer items per task (NIAH-KV 8-12
+  lines, VT 3 chains): Recall@10% for every method, RISE/RISE+AP on the first 24;
+- ``smol_timing``: M in {8, 32, 128, 512} for flashtrace, token-wise IFR and IG on SmolLM2 (a
+  120-token prompt), and FlashTrace at M = 8 / 512 with prompts of 200, 1000 and 2000 tokens.
+
+No method has a knob tuned: each runs at its stated setting (IG 8 steps, 16 in the toy timing;
+FlashTrace hops 1). ``--quick``: a 20-step one-layer toy model, 6 toy / 2 teacher-forced / 1 correct
+example per task, M in {8, 32} with short prompts, one repeat.
+Run:  python bench/attribute_tokens.py [--part P] [--quick] [--report]   (or: make bench TOOL=attribute-tokens)
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import hashlib
 import json
-import time
-from pathlib import Path
+import re
 
-from _common import commit, machine, target, today, write_results
+from _common import Bench, speed_ratio, table, target, time_call
 from icmlkit.lib.attribute_tokens import api
-from icmlkit.lib.attribute_tokens.config import EvalConfig, TaskConfig, TimingConfig, ToyConfig, TraceConfig
+from icmlkit.lib.attribute_tokens.config import EvalConfig, TaskConfig, ToyConfig, TraceConfig
 from icmlkit.lib.attribute_tokens.tasks import make_task
 
-ROOT = Path(__file__).resolve().parents[1]
-TOY = ROOT / "outputs" / "attribute-tokens" / "toy"
-PARTS = ROOT / "bench" / "results" / "attribute_tokens_parts"
-_START = [0.0]
+bench = Bench("attribute-tokens")
+
 ALL = ["flashtrace", "ifr-span", "ifr-tokenwise", "gradxinput", "ig", "random"]
+TC = TraceConfig(ig_steps=8)
+TC_TIMING_TOY = dataclasses.replace(TC, ig_steps=16)
+SIZES = {"toy_n": 200, "toy_faith": 60, "toy_ablation": 10, "correct_n": 200, "correct_max": None,
+         "forced_n": 200, "forced_faith": 24, "lengths": [8, 32, 128, 512], "prompts": [200, 1000, 2000],
+         "toy_prompt": 200, "smol_prompt": 120, "repeats": 3}
+QUICK = {"toy_n": 6, "toy_faith": 3, "toy_ablation": 2, "correct_n": 4, "correct_max": 1,
+         "forced_n": 2, "forced_faith": 1, "lengths": [8, 32], "prompts": [40, 80],
+         "toy_prompt": 40, "smol_prompt": 40, "repeats": 1}
+TOY_QUICK = ToyConfig(steps=20, layers=1, eval_n=4)
 
 
-def toy_model(log, cfg=None, folder=None) -> tuple[api.Bundle, dict, float]:
-    t0 = time.perf_counter()
-    where = Path(folder) if folder else TOY
+def sizes(ctx) -> dict:
+    return QUICK if ctx.quick else SIZES
+
+
+# ----------------------------------------------------------------------------- models and rows
+
+
+def toy_model(ctx) -> tuple[api.Bundle, dict]:
+    """The toy decoder of ``train-toy`` (quick: a 20-step one-layer one), trained once into the bench
+    cache (a folder named by its settings; training checkpoints every 500 steps and resumes)."""
+    from icmlkit.lib.attribute_tokens.toy import save_toy, train_toy
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.core.io import atomic_dir
+
+    cfg = TOY_QUICK if ctx.quick else ToyConfig()
+    fp = hashlib.sha256(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    where = ctx.folder.parent / f"toy-model-seed0-{fp}"
     if not (where / "config.json").is_file():
-        from icmlkit.lib.attribute_tokens.toy import save_toy, train_toy
-        from icmlkit.lib.core.io import atomic_dir
-
-        log("training the toy model (not cached)")
-        res = train_toy(cfg or ToyConfig(), seed=0)
-        where.parent.mkdir(parents=True, exist_ok=True)
+        ckpt = where.parent / f"{where.name}.ckpt"
+        ctx.log(f"training the toy model into {where.name} ({cfg.steps} steps)")
+        res = train_toy(cfg, seed=0, checkpointer=Checkpointer(ckpt, every=500, resume=ckpt.is_file()))
         with atomic_dir(where, overwrite=True) as tmp:
             save_toy(tmp, res)
-    summary = json.loads((where / "toy_summary.json").read_text())
-    return api.load(str(where)), summary, time.perf_counter() - t0
+    return api.load(str(where)), json.loads((where / "toy_summary.json").read_text())
 
 
-def run_rows(bundle, rows, methods, faith_ids, trace_cfg, where, deadline=None):
-    """Per-example results of every method on every row (RISE/MAS on the rows whose id is in
-    ``faith_ids``); examples are taken one at a time and the loop stops at ``deadline`` (the counts
-    say how many ran). Returns (per-example rows, {method: [seconds]})."""
-    exs = api.prepare_rows(list(enumerate(rows, 1)), bundle.tokenizer, where, require_gold=True)
+def run_rows(ctx, bundle, rows, methods, faith_ids, tag: str):
+    """Every method on every row (RISE/RISE+AP on the rows whose id is in ``faith_ids``), one cached item
+    per example -> (per-example rows, {method: [seconds per example]})."""
+    exs = api.prepare_rows(list(enumerate(rows, 1)), bundle.tokenizer, tag, require_gold=True)
     per, secs = [], {m: [] for m in methods}
     for ex in exs:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        ev = api.evaluate(bundle, [ex], EvalConfig(methods=methods, faithfulness=ex.id in faith_ids), trace_cfg)
-        per += ev.per_example
-        for r in ev.summary["methods"]:
-            secs[r["method"]].append(r["seconds_per_example"])
+        faith = ex.id in faith_ids
+
+        def one(ex=ex, faith=faith):
+            ev = api.evaluate(bundle, [ex], EvalConfig(methods=methods, faithfulness=faith), TC)
+            return {"per": ev.per_example, "secs": {r["method"]: r["seconds_per_example"] for r in ev.summary["methods"]}}
+
+        key = f"{tag}-{ex.id}-{'+'.join(methods)}-ig{TC.ig_steps}{'-faith' if faith else ''}"
+        got = ctx.cached(re.sub(r"[^\w.+-]", "_", key), one)
+        per += got["per"]
+        for m, s in got["secs"].items():
+            secs[m].append(s)
     return per, secs
 
 
 def aggregate(per, secs, methods) -> dict:
-    """Mean Recall@10%, RISE, MAS and thinking ratio per method over per-example rows."""
+    """Mean Recall@10%, RISE, RISE+AP and thinking ratio per method over per-example rows."""
     import numpy as np
 
     out = {}
@@ -87,21 +111,15 @@ def aggregate(per, secs, methods) -> dict:
             vals = [p[key] for p in mine if p[key] is not None]
             return round(float(np.mean(vals)), 4) if vals else None
 
-        out[m] = {"n": len(mine), "recall_at_10": mean("recall_at_10"), "rise": mean("rise"), "mas": mean("mas"),
+        out[m] = {"n": len(mine), "recall_at_10": mean("recall_at_10"), "rise": mean("rise"), "rise_ap": mean("rise_ap"),
                   "n_curves": sum(p["rise"] is not None for p in mine),
                   "thinking_ratio": mean("thinking_ratio"),
                   "seconds_per_example": round(float(np.mean(secs[m])), 4) if secs.get(m) else None}
     return out
 
 
-def run_eval(bundle, rows, methods, n_faith, trace_cfg, where, deadline=None):
-    """Recall@10% of every method on every row, RISE/MAS on the first ``n_faith`` rows."""
-    per, secs = run_rows(bundle, rows, methods, {str(r["id"]) for r in rows[:n_faith]}, trace_cfg, where, deadline)
-    return aggregate(per, secs, methods)
-
-
 def guarded(fn, *a, **kw):
-    """Run one stage; an exception is recorded in the results instead of losing the whole run."""
+    """Run one stage; an exception is recorded in the results instead of losing the whole part."""
     try:
         return fn(*a, **kw)
     except Exception as exc:  # noqa: BLE001
@@ -109,22 +127,18 @@ def guarded(fn, *a, **kw):
 
 
 def _niah_key(row) -> str:
-    import re
-
     return re.search(r"values of (key\d+)\?", row["prompt"]).group(1)
 
 
-def correct_items(bundle, task: str, n: int, seed: int = 1) -> tuple[dict, list]:
-    """SmolLM2's greedy accuracy on short items, and the items it answers correctly as rows whose
-    target is its own reply (cut after the answer; output span = the answer's characters, the text
-    before it the reasoning span when it holds a word) [reconstructed: the prompt forms].
+def correct_items(bundle, task: str, n: int, seed: int = 1) -> list:
+    """[SmolLM2's greedy accuracy on short items, the items it answers correctly as rows whose target
+    is its own reply] (cut after the answer; output span = the answer's characters, the text before
+    it the reasoning span when it holds a word) [reconstructed: the prompt forms].
 
     NIAH-KV: 3 keys, the prompt ending in `` keyK:`` after the question (a completion, which the
     instruct model answers far more often than in its chat template); correct = the reply's first four
     integers are the needle's values. VT: 2 chains of 1 assignment, 2 filler sentences, plain completion;
     correct = the reply's first integer is the queried value."""
-    import re
-
     from icmlkit.lib.hf import greedy_generate
 
     if task == "niah-kv":
@@ -141,61 +155,18 @@ def correct_items(bundle, task: str, n: int, seed: int = 1) -> tuple[dict, list]
         if [m.group() for m in nums[:need]] != r["answer"].split()[-need:] or len(nums) < need:
             continue
         a0, a1 = nums[0].start(), nums[need - 1].end()
-        target = g.text[:a1]
+        tgt = g.text[:a1]
         base = len(r["prompt"])
-        lead = target[:a0]
-        out = dict(r, id=f"{r['id']}-own", target=target, output_span=[base + a0, base + a1 - 1],
-                   reasoning_span=[base, base + a0 - 1] if re.search(r"\w", lead) else None)
-        keep.append(out)
+        lead = tgt[:a0]
+        keep.append(dict(r, id=f"{r['id']}-own", target=tgt, output_span=[base + a0, base + a1 - 1],
+                         reasoning_span=[base, base + a0 - 1] if re.search(r"\w", lead) else None))
         example = example or g.text
     acc = {"task": task, "n": n, "correct": len(keep), "accuracy": round(len(keep) / n, 4),
            "example_reply": (example or (gens[0].text if gens else ""))[:80]}
-    return acc, keep
+    return [acc, keep]
 
 
-def _save_part(name: str, data: dict) -> None:
-    from icmlkit.lib.core.io import write_json
-
-    PARTS.mkdir(parents=True, exist_ok=True)
-    write_json(PARTS / f"{name}.json", {"part": name, "date": today(), "commit": commit(), "machine": machine(),
-                                        "seconds": round(time.perf_counter() - _START[0], 1), **data})
-    _START[0] = time.perf_counter()
-
-
-def _toy_args(args):
-    if args.quick:
-        return dict(cfg=ToyConfig(steps=20, layers=1, eval_n=4), folder=PARTS / "toy-model")
-    return {}
-
-
-def part_toy_train(args, tc, log) -> None:
-    """Train (or find) the toy model only: outputs/attribute-tokens/toy (about 17 min for the default 4000 steps on 2 cores)."""
-    toy_model(log, **_toy_args(args))
-
-
-def part_toy(args, tc, log) -> None:
-    toy, toy_summary, toy_s = toy_model(log, **_toy_args(args))
-    log(f"toy model: {toy_summary}")
-    rows = {"niah-kv": make_task("niah-kv", TaskConfig(n=args.toy_n), seed=7),
-            "vt": make_task("vt", TaskConfig(n=args.toy_n), seed=7)}
-    per, secs = {}, {}
-    for task, rs in rows.items():
-        per[task], secs[task] = run_rows(toy, rs, ALL, {str(r["id"]) for r in rs[:args.toy_faith]}, tc, f"toy-{task}")
-        abl = guarded(run_eval, toy, rs[:args.toy_ablation], ["ablation"], 0, tc, f"toy-{task}")
-        secs[task]["ablation_summary"] = abl.get("ablation", abl)
-        log(f"toy {task}: {len(per[task]) // len(ALL)} examples")
-    t = api.timing(toy, TimingConfig(lengths=[8, 32, 128, 512], methods=["flashtrace", "ifr-tokenwise", "ig"],
-                                     prompt_tokens=200, repeats=2), dataclasses.replace(tc, ig_steps=16))
-    log(f"toy timing: {t['seconds']}")
-    sweep = prompt_sweep(toy, ["flashtrace", "ifr-tokenwise"], dataclasses.replace(tc, ig_steps=16), log)
-    hop_sweep = hops_sweep(toy, rows["vt"], tc)
-    log(f"toy vt Recall@10% by hops: {hop_sweep}")
-    _save_part("toy", {"toy_model": {**toy_summary, "seconds_load_or_train": round(toy_s, 1)}, "per": per,
-                       "secs": secs, "timing_toy": t, "timing_toy_prompts": sweep, "vt_hops_sweep": hop_sweep,
-                       "counts": {"toy_n": args.toy_n, "toy_faith": args.toy_faith, "toy_ablation": args.toy_ablation}})
-
-
-def hops_sweep(bundle, rows, tc, hops=(0, 1, 2, 3, 4, 6)) -> dict:
+def hops_sweep(bundle, rows, hops=(0, 1, 2, 3, 4, 6)) -> dict:
     """FlashTrace's VT Recall@10% at several hop counts (the issue asks for hops 1 vs 0 only; more
     hops show whether the mass reaches the statements when the answer is more than one generated
     token away from the chain steps that read them)."""
@@ -203,129 +174,137 @@ def hops_sweep(bundle, rows, tc, hops=(0, 1, 2, 3, 4, 6)) -> dict:
     out = {}
     for h in hops:
         method = "flashtrace" if h else "ifr-span"
-        ev = api.evaluate(bundle, exs, EvalConfig(methods=[method], faithfulness=False),
-                          dataclasses.replace(tc, hops=h))
+        ev = api.evaluate(bundle, exs, EvalConfig(methods=[method], faithfulness=False), dataclasses.replace(TC, hops=h))
         out[str(h)] = round(ev.rows[0]["recall_at_10"], 4)
     return out
 
 
-def prompt_sweep(bundle, methods, tc, log, prompts=(200, 1000, 2000)) -> dict:
-    """FlashTrace's M = 512 / M = 8 time ratio at several prompt lengths: the forward pass and the
-    per-layer passes over all N tokens grow with N = prompt + M, so "flat in M" depends on how
-    long the prompt is next to the target."""
-    out = {}
-    for p in prompts:
-        t = api.timing(bundle, TimingConfig(lengths=[8, 512], methods=methods, prompt_tokens=p, repeats=2), tc)
-        out[str(p)] = t
-        log(f"prompt {t['n_prompt_tokens']} tokens: {t['seconds']}")
+# ----------------------------------------------------------------------------- timing
+
+
+def timing(ctx, bundle, methods, lengths, prompt_tokens, tc) -> dict:
+    """Wall seconds of each method vs target length M (``api.timing_example``): one ``time_call``
+    per point (the first length of each method with one untimed warm-up), ratios by ``speed_ratio``."""
+    recs = {m: [] for m in methods}
+    n_prompt = None
+    for i, M in enumerate(lengths):
+        ex = api.timing_example(bundle, M, prompt_tokens)
+        n_prompt = ex.n_prompt
+        for m in methods:
+            c = dataclasses.replace(tc, method=m, hops=max(tc.hops, 1))
+            recs[m].append(time_call(lambda: api.attribute(bundle, ex, c), repeats=sizes(ctx)["repeats"],
+                                     warmup=1 if i == 0 else 0))
+    out = {"target_lengths": list(lengths), "methods": list(methods), "n_prompt_tokens": n_prompt,
+           "seconds": {m: [round(r["median_s"], 4) for r in v] for m, v in recs.items()}, "timings": recs}
+    for other, key in (("ifr-tokenwise", "speedup_vs_tokenwise"), ("ig", "speedup_vs_ig")):
+        if other in recs:
+            ratios = [speed_ratio(b, a) for a, b in zip(recs["flashtrace"], recs[other])]
+            out[key] = [round(r["ratio"], 3) for r in ratios]
+            out[key + "_range"] = [[round(r["low"], 3), round(r["high"], 3)] for r in ratios]
+    r = speed_ratio(recs["flashtrace"][-1], recs["flashtrace"][0])
+    out["flashtrace_last_over_first"] = round(r["ratio"], 3)
+    out["flashtrace_last_over_first_range"] = [round(r["low"], 3), round(r["high"], 3)]
+    ctx.log(f"timing (prompt {n_prompt} tokens): {out['seconds']}")
     return out
 
 
-def run_part_rows(name: str, bundle, rows: dict, faith: dict, args, tc, log, **extra) -> None:
-    """Every method on the rows of each task (RISE/MAS on the ids in ``faith[task]``) within
-    ``args.budget`` seconds, saved as part ``name``. --extend keeps the rows the part already ran
-    and runs only the others (ids are stable: the rows are generated from fixed seeds)."""
-    old = json.loads((PARTS / f"{name}.json").read_text()) if args.extend and (PARTS / f"{name}.json").exists() else {}
-    per, secs = old.get("per", {}), old.get("secs", {})
-    t0 = time.perf_counter()
-    for j, (task, rs) in enumerate(rows.items()):
-        done = {p["id"] for p in per.get(task, [])}
-        new_per, new_secs = run_rows(bundle, [r for r in rs if str(r["id"]) not in done], ALL, faith[task], tc,
-                                     f"{name}-{task}", t0 + (j + 1) * args.budget / len(rows))
-        per[task] = per.get(task, []) + new_per
-        secs[task] = {m: secs.get(task, {}).get(m, []) + v for m, v in new_secs.items()}
-        log(f"{name} {task}: {len(per[task]) // len(ALL)} examples ({len(new_per) // len(ALL)} new)")
-    _save_part(name, {"per": per, "secs": secs, **extra,
-                      "extended": old.get("extended", []) + ([old["date"]] if old else [])})
+def timing_parts(ctx, bundle, methods, sweep_methods, prompt_tokens, tc) -> dict:
+    s = sizes(ctx)
+    return {"timing": timing(ctx, bundle, methods, s["lengths"], prompt_tokens, tc),
+            "prompts": {str(p): timing(ctx, bundle, sweep_methods, [s["lengths"][0], s["lengths"][-1]], p, tc)
+                        for p in s["prompts"]},
+            "ig_steps": tc.ig_steps}
 
 
-def part_smol_correct(args, tc, log) -> None:
+# ----------------------------------------------------------------------------- parts
+
+
+@bench.part("toy", doc="toy decoder: accuracy; Recall@10%, RISE, RISE+AP of every method on NIAH-KV and VT "
+            "(200 each); VT hops sweep", hours=0.35)
+def toy(ctx) -> dict:
+    s = sizes(ctx)
+    bundle, summary = toy_model(ctx)
+    ctx.log(f"toy model: {summary}")
+    rows = {task: make_task(task, TaskConfig(n=s["toy_n"]), seed=7) for task in ("niah-kv", "vt")}
+    agg = {}
+    for task, rs in rows.items():
+        per, secs = run_rows(ctx, bundle, rs, ALL, {str(r["id"]) for r in rs[:s["toy_faith"]]}, f"toy-{task}")
+        agg[task] = aggregate(per, secs, ALL)
+        abl = guarded(lambda: aggregate(*run_rows(ctx, bundle, rs[:s["toy_ablation"]], ["ablation"], set(),
+                                                  f"toy-{task}"), ["ablation"]))
+        agg[task]["ablation"] = abl.get("ablation", abl)
+        ctx.log(f"toy {task}: {agg[task]['flashtrace']['n']} examples")
+    hops = ctx.cached(f"vt-hops-sweep-n{s['toy_n']}-ig{TC.ig_steps}", lambda: hops_sweep(bundle, rows["vt"]))
+    ctx.log(f"toy vt Recall@10% by hops: {hops}")
+    return {"toy_model": summary, "aggregate": agg, "vt_hops_sweep": hops, "ig_steps": TC.ig_steps,
+            "counts": {k: s[k] for k in ("toy_n", "toy_faith", "toy_ablation")}}
+
+
+@bench.part("toy_timing", doc="toy decoder: seconds vs target length M for flashtrace, token-wise IFR, IG; "
+            "M = 8 / 512 at three prompt lengths", hours=0.05)
+def toy_timing(ctx) -> dict:
+    bundle, _ = toy_model(ctx)
+    return timing_parts(ctx, bundle, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace", "ifr-tokenwise"],
+                        sizes(ctx)["toy_prompt"], TC_TIMING_TOY)
+
+
+@bench.part("smol_correct", doc="SmolLM2 on the short items it answers correctly (its own reply attributed): "
+            "accuracy, every method with RISE/RISE+AP", hours=0.5)
+def smol_correct(ctx) -> dict:
+    s = sizes(ctx)
     smol = api.load("smollm2")
-    acc, rows = {}, {}
+    acc, agg = {}, {}
     for task in ("niah-kv", "vt"):
-        acc[task], rs = correct_items(smol, task, args.correct_n)
-        log(f"smollm2 accuracy {task}: {acc[task]}")
-        rows[task] = rs[:args.correct_max]
-    faith = {task: {str(r["id"]) for r in rs} for task, rs in rows.items()}
-    run_part_rows("smol-correct", smol, rows, faith, args, tc, log, accuracy=acc)
+        acc[task], rs = ctx.cached(f"correct-items-{task}-n{s['correct_n']}-seed1",
+                                   lambda task=task: correct_items(smol, task, s["correct_n"]))
+        ctx.log(f"smollm2 accuracy {task}: {acc[task]}")
+        rs = rs[:s["correct_max"]] if s["correct_max"] else rs
+        per, secs = run_rows(ctx, smol, rs, ALL, {str(r["id"]) for r in rs}, f"smol-correct-{task}")
+        agg[task] = aggregate(per, secs, ALL)
+    return {"accuracy": acc, "aggregate": agg, "ig_steps": TC.ig_steps}
 
 
-def part_smol_forced(args, tc, log) -> None:
+@bench.part("smol_forced", doc="SmolLM2, gold answers teacher-forced on 200 longer items per task: Recall@10% "
+            "of every method, RISE/RISE+AP on the first 24", hours=1.15)
+def smol_forced(ctx) -> dict:
+    s = sizes(ctx)
     smol = api.load("smollm2")
-    k, n_shards = args.shard
     rows = {"niah-kv": make_task("niah-kv", TaskConfig(n=200, lines_min=8, lines_max=12, style="text"), seed=7),
             "vt": make_task("vt", TaskConfig(n=200, chains=3, fillers=4, style="text"), seed=7)}
-    mine = {task: [r for i, r in enumerate(rs) if i % n_shards == k - 1][:args.smol_n] for task, rs in rows.items()}
-    faith = {task: {str(r["id"]) for r in rs[:args.smol_faith]} for task, rs in mine.items()}
-    run_part_rows(f"smol-forced-{k}of{n_shards}", smol, mine, faith, args, tc, log, shard=[k, n_shards])
+    agg = {}
+    for task, rs in rows.items():
+        rs = rs[:s["forced_n"]]
+        per, secs = run_rows(ctx, smol, rs, ALL, {str(r["id"]) for r in rs[:s["forced_faith"]]}, f"smol-forced-{task}")
+        agg[task] = aggregate(per, secs, ALL)
+        ctx.log(f"smol-forced {task}: {agg[task]['flashtrace']['n']} examples")
+    return {"aggregate": agg, "counts": {"n": s["forced_n"], "faith": s["forced_faith"]}, "ig_steps": TC.ig_steps}
 
 
-def part_smol_timing(args, tc, log) -> None:
+@bench.part("smol_timing", doc="SmolLM2: seconds vs target length M for flashtrace, token-wise IFR, IG; "
+            "FlashTrace at M = 8 / 512 at three prompt lengths", hours=0.2)
+def smol_timing(ctx) -> dict:
     smol = api.load("smollm2")
-    ts = api.timing(smol, TimingConfig(lengths=[8, 32, 128, 512], methods=["flashtrace", "ifr-tokenwise", "ig"],
-                                       prompt_tokens=120), tc)
-    log(f"smollm2 timing: {ts['seconds']}")
-    sweep = prompt_sweep(smol, ["flashtrace"], tc, log)
-    _save_part("smol-timing", {"timing_smollm2": ts, "timing_smollm2_prompts": sweep})
+    return timing_parts(ctx, smol, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace"], sizes(ctx)["smol_prompt"], TC)
 
 
-def _merge_per(parts: list[dict]) -> dict:
-    """{task: aggregate} over the per-example rows of several parts (shards concatenate)."""
-    per, secs = {}, {}
-    for d in parts:
-        for task, rows in d["per"].items():
-            per.setdefault(task, []).extend(rows)
-            for m, v in d["secs"][task].items():
-                if isinstance(v, list):
-                    secs.setdefault(task, {}).setdefault(m, []).extend(v)
-    return {task: aggregate(per[task], secs.get(task, {}), ALL) for task in per}
+# ----------------------------------------------------------------------------- report
 
 
-def merge() -> dict:
-    """The results from the parts present. A part of this script's current form replaces the
-    ``legacy-*`` part of the same kind (aggregates of the earlier one-run benchmark, kept until the
-    part is rerun; the results say which parts are legacy)."""
-    parts = {p.stem: json.loads(p.read_text()) for p in sorted(PARTS.glob("*.json")) if p.stem != "merged"}
-    forced = [v for k, v in parts.items() if k.startswith("smol-forced")]
-    for kind, present in (("toy", "toy" in parts), ("smol-forced", bool(forced)),
-                          ("smol-timing", "smol-timing" in parts)):
-        if present:
-            parts.pop(f"legacy-{kind}", None)
-    results: dict = {"parts": {k: {"date": v["date"], "commit": v["commit"],
-                                   "load_average_1min": v["machine"].get("load_average_1min"),
-                                   "seconds": v.get("seconds"), "legacy": v.get("legacy")}
-                               for k, v in parts.items()},
-                     "ig_steps": 8, "ig_steps_timing_toy": 16}
-    for key in ("toy", "legacy-toy"):
-        if key in parts:
-            d = parts[key]
-            results["toy_model"] = d["toy_model"]
-            results["counts"] = d["counts"]
-            results["toy"] = d["aggregate"] if "aggregate" in d else _merge_per([d])
-            if "per" in d:
-                for task in results["toy"]:
-                    results["toy"][task]["ablation"] = d["secs"][task].get("ablation_summary")
-            results["timing_toy"] = d["timing_toy"]
-            if "timing_toy_prompts" in d:
-                results["timing_toy_prompts"] = d["timing_toy_prompts"]
-            if "vt_hops_sweep" in d:
-                results["toy_vt_hops_sweep"] = d["vt_hops_sweep"]
-    if "smol-correct" in parts:
-        d = parts["smol-correct"]
-        results["smollm2_accuracy"] = d["accuracy"]
-        results["smollm2_correct"] = _merge_per([d])
-    if forced:
-        results["smollm2"] = _merge_per(forced)
-        results["smollm2_forced_shards"] = [v["shard"] for v in forced]
-    elif "legacy-smol-forced" in parts:
-        results["smollm2"] = parts["legacy-smol-forced"]["aggregate"]
-        results["smollm2_accuracy_chat_prompt"] = parts["legacy-smol-forced"]["accuracy_chat_prompt"]
-    for key in ("smol-timing", "legacy-smol-timing"):
-        if key in parts:
-            results["timing_smollm2"] = parts[key]["timing_smollm2"]
-            if "timing_smollm2_prompts" in parts[key]:
-                results["timing_smollm2_prompts"] = parts[key]["timing_smollm2_prompts"]
-    return results
+def flatten(results: dict) -> dict:
+    """The parts' payloads under the names the targets and tables use."""
+    R = {}
+    if "toy" in results:
+        R["toy_model"], R["toy"] = results["toy"]["toy_model"], results["toy"]["aggregate"]
+        R["toy_vt_hops_sweep"] = results["toy"].get("vt_hops_sweep")
+    if "toy_timing" in results:
+        R["timing_toy"], R["timing_toy_prompts"] = results["toy_timing"]["timing"], results["toy_timing"]["prompts"]
+    if "smol_correct" in results:
+        R["smollm2_accuracy"], R["smollm2_correct"] = results["smol_correct"]["accuracy"], results["smol_correct"]["aggregate"]
+    if "smol_forced" in results:
+        R["smollm2"] = results["smol_forced"]["aggregate"]
+    if "smol_timing" in results:
+        R["timing_smollm2"], R["timing_smollm2_prompts"] = results["smol_timing"]["timing"], results["smol_timing"]["prompts"]
+    return R
 
 
 def targets_of(results: dict) -> dict:
@@ -362,12 +341,15 @@ def targets_of(results: dict) -> dict:
         who = name.split("_")[1]
         Ms = t["target_lengths"]
         f = t["seconds"]["flashtrace"]
-        if 512 not in Ms:  # a legacy part (SmolLM2 was timed up to M = 128 only): reported, no target
-            targets[f"{who}_speedup_vs_tokenwise_at_{Ms[-1]}"] = target(
-                t["speedup_vs_tokenwise"][-1], None, True, f"reported only: M = 512 not timed in this part")
+        top = Ms[-1]
+        if 512 not in Ms:  # a --quick run: reported, no target
+            targets[f"{who}_speedup_vs_tokenwise_at_{top}"] = target(
+                t["speedup_vs_tokenwise"][-1], None, True, f"reported only: M = 512 not timed in this run")
             continue
         i8, i512 = Ms.index(8) if 8 in Ms else 0, Ms.index(512)
-        targets[f"{who}_timing_flat_512_over_8"] = target(round(f[i512] / f[i8], 3), 2.0, f[i512] <= 2 * f[i8],
+        flat = (t["flashtrace_last_over_first"] if "timings" in t and i8 == 0 and i512 == len(Ms) - 1
+                else round(f[i512] / f[i8], 3))
+        targets[f"{who}_timing_flat_512_over_8"] = target(flat, 2.0, flat <= 2.0,
                                                           f"flashtrace seconds at M=512 / at M=8 ({who})")
         sp = t["speedup_vs_tokenwise"][i512]
         targets[f"{who}_speedup_vs_tokenwise_at_512"] = target(sp, 20.0, sp >= 20,
@@ -377,11 +359,12 @@ def targets_of(results: dict) -> dict:
                                                             "reported only (IG s / flashtrace s)")
     for name in ("timing_toy_prompts", "timing_smollm2_prompts"):
         who = name.split("_")[1]
-        for t in results.get(name, {}).values():
-            f, p = t["seconds"]["flashtrace"], t["n_prompt_tokens"]
+        for t in (results.get(name) or {}).values():
+            p = t["n_prompt_tokens"]
+            ratio = t["flashtrace_last_over_first"]
             targets[f"{who}_timing_flat_512_over_8_prompt_{p}"] = target(
-                round(f[-1] / f[0], 3), 2.0, f[-1] <= 2 * f[0], f"the same ratio with a {p}-token prompt (reported "
-                "beside the issue's setting above)")
+                ratio, 2.0, ratio <= 2.0, f"the same ratio with a {p}-token prompt (reported beside the issue's "
+                "setting above)")
     ts = results.get("toy_model")
     if ts:
         targets["toy_accuracy_95"] = target([ts.get("accuracy_niah_kv"), ts.get("accuracy_vt")], 0.95,
@@ -389,83 +372,8 @@ def targets_of(results: dict) -> dict:
     return targets
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=["toy-train", "toy", "smol-correct", "smol-forced", "smol-timing", "all"],
-                    default="all", help="run one part (writes bench/results/attribute_tokens_parts/), then merge; "
-                    "all (default): every part in one run")
-    ap.add_argument("--merge", action="store_true", help="run no part: rebuild the results from the parts present")
-    ap.add_argument("--toy-n", type=int, default=200, help="examples per task on the toy model")
-    ap.add_argument("--toy-faith", type=int, default=60, help="of which with RISE/MAS")
-    ap.add_argument("--toy-ablation", type=int, default=10, help="of which with feature ablation")
-    ap.add_argument("--correct-n", type=int, default=30, help="short items generated per task (smol-correct)")
-    ap.add_argument("--correct-max", type=int, default=12, help="correct items attributed per task")
-    ap.add_argument("--smol-n", type=int, default=14, help="teacher-forced examples per task in this shard")
-    ap.add_argument("--smol-faith", type=int, default=3, help="of which with RISE/MAS (every method)")
-    ap.add_argument("--shard", default="1/1", help="K/N of the 200 teacher-forced rows per task (smol-forced)")
-    ap.add_argument("--extend", action="store_true",
-                    help="smol-forced, smol-correct: keep the part's stored rows and run only the rows it has not run")
-    ap.add_argument("--budget", type=float, default=400.0, help="seconds after which remaining examples are skipped")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes, parts and results under --scratch")
-    ap.add_argument("--scratch", default=None, help="write the parts here and do not touch bench/results")
-    args = ap.parse_args()
-    global PARTS
-    if args.scratch:
-        PARTS = Path(args.scratch)
-    args.shard = tuple(int(x) for x in args.shard.split("/"))
-    if args.quick:
-        args.toy_n, args.toy_faith, args.toy_ablation, args.smol_n, args.smol_faith = 6, 3, 2, 2, 1
-        args.correct_n, args.correct_max = 4, 1
-    t_start = time.perf_counter()
-    _START[0] = t_start
-    logs = []
-
-    def log(msg):
-        logs.append(f"{time.perf_counter() - t_start:7.1f}s {msg}")
-        print(logs[-1], flush=True)
-
-    tc = TraceConfig(ig_steps=8)
-    fns = {"toy-train": part_toy_train, "toy": part_toy, "smol-correct": part_smol_correct, "smol-forced": part_smol_forced,
-           "smol-timing": part_smol_timing}
-    for name in ([] if args.merge else fns if args.part == "all" else [args.part]):
-        fns[name](args, tc, log)
-    if args.part == "toy-train" and not args.merge:
-        return
-    if not PARTS.is_dir() or not any(PARTS.glob("*.json")):
-        raise SystemExit(f"no parts in {PARTS}: run --part first")
-    results = merge()
-    targets = targets_of(results)
-    out = {"tool": "attribute-tokens", "date": today(), "commit": commit(), "machine": machine(),
-           "command": "flock /work/notes/cpu.lock timeout 480 .venv/bin/python bench/attribute_tokens.py --part P "
-                      "(P = toy, smol-correct, smol-forced [--shard K/N], smol-timing; each part <= 8 min)",
-           "results": results, "targets": targets, "log": logs}
-    if args.scratch:
-        (PARTS / "merged.md").write_text(markdown(out))
-    else:
-        write_results("attribute_tokens", out, markdown(out))
-    print(json.dumps({k: v["met"] for k, v in targets.items()}, indent=1))
-
-
-def _table(lines, title, rows):
-    lines += [f"## {title}", "", "| method | n | Recall@10% | RISE (lower better) | MAS (lower better) "
-              "| curves | s/example |", "|---|---|---|---|---|---|---|"]
-    for m, r in rows.items():
-        if not isinstance(r, dict):
-            continue
-        lines.append(f"| {m} | {r.get('n')} | {r.get('recall_at_10')} | {r.get('rise')} | {r.get('mas')} | "
-                     f"{r.get('n_curves')} | {r.get('seconds_per_example')} |")
-    lines.append("")
-
-
-def markdown(out: dict) -> str:
-    R = out["results"]
-    lines = [f"# attribute-tokens benchmark ({out['date']}, {out['machine']['cpu']}, {out['machine']['cores']} cores)",
-             "", f"Command: `{out['command']}`.", "",
-             "Parts (date, 1-minute load average when the part ran): "
-             + "; ".join(f"{k} {v['date']} load {v['load_average_1min']}" for k, v in R["parts"].items()), ""]
-    legacy = [f"- {k}: {v['legacy']}" for k, v in R["parts"].items() if v.get("legacy")]
-    if legacy:
-        lines += ["Legacy parts (not yet rerun with this script's sizes):", *legacy, ""]
+def markdown(R: dict) -> str:
+    lines = []
     if "toy_model" in R:
         lines += [f"Toy model: {json.dumps(R['toy_model'])}", ""]
     if "smollm2_accuracy" in R:
@@ -475,43 +383,51 @@ def markdown(out: dict) -> str:
     for key, label in (("toy", "toy"), ("smollm2_correct", "smollm2, correct items (own reply attributed)"),
                        ("smollm2", "smollm2, gold teacher-forced (longer items)")):
         for task, rows in R.get(key, {}).items():
-            _table(lines, f"{label} / {task}", rows)
-    if "toy_vt_hops_sweep" in R:
+            lines += [f"## {label} / {task}", "",
+                      table([{"method": m, "n": r.get("n"), "Recall@10%": r.get("recall_at_10"),
+                              "RISE (lower better)": r.get("rise"), "RISE+AP (lower better)": r.get("rise_ap"),
+                              "curves": r.get("n_curves"), "s/example": r.get("seconds_per_example")}
+                             for m, r in rows.items() if isinstance(r, dict) and "n" in r], digits=4)]
+    if R.get("toy_vt_hops_sweep"):
         hs = R["toy_vt_hops_sweep"]
         lines += ["## toy / vt: FlashTrace Recall@10% by number of hops (0 = ifr-span)", "",
-                  "| hops | " + " | ".join(hs) + " |", "|---" * (len(hs) + 1) + "|",
-                  "| Recall@10% | " + " | ".join(str(v) for v in hs.values()) + " |", ""]
+                  table([{"hops": "Recall@10%", **hs}], digits=4)]
     for key in ("timing_toy", "timing_smollm2"):
         t = R.get(key)
         if not t:
             continue
-        lines += [f"## {key} (prompt {t['n_prompt_tokens']} tokens)", "",
-                  "| M | " + " | ".join(t["methods"]) + " | speedup vs token-wise | speedup vs IG |",
-                  "|---" * (len(t["methods"]) + 3) + "|"]
+        rows = []
         for i, m in enumerate(t["target_lengths"]):
-            sv = t.get("speedup_vs_tokenwise", [None] * 9)[i]
-            si = t.get("speedup_vs_ig", [None] * 9)[i] if "speedup_vs_ig" in t else None
-            lines.append(f"| {m} | " + " | ".join(str(t["seconds"][x][i]) for x in t["methods"]) + f" | {sv} | {si} |")
-        lines.append("")
+            row = {"M": m, **{x: t["seconds"][x][i] for x in t["methods"]},
+                   "speedup vs token-wise": t.get("speedup_vs_tokenwise", [None] * 9)[i],
+                   "speedup vs IG": t.get("speedup_vs_ig", [None] * 9)[i] if "speedup_vs_ig" in t else None}
+            if "speedup_vs_tokenwise_range" in t:
+                row["token-wise range"] = "{}-{}".format(*t["speedup_vs_tokenwise_range"][i])
+            rows.append(row)
+        how = ("median of time_call repeats" if "timings" in t else "minimum of the repeats (legacy)")
+        lines += [f"## {key} (prompt {t['n_prompt_tokens']} tokens; seconds, {how})", "", table(rows, digits=4)]
     for key in ("timing_toy_prompts", "timing_smollm2_prompts"):
         sweep = R.get(key)
         if not sweep:
             continue
-        methods = next(iter(sweep.values()))["methods"]
-        lines += [f"## {key}: M = 8 and 512 at several prompt lengths (seconds)", "",
-                  "| prompt tokens | " + " | ".join(f"{m} M=8 | {m} M=512" for m in methods)
-                  + " | flashtrace 512/8 | speedup vs token-wise at 512 |", "|---" * (2 * len(methods) + 3) + "|"]
+        rows = []
         for t in sweep.values():
-            sec = t["seconds"]
-            sp = t.get("speedup_vs_tokenwise", [None, None])[-1]
-            lines.append(f"| {t['n_prompt_tokens']} | " + " | ".join(f"{sec[m][0]} | {sec[m][-1]}" for m in methods)
-                         + f" | {t.get('flashtrace_last_over_first')} | {sp} |")
-        lines.append("")
-    lines += ["## Targets", "", "| target | value | threshold | met | note |", "|---|---|---|---|---|"]
-    for k, v in out["targets"].items():
-        lines.append(f"| {k} | {v['value']} | {v['threshold']} | {v['met']} | {v['note']} |")
-    return "\n".join(lines) + "\n"
+            row = {"prompt tokens": t["n_prompt_tokens"]}
+            for m in t["methods"]:
+                row |= {f"{m} M={t['target_lengths'][0]}": t["seconds"][m][0],
+                        f"{m} M={t['target_lengths'][-1]}": t["seconds"][m][-1]}
+            row |= {"flashtrace last/first": t.get("flashtrace_last_over_first"),
+                    "speedup vs token-wise at last": (t.get("speedup_vs_tokenwise") or [None])[-1]}
+            rows.append(row)
+        lines += [f"## {key}: the first and last M at several prompt lengths (seconds)", "", table(rows, digits=4)]
+    return "\n".join(lines)
+
+
+@bench.report
+def report(results: dict) -> tuple[dict, str]:
+    R = flatten(results)
+    return targets_of(R), markdown(R)
 
 
 if __name__ == "__main__":
-    main()
+    bench.main()

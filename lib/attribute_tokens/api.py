@@ -426,12 +426,10 @@ def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: i
 
 # ------------------------------------------------------------------------------ timing
 
-def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
-    """``timing``: wall seconds of each method vs target length M (a VT prompt; the chain padded
-    with filler steps to M target tokens; one untimed warm-up run per method first). Returns the summary (keys target_lengths, methods,
-    seconds {method: [..]}, speedup_vs_tokenwise, speedup_vs_ig, n_prompt_tokens)."""
-    import dataclasses
-
+def timing_example(bundle: Bundle, m: int, prompt_tokens: int, *, seed: int = 0) -> Example:
+    """The example ``timing`` times at target length ``m``: a VT prompt of about ``prompt_tokens``
+    tokens, the chain padded with filler steps to ``m`` target tokens, the whole target as the output
+    span (M sinks: what token-wise IFR pays for). ``n_prompt`` is the prompt's token count."""
     import numpy as np
 
     from icmlkit.lib.attribute_tokens.config import TaskConfig
@@ -440,22 +438,32 @@ def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
     tok = bundle.tokenizer
     toy = "FILL" in tok.get_vocab() and len(tok.get_vocab()) < 1000
     style = "toy" if toy else "text"
-    row = make_task("vt", TaskConfig(n=1, fillers=max(0, cfg.prompt_tokens // (6 if toy else 8)), style=style),
+    row = make_task("vt", TaskConfig(n=1, fillers=max(0, prompt_tokens // (6 if toy else 8)), style=style),
                     seed=seed)[0]
     fill = tok(" FILL", add_special_tokens=False)["input_ids"]
-    secs: dict = {m: [] for m in cfg.methods}
     base = tok(row["prompt"])["input_ids"]
     ans = tok(" ANSWER " + row["answer"], add_special_tokens=False)["input_ids"]
     n_prompt = len(base)
+    k = max(0, m - len(ans))
+    reps = (k + len(fill) - 1) // len(fill) if fill else 0
+    ids = base + (fill * reps)[:k] + ans
+    stop, texts = _stop_mask(tok, ids)
+    return Example(id=f"timing-m{m}", ids=ids, tokens=texts, n_prompt=n_prompt,
+                   output_span=(n_prompt, len(ids) - 1), reasoning_span=(n_prompt, len(ids) - 1),
+                   gen_span=(n_prompt, len(ids) - 1), gold=np.zeros(len(ids), dtype=bool), stop=stop)
+
+
+def timing(bundle: Bundle, cfg, trace_cfg, *, seed: int = 0) -> dict:
+    """``timing``: wall seconds of each method vs target length M (:func:`timing_example`; one
+    untimed warm-up run per method first). Returns the summary (keys target_lengths, methods,
+    seconds {method: [..]}, speedup_vs_tokenwise, speedup_vs_ig, n_prompt_tokens)."""
+    import dataclasses
+
+    secs: dict = {m: [] for m in cfg.methods}
+    n_prompt = None
     for i, m in enumerate(int(m) for m in cfg.lengths):
-        k = max(0, m - len(ans))
-        reps = (k + len(fill) - 1) // len(fill) if fill else 0
-        ids = base + (fill * reps)[:k] + ans
-        stop, texts = _stop_mask(tok, ids)
-        # the output span for timing is the whole target: M sinks (what token-wise IFR pays for)
-        ex = Example(id=f"timing-m{m}", ids=ids, tokens=texts, n_prompt=n_prompt,
-                     output_span=(n_prompt, len(ids) - 1), reasoning_span=(n_prompt, len(ids) - 1),
-                     gen_span=(n_prompt, len(ids) - 1), gold=np.zeros(len(ids), dtype=bool), stop=stop)
+        ex = timing_example(bundle, m, cfg.prompt_tokens, seed=seed)
+        n_prompt = ex.n_prompt
         for method in cfg.methods:
             tc = dataclasses.replace(trace_cfg, method=method, hops=max(trace_cfg.hops, 1))
             if i == 0:
