@@ -71,6 +71,9 @@ class FitConfig:
                         "its Hellinger bound (the authors' prototype: 0.01; this project used 0.05 before).", min=0,
                         min_open=True)
     # Adam
+    adam_lr_scale: float = _opt(1.0, "Adam: multiply the reference 3DGS learning rate of every group (the means' "
+                                "decay from 1.6e-4 to 1.6e-6 too) by this factor; 1: the reference rates.", min=0,
+                                min_open=True)
     extent: float | None = None      # scene extent for the means' learning rate (None: 3DGS's camera radius)
     eval_iters: list = field(default_factory=list)  # extra iterations at which to evaluate
 
@@ -88,6 +91,8 @@ class FitConfig:
             raise UsageError("--curvature-views must be >= 0")
         if not (self.radius > 0 and self.radius_final > 0):
             raise UsageError("--radius and --radius-final must be > 0")
+        if not self.adam_lr_scale > 0:
+            raise UsageError("--adam-lr-scale must be > 0")
         if self.opacity_radius is not None and not self.opacity_radius > 0:
             raise UsageError("--opacity-radius must be > 0")
         if self.renorm_quats_every < 0 or self.reg_opacity < 0 or self.reg_scale < 0:

@@ -89,17 +89,18 @@ def named_groups(tensors: dict[str, torch.Tensor]) -> list[dict]:
     return [{"params": [tensors[g]], "name": g} for g in GROUPS if g in tensors]
 
 
-def make_adam(tensors: dict[str, torch.Tensor], extent: float) -> torch.optim.Adam:
-    """The reference 3DGS Adam: per-group learning rates, eps 1e-15 (see :func:`adam_lr_update`)."""
+def make_adam(tensors: dict[str, torch.Tensor], extent: float, scale: float = 1.0) -> torch.optim.Adam:
+    """The reference 3DGS Adam: per-group learning rates (times ``scale``), eps 1e-15 (see
+    :func:`adam_lr_update`)."""
     groups = named_groups(tensors)
     for grp in groups:
-        grp["lr"] = ADAM_LR[grp["name"]] * (extent if grp["name"] == "means" else 1.0)
+        grp["lr"] = scale * ADAM_LR[grp["name"]] * (extent if grp["name"] == "means" else 1.0)
     return torch.optim.Adam(groups, lr=0.0, eps=1e-15)
 
 
-def adam_lr_update(opt: torch.optim.Optimizer, step: int, total: int, extent: float) -> float:
-    """The exponential decay of the means' learning rate (1.6e-4 -> 1.6e-6, times the extent)."""
-    lr = extent * exp_schedule(ADAM_LR["means"], ADAM_LR["means_final"], step, total)
+def adam_lr_update(opt: torch.optim.Optimizer, step: int, total: int, extent: float, scale: float = 1.0) -> float:
+    """The exponential decay of the means' learning rate (1.6e-4 -> 1.6e-6, times the extent and ``scale``)."""
+    lr = scale * extent * exp_schedule(ADAM_LR["means"], ADAM_LR["means_final"], step, total)
     for grp in opt.param_groups:
         if grp["name"] == "means":
             grp["lr"] = lr

@@ -222,12 +222,14 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                                   color_caps=cfg.color_caps,
                                   opacity_factor=(cfg.opacity_radius or cfg.radius) / cfg.radius)
     else:
-        opt = make_adam(params, extent)
+        opt = make_adam(params, extent, cfg.adam_lr_scale)
     streams = {"batches": generator(seed, "batches"), "probe": generator(seed, "probe")}
     gen_batch, gen_probe = streams["batches"], streams["probe"]
     rows: list = []
     start = 0
     settings = asdict(cfg)
+    if settings["adam_lr_scale"] == 1.0:  # added later: checkpoints of earlier runs still resume
+        del settings["adam_lr_scale"]
     if settings["opacity_floor"] == 0.01:  # added later (0.01 was fixed): earlier runs resume with it
         del settings["opacity_floor"]
     fp = fingerprint({"config": settings, "seed": int(seed), "dtype": str(dtype)}, *init.tensors().values(),
@@ -285,7 +287,7 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                     clip_sum[k] = clip_sum.get(k, 0.0) + v
             else:
                 loss.backward()
-                step_size = adam_lr_update(opt, step, cfg.iters, extent)
+                step_size = adam_lr_update(opt, step, cfg.iters, extent, cfg.adam_lr_scale)
                 opt.step()
             t_train += time.perf_counter() - t0
             with torch.no_grad():
