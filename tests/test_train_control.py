@@ -452,6 +452,7 @@ def _two_rank_worker(rank: int, world: int, init: str, out: str) -> None:
             raise AssertionError("an uneven batch was accepted")
         except UsageError as exc:
             assert "split evenly" in str(exc)
+        td.barrier()  # neither rank tears its gloo pairs down while the other still uses them (a SIGABRT in CI)
     finally:
         td.destroy_process_group()
 
