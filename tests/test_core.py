@@ -323,3 +323,33 @@ def test_safetensors_writer_is_deterministic_and_loads_in_the_package(tmp_path):
         read_safetensors(p)
     with pytest.raises(TypeError, match="cannot store tensor 'x' of dtype torch.bfloat16"):
         safetensors_bytes({"x": torch.ones(2, dtype=torch.bfloat16)})
+
+
+@pytest.mark.parametrize("kind", ["garbage", "empty", "truncated", "pickled", "json"])
+def test_load_torch_gives_one_line_for_every_bad_file(kind, tmp_path):
+    """Garbage, empty, truncated, pickled-object and JSON files: one line naming the file and the
+    problem, none of PyTorch's own text ("pop from empty list", "Weights only load failed", zip errors)."""
+    import io
+    import os
+
+    import torch
+
+    from icmlkit.lib.core.io import load_torch
+
+    buf = io.BytesIO()
+    torch.save({"a": torch.ones(3)}, buf)
+    good = buf.getvalue()
+    pickled = io.BytesIO()
+    torch.save({"a": InputError("x", "y")}, pickled)
+    data = {"garbage": os.urandom(300), "empty": b"", "truncated": good[: len(good) // 2],
+            "pickled": pickled.getvalue(), "json": b'{"a": [1,'}[kind]
+    path = tmp_path / f"{kind}.pt"
+    path.write_bytes(data)
+    with pytest.raises(InputError) as err:
+        load_torch(path, "model file")
+    msg = str(err.value)
+    assert "\n" not in msg and f"{kind}.pt: not a model file: " in msg
+    expected = "weights-only loading refuses" if kind == "pickled" else "not a torch file, or a truncated one"
+    assert expected in msg and "Weights only" not in msg and "pop from" not in msg
+    path.write_bytes(good)
+    assert torch.equal(load_torch(path, "model file")["a"], torch.ones(3))

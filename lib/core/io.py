@@ -141,19 +141,36 @@ def write_torch(path: str | os.PathLike, obj) -> None:
     write_bytes(path, torch_bytes(obj))
 
 
+def torch_load_problem(exc: BaseException, data: bytes) -> str:
+    """One line for a failed ``torch.load(weights_only=True)`` of ``data``, never PyTorch's own
+    multi-line text: a torch file (a zip archive, or a legacy pickle) holding objects that
+    weights-only loading refuses, or not a torch file at all (random bytes, an empty or truncated file)."""
+    looks_torch = data[:4] == b"PK\x03\x04" or data[:1] == b"\x80"
+    if looks_torch and "Weights only load failed" in str(exc):
+        return "holds pickled objects that weights-only loading refuses (no code is unpickled)"
+    return "not a torch file, or a truncated one"
+
+
+def load_torch(path: str | os.PathLike, what: str, data: bytes | None = None):
+    """``torch.load(weights_only=True, map_location="cpu")`` of ``path`` (or of ``data``, its bytes
+    already read); any failure is an :class:`InputError` naming the file: "not a <what>: <problem>"
+    (:func:`torch_load_problem`)."""
+    import torch
+
+    if data is None:
+        data = read_bytes(path)
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
+        raise InputError(f"not a {what}: {torch_load_problem(exc, data)}", display_name(path)) from None
+
+
 def read_torch(path: str | os.PathLike, what: str, fmt: str | None = None):
     """A file written by :func:`write_torch`, loaded with ``weights_only=True`` (no pickled code).
 
     ``what`` names the kind of file in errors ("not a <what>"); with ``fmt`` the content must be a
     dict whose ``"format"`` is ``fmt``. Any failure is an :class:`InputError` naming the file."""
-    import torch
-
-    data = read_bytes(path)
-    try:
-        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
-        raise InputError(f"not a {what} ({first[:200]})", display_name(path)) from None
+    obj = load_torch(path, what)
     if fmt is not None and (not isinstance(obj, dict) or obj.get("format") != fmt):
         raise InputError(f"not a {what} (format {fmt} expected)", display_name(path))
     return obj

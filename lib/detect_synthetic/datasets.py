@@ -113,7 +113,7 @@ def split_by_source(sources, fractions, seed: int = 0, stream: str = "split") ->
 
 def load_native(paths) -> list[np.ndarray]:
     """Decode image files as uint8 RGB arrays at their own size (an :class:`InputError` naming a bad file)."""
-    from icmlkit.lib.detect_synthetic.images import _pil
+    from icmlkit.lib.detect_synthetic.images import _image_problem, _pil
 
     Image = _pil()
     out = []
@@ -122,7 +122,7 @@ def load_native(paths) -> list[np.ndarray]:
             with Image.open(p) as im:
                 out.append(np.asarray(im.convert("RGB"), dtype=np.uint8))
         except Exception as exc:  # noqa: BLE001 - Pillow raises many types for bad files
-            raise InputError(f"not a readable image ({type(exc).__name__}: {exc})", str(p)) from None
+            raise InputError(f"not a readable image ({_image_problem(exc, Image)})", str(p)) from None
     return out
 
 
@@ -147,7 +147,7 @@ def native_crops(images, size: int, per_image: int = 1, seed: int = 0, stream: s
 
 def roundtrip(pixels, fmt: str = "png", quality: int = 95) -> np.ndarray:
     """Store uint8 (N, H, W, 3) images as PNG or JPEG and decode them again (both classes alike)."""
-    from icmlkit.lib.detect_synthetic.images import _pil
+    from icmlkit.lib.detect_synthetic.images import _image_problem, _pil
 
     Image = _pil()
     out = []

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from icmlkit.lib.core.errors import EnvironmentProblem, InputError
+from icmlkit.lib.core.io import load_torch
 
 CHANNELS, LATENT = 64, 32
 
@@ -117,12 +118,12 @@ def load_taef2(folder=None) -> TAEF2:
     model = TAEF2()
     for part in ("encoder", "decoder"):
         path = folder / f"taef2_{part}.pth"
+        if not path.is_file():
+            raise InputError("no such weights file", str(path))
+        state = load_torch(path, f"TAEF2 {part} weights file")
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
             getattr(model, part).load_state_dict(state, strict=True)
-        except FileNotFoundError:
-            raise InputError("no such weights file", str(path)) from None
-        except Exception as exc:  # noqa: BLE001 - unpickling or key/shape mismatch: a data error
+        except Exception as exc:  # noqa: BLE001 - a key/shape mismatch: a data error
             raise InputError(f"not the TAEF2 {part} ({type(exc).__name__}: {str(exc).splitlines()[0]})",
                              str(path)) from None
     return model

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.core.io import display_name, load_npz, read_bytes, suffix
+from icmlkit.lib.core.io import display_name, load_npz, load_torch, read_bytes, suffix
 
 FORMATS = (".pt", ".npz", ".mat")
 CONVENTIONS = ("node", "cell", "periodic")
@@ -139,16 +139,10 @@ def _as_array(value, where: str, key: str) -> np.ndarray:
 
 
 def _read_pt(path) -> dict:
-    import torch
-
     data = read_bytes(path)
     if not data:
         raise InputError("empty file; expected a torch.save dict with x and y", display_name(path))
-    try:
-        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling problem is bad input
-        first = (str(exc).strip().splitlines() or ["unreadable"])[0]
-        raise InputError(f"not a readable torch .pt file ({first[:160]})", display_name(path)) from None
+    obj = load_torch(path, "readable torch .pt file", data)
     if not isinstance(obj, dict):
         raise InputError(f"expected a dict of tensors (x, y), found {type(obj).__name__}", display_name(path))
     return obj

@@ -143,10 +143,9 @@ def _load_state(path) -> dict:
         from icmlkit.lib.core.io import read_safetensors
 
         return {k: torch.from_numpy(v) for k, v in read_safetensors(p, what="weights file")[0].items()}
-    try:
-        state = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling problem is a data error
-        raise InputError(f"not a readable weights file ({type(exc).__name__}: {exc})", str(path)) from None
+    from icmlkit.lib.core.io import load_torch
+
+    state = load_torch(p, "weights file")
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
