@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from icmlkit.cli._common import ToolGroup, add_demo, checkpoint_options, config_options, make_main, output_option
-from icmlkit.lib.defend_tsf.config import AttackConfig, DataConfig, ModelConfig, SynthConfig, TrainConfig
+from icmlkit.lib.defend_tsf.config import PRESETS, AttackConfig, DataConfig, ModelConfig, SynthConfig, TrainConfig
 
 TOOL = "defend-tsf"
 RECONSTRUCTED = (
@@ -51,6 +51,20 @@ Examples:
 _data_options = config_options(DataConfig, arg="data_cfg")
 
 
+def _apply_preset(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Eager: the preset's values become this subcommand's option defaults (flags and --config win)."""
+    ctx.default_map = {**PRESETS[value][ctx.command.name], **(ctx.default_map or {})}
+    return value
+
+
+def _preset_option(what: str) -> click.Option:
+    return click.option(
+        "--preset", type=click.Choice(tuple(PRESETS)), default="paper", show_default=True, is_eager=True,
+        expose_value=False, callback=_apply_preset,
+        help=f"Named defaults: paper = the option defaults shown; bench = the benchmark's setting, where the "
+             f"Random attack takes on ETTh1 ({what}). Flags and --config win over it.")
+
+
 def _read(run, path, fill="none"):
     from icmlkit.lib.defend_tsf.data import read_series
 
@@ -72,6 +86,7 @@ def _stem(path: str) -> str:
                flags=("--record",), name="record")
 @output_option("Triggered test set (default: OUTPUT stem + .triggered.npz).", suffixes=(".npz",), stdout=False,
                flags=("--triggered",), name="triggered")
+@_preset_option("budget 2, pattern scale 3")
 @_data_options
 @config_options(AttackConfig)
 def attack(run, series, output, record, triggered, data_cfg, cfg):
@@ -114,6 +129,7 @@ def attack(run, series, output, record, triggered, data_cfg, cfg):
 @click.option("--attack-record", default=None, type=click.Path(dir_okay=False),
               help="An attack record: adds pool purity to the log and summary (never used by the defence).")
 @checkpoint_options("epoch")
+@_preset_option("--model itransformer, --lr 1e-3, --t-b 5 --t-1 5 --t-2 30")
 @_data_options
 @config_options(ModelConfig, arg="model_cfg")
 @config_options(TrainConfig)
@@ -169,11 +185,14 @@ def eval_(run, model, series, attack_record, reference, fail_under_poison):
     """Score a model: MAE_C on clean test windows, MAE_P on triggered test inputs, pool purity.
 
     MAE is on the raw scale (the series' units). MAE_P is measured against the attacker's target,
-    on the attacked channels, over the pattern steps only (higher = the attack failed).
+    on the attacked channels, over the pattern steps only (higher = the attack failed). Beside it,
+    mae_poison_no_effect is the level MAE_P has when the attack had no effect (mean |y_clean -
+    y_target| over the same cells) and mae_poison_vs_no_effect their ratio (1: no effect; 0: the
+    forecast follows the attacker's target).
 
     \b
-    JSON keys: model, defense, attack, mae_clean, mae_poison, mae_clean_ratio, mae_poison_ratio,
-    pool_purity, seq_len, pred_len, poison_share_pool, poison_share_train, n_test_windows,
+    JSON keys: model, defense, attack, mae_clean, mae_poison, mae_poison_no_effect,
+    mae_poison_vs_no_effect, mae_clean_ratio, mae_poison_ratio, pool_purity, seq_len, pred_len, poison_share_pool, poison_share_train, n_test_windows,
     n_triggered.
     Example:  defend-tsf eval run/tg.pt run/poisoned.csv --attack-record run/poisoned.attack.json --reference run/none.pt --json
     """

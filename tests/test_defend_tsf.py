@@ -27,6 +27,7 @@ from icmlkit.lib.defend_tsf.synth import synthetic_series
 from icmlkit.lib.defend_tsf.train import backcaster_windows
 
 TOOL = "defend-tsf"
+ROOT = Path(__file__).resolve().parents[1]
 SPLIT = "0.6,0.2,0.2"
 FAST = ["--split", SPLIT, "--t-b", "1", "--t-1", "1", "--t-2", "2", "--lr", "1e-3"]
 
@@ -311,6 +312,13 @@ def test_train_eval_forecast_and_determinism(tmp_path, attacked, capsys):
               "pool_purity", "seq_len", "pred_len"):
         assert k in ev
     assert ev["mae_clean"] > 0 and ev["mae_poison"] > 0 and ev["pool_purity"] == pytest.approx(tg_sum["pool_purity"])
+    # beside MAE_P, the level it has when the attack had no effect: mean |y_clean - y_target| over the
+    # attacked cells of the held-out triggered test set (the attack's own .triggered.npz)
+    z = np.load(p.with_name("p.triggered.npz"))
+    ps, ch = int(z["pattern_steps"]), z["channels"]
+    no_effect = np.abs(z["y_clean"][:, :ps][:, :, ch] - z["y_target"][:, :ps][:, :, ch]).mean()
+    assert ev["mae_poison_no_effect"] == pytest.approx(float(no_effect), rel=1e-6) and no_effect > 0
+    assert ev["mae_poison_vs_no_effect"] == pytest.approx(ev["mae_poison"] / ev["mae_poison_no_effect"])
     code, _, err = _cli(["eval", str(tmp_path / "timeguard.pt"), str(p), "--attack-record", str(rec),
                          "--fail-under-poison", "1e9"], capsys)
     assert code == 3
@@ -320,6 +328,40 @@ def test_train_eval_forecast_and_determinism(tmp_path, attacked, capsys):
     assert code == 0, err
     rows = (tmp_path / "f.csv").read_text().splitlines()
     assert len(rows) == 13 and rows[0].startswith("date,")
+
+
+def test_preset_bench_is_the_benchmark_setting_and_flags_win(tmp_path, series_csv, capsys):
+    """--preset bench = bench/defend_tsf.py's attack strength, model, lr and epochs; a flag beats it."""
+    import importlib.util
+
+    from icmlkit.lib.defend_tsf.config import PRESETS
+
+    spec = importlib.util.spec_from_file_location("bench_defend_tsf", ROOT / "bench" / "defend_tsf.py")
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    b = PRESETS["bench"]
+    assert b["attack"] == bench.ATTACK and b["train"]["lr"] == bench.LR
+    assert (b["train"]["t_b"], b["train"]["t_1"], b["train"]["t_2"]) == bench._epochs(False)
+    assert b["train"]["model"] == "itransformer"  # the model where the attack takes (docs: Benchmark)
+    code, _, err = _cli(["attack", str(series_csv), "-o", str(tmp_path / "p.csv"), "--split", SPLIT,
+                         "--preset", "bench"], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "p.attack.json").read_text())["budget"] == 2.0
+    code, _, err = _cli(["train", str(tmp_path / "p.csv"), "-o", str(tmp_path / "m.pt"), "--split", SPLIT,
+                         "--preset", "bench", "--t-b", "1", "--t-1", "1", "--t-2", "1", "--d-model", "16"], capsys)
+    assert code == 0, err
+    cfg = json.loads((tmp_path / "m.config.json").read_text())
+    assert cfg["model"]["model"] == "itransformer" and cfg["train"]["lr"] == 1e-3
+    assert (cfg["train"]["t_b"], cfg["train"]["t_2"]) == (1, 1)  # the flags win over the preset
+    code, _, err = _cli(["train", str(tmp_path / "p.csv"), "-o", str(tmp_path / "d.pt"), "--split", SPLIT,
+                         "--t-b", "1", "--t-1", "1", "--t-2", "1"], capsys)
+    assert code == 0, err
+    cfg = json.loads((tmp_path / "d.config.json").read_text())
+    assert cfg["model"]["model"] == "dlinear" and cfg["train"]["lr"] == 1e-4  # the paper's defaults
 
 
 def test_resume_gives_the_same_bytes(tmp_path, series_csv, interrupting_checkpointer, monkeypatch, capsys):

@@ -274,8 +274,8 @@ def _scores(m: LoadedModel, series: Series, record: dict | None, device) -> dict
     xr = x * torch.as_tensor(m.scaler.std, dtype=torch.float32) + torch.as_tensor(m.scaler.mean, dtype=torch.float32)
     pred = _model_preds(m, xr, device)
     out = {"mae_clean": float((pred - y).abs().mean()), "n_test_windows": int(x.shape[0]),
-           "mae_poison": None, "n_triggered": 0, "pool_purity": None, "poison_share_pool": None,
-           "poison_share_train": None}
+           "mae_poison": None, "mae_poison_no_effect": None, "n_triggered": 0, "pool_purity": None,
+           "poison_share_pool": None, "poison_share_train": None}
     if record is None:
         return out
     chans = _channel_index(record, series.columns)
@@ -290,6 +290,9 @@ def _scores(m: LoadedModel, series: Series, record: dict | None, device) -> dict
     if trig["times"].size:
         pt = _model_preds(m, trig["x"], device).numpy()
         out["mae_poison"] = atk.mae_poison(pt, trig["y_target"], chans, int(trig["pattern_steps"]))
+        # the level MAE_P reaches when the attack had no effect: the clean future against the target
+        out["mae_poison_no_effect"] = atk.mae_poison(trig["y_clean"], trig["y_target"], chans,
+                                                     int(trig["pattern_steps"]))
     out["n_triggered"] = int(trig["times"].size)
     pool = m.obj.get("final_pool")
     truth = poison_truth(record, series, prep.splits.train_end, L, H)
@@ -303,7 +306,9 @@ def _scores(m: LoadedModel, series: Series, record: dict | None, device) -> dict
 def evaluate(model: LoadedModel, series: Series, *, record: dict | None = None, reference: LoadedModel | None = None,
              device=None) -> EvalResult:
     """MAE_C on the clean test windows; with an attack record MAE_P on the held-out triggered test
-    inputs (attacked channels, pattern steps, against the attacker's target) and the pool purity of
+    inputs (attacked channels, pattern steps, against the attacker's target), beside it the level
+    MAE_P has when the attack had no effect (mean |y_clean - y_target| over the same cells) and
+    their ratio (1: no effect; 0: the forecast is the attacker's target), and the pool purity of
     the model's final pool; with a reference model, the ratios of both MAEs to the reference's."""
     device = device if device is not None else torch.device("cpu")
     s = _scores(model, series, record, device)
@@ -316,6 +321,8 @@ def evaluate(model: LoadedModel, series: Series, *, record: dict | None = None, 
         "model": model.model_cfg.model, "defense": model.obj.get("defense"),
         "attack": record.get("attack") if record else model.obj.get("attack"),
         "mae_clean": _f(s["mae_clean"]), "mae_poison": _f(s["mae_poison"]),
+        "mae_poison_no_effect": _f(s["mae_poison_no_effect"]),
+        "mae_poison_vs_no_effect": ratio(s["mae_poison"], s["mae_poison_no_effect"]),
         "mae_clean_ratio": ratio(s["mae_clean"], ref["mae_clean"]) if ref else None,
         "mae_poison_ratio": ratio(s["mae_poison"], ref["mae_poison"]) if ref else None,
         "pool_purity": _f(s["pool_purity"]), "seq_len": model.data_cfg.seq_len, "pred_len": model.data_cfg.pred_len,

@@ -148,6 +148,18 @@ class TrainConfig:
             raise UsageError("--lr must be > 0")
 
 
+# Named presets of `attack` and `train` (--preset): option values by subcommand, applied as option
+# defaults (flags and --config win over them). "paper" is the defaults (BackTime's budget 0.2 and unit
+# cone, Adam lr 1e-4, T_b = T_1 = 10, T_2 = 90, DLinear); "bench" is bench/defend_tsf.py's setting, the
+# one where the Random attack takes on ETTh1 and the benchmark's figures come from (budget 2, cone x 3,
+# iTransformer-lite, lr 1e-3, T_b = T_1 = 5, T_2 = 30; a test keeps the two in step).
+PRESETS = {
+    "paper": {"attack": {}, "train": {}},
+    "bench": {"attack": {"budget": 2.0, "pattern_scale": 3.0},
+              "train": {"model": "itransformer", "lr": 1e-3, "t_b": 5, "t_1": 5, "t_2": 30}},
+}
+
+
 @dataclass
 class SynthConfig:
     """A synthetic hourly multivariate series (daily and weekly cycles, shared AR(1) noise, channel
