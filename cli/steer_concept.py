@@ -236,11 +236,15 @@ def fit(run, neutral_path, sources, targets, method, clip, concepts, cfg, output
 @output_option("Write the steered arrays (every other array is copied).", suffixes=(".npz",), stdout=False,
                required=True)
 @click.option("--strength", type=float, default=None, help="Replace every step's beta.")
-@click.option("--key", default=None, help="The array to steer when the file has no layer_<L> arrays.")
+@click.option("--key", default=None, help="The array to steer when the steer was fitted on plain arrays (no "
+              "layer_<L>; default: the array name it was fitted on).")
 def apply(run, steer, arrays, output, strength, key):
     """Apply a steering file to arrays (.npz): each layer_<L> gets its layer's steps, in order.
 
-    A steer fitted on plain arrays (no layers) applies to --key or the only 2-D float array.
+    The arrays must be what the steer was fitted on, else exit 2 with one line: for a steer fitted
+    on `embed` output, a file `embed` (or merge, run) wrote, of the same model and site, with every
+    steered layer_<L>; for a steer fitted on plain arrays (no layers), the array of the name it was
+    fitted on, or --key.
 
     \b
     JSON keys: steered (array names), rows, strength, mean_shift (mean ||x' - x||), seconds,

@@ -471,6 +471,45 @@ def test_generate_writes_the_known_answer_and_fit_recovers_it(tmp_path, capsys):
     assert (again / "source.npz").read_bytes() == (g / "source.npz").read_bytes()
 
 
+def test_apply_refuses_arrays_the_steer_was_not_fitted_on(tmp_path, capsys):
+    """`apply` steered any 2-D array of matching width (truth.npz's covariance, exit 0): it now
+    refuses, in one line with exit 2, arrays other than the one the steer was fitted on, files
+    `embed` did not write (for an embed-fitted steer) and files of another model, site or layer."""
+    from icmlkit.lib.steer_concept.io import save_activations
+
+    g = tmp_path / "g"
+    assert call(capsys, "generate", "-o", g, "--dim", 6, "--n-neutral", 300, "--n-concept", 100)[0] == 0
+    st = tmp_path / "ms.safetensors"
+    assert call(capsys, "fit", "--neutral", g / "neutral.npz", "--source", g / "source.npz", "--target",
+                g / "target.npz", "-o", st)[0] == 0
+    code, _, err = call(capsys, "apply", st, g / "truth.npz", "-o", tmp_path / "bad.npz")
+    assert code == 2 and "truth.npz" in err and "'x'" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "bad.npz").exists()
+    code, out, err = call(capsys, "apply", st, g / "source.npz", "-o", tmp_path / "ok.npz", "--json")
+    assert code == 0 and json.loads(out)["steered"] == ["x"], err
+    # a steer fitted on embed output: only embed output of the same model, site and layers
+    rng = np.random.default_rng(0)
+    meta = {"model": "tiny", "site": "attn", "pool": "mean", "layers": [0, 1]}
+    for name, shift in (("n", 0.0), ("s", 1.0), ("t", -1.0)):
+        save_activations(tmp_path / f"{name}.npz", {f"layer_{L}": rng.standard_normal((30, 4)) + shift
+                                                    for L in (0, 1)}, None, meta)
+    est = tmp_path / "e.safetensors"
+    assert call(capsys, "fit", "--neutral", tmp_path / "n.npz", "--source", tmp_path / "s.npz", "--target",
+                tmp_path / "t.npz", "-o", est)[0] == 0
+    assert call(capsys, "apply", est, tmp_path / "s.npz", "-o", tmp_path / "s2.npz")[0] == 0
+    np.savez(tmp_path / "plain.npz", layer_0=rng.standard_normal((3, 4)), layer_1=rng.standard_normal((3, 4)))
+    save_activations(tmp_path / "other.npz", {f"layer_{L}": rng.standard_normal((3, 4)) for L in (0, 1)}, None,
+                     {**meta, "model": "another"})
+    save_activations(tmp_path / "site.npz", {f"layer_{L}": rng.standard_normal((3, 4)) for L in (0, 1)}, None,
+                     {**meta, "site": "block"})
+    save_activations(tmp_path / "layer.npz", {"layer_0": rng.standard_normal((3, 4))}, None, {**meta, "layers": [0]})
+    for bad, words in (("plain.npz", "not written by `steer-concept embed`"), ("other.npz", "model 'another'"),
+                       ("site.npz", "site 'block'"), ("layer.npz", "layer_1")):
+        code, _, err = call(capsys, "apply", est, tmp_path / bad, "-o", tmp_path / "x.npz")
+        assert code == 2 and bad in err and words in err and len(err.strip().splitlines()) == 1, (bad, err)
+        assert not (tmp_path / "x.npz").exists()
+
+
 def test_cli_fit_is_the_library_fit(tmp_path, capsys):
     from icmlkit.lib.steer_concept.io import ActivationFile
     from icmlkit.lib.steer_concept.pipeline import FitConfig, fit

@@ -217,6 +217,8 @@ def fit(cfg: FitConfig, sources: list, targets: list, neutral=None) -> FitResult
                  "neutral": neutral.name if neutral is not None else None, "stats": cfg.stats})
     if neutral is not None and neutral.meta.get("pool"):
         meta["neutral_pool"] = neutral.meta["pool"]
+    if layer_list == [(None, None)]:  # plain arrays: `apply` steers this array name only (or --key)
+        meta["array"] = pick_array(sources[0].arrays, cfg.key, sources[0].name)[0]
     steering = Steering(steps, meta)
     first = steps[0]
     summary = {"method": cfg.method, "steps": len(steps), "layers": steering.layers, "dim": first.dim,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.steer_concept.stats import DEFAULT_EIG_THRESHOLD, Stats, Whitening, concept_mean
 
 METHODS = ("leace", "leace-switch", "midsteer", "casteer")
@@ -310,27 +310,62 @@ class ApplyResult:
     summary: dict
 
 
+# what must agree between a steer fitted on `embed` output and the activations it is applied to
+MATCH_KEYS = ("model", "site")
+
+
+def apply_targets(steering: Steering, acts, key: str | None = None) -> list:
+    """[(layer, array name)] that ``apply`` steers in ``acts``, after checking that they are what
+    the steer was fitted on; otherwise a one-line :class:`UsageError` (exit 2) naming the file.
+
+    - A steer fitted on activation files (its config records the ``model``): ``acts`` must carry
+      ``embed``'s metadata (``embed``, ``merge`` and ``run`` write it) with the same model and site,
+      and hold a ``layer_<L>`` array for every steered layer.
+    - A steer fitted on plain arrays (no layers): the array named ``key``, else the array name the
+      steer was fitted on (recorded as ``array`` by ``fit``; steers written before that need
+      ``key``). Any other array, such as the covariance in ``generate``'s truth.npz, is refused."""
+    from icmlkit.lib.steer_concept.io import layer_keys
+
+    cfg, meta, name = steering.config, acts.meta, acts.name
+    if cfg.get("model") is not None:
+        if not meta.get("model"):
+            raise UsageError(f"{name}: not written by `steer-concept embed` (no model/layer metadata); the steer "
+                             f"was fitted on {cfg['model']} activations at site {cfg.get('site')}")
+        diff = [k for k in MATCH_KEYS if k in cfg and meta.get(k) != cfg.get(k)]
+        if diff:
+            raise UsageError(f"{name}: " + "; ".join(f"{k} {meta.get(k)!r} differs from the steer's {cfg.get(k)!r}"
+                                                     for k in diff))
+    if steering.layers == [None]:
+        if key is None:
+            key = cfg.get("array")
+            if key is None:
+                raise UsageError(f"{name}: the steer does not record which array it was fitted on; pass --key")
+        if key not in acts.arrays:
+            raise UsageError(f"{name}: has no array {key!r} (the steer was fitted on {cfg.get('array', key)!r}; "
+                             f"the file has {sorted(acts.arrays)})")
+        return [(None, key)]
+    present = layer_keys(acts.arrays)
+    missing = [L for L in steering.layers if L not in present]
+    if missing:
+        raise UsageError(f"{name}: the steer needs arrays {[f'layer_{L}' for L in missing]}; the file has "
+                         f"{sorted(acts.arrays)}")
+    return [(L, present[L]) for L in steering.layers]
+
+
 def apply_to_arrays(steering: Steering, acts, *, strength: float | None = None, key: str | None = None,
                     steered_with: str = "") -> ApplyResult:
     """The library call of ``steer-concept apply``: each ``layer_<L>`` of the activation file
     ``acts`` (:class:`.io.ActivationFile`) gets its layer's steps in order; a steer fitted on plain
-    arrays applies to ``key`` or the only 2-D float array."""
+    arrays applies to ``key`` or the array it was fitted on. Files the steer was not fitted for
+    are refused (:func:`apply_targets`)."""
     import time
 
     import numpy as np
 
-    from icmlkit.lib.steer_concept.io import check_matrix, layer_keys, pick_array
+    from icmlkit.lib.steer_concept.io import check_matrix
 
     data = dict(acts.arrays)
-    if steering.layers == [None]:
-        targets = [(None, pick_array(data, key, acts.name)[0])]
-    else:
-        present = layer_keys(data)
-        missing = [L for L in steering.layers if L not in present]
-        if missing:
-            raise InputError(f"the steering file needs arrays {[f'layer_{L}' for L in missing]}; the file has "
-                             f"{sorted(data)}", acts.name)
-        targets = [(L, present[L]) for L in steering.layers]
+    targets = apply_targets(steering, acts, key)
     t0 = time.perf_counter()
     shift, n = 0.0, 0
     for L, k in targets:
