@@ -43,7 +43,7 @@ Examples:
   derive-docalc identify frontdoor.json 'P(y | do(x))' --format latex --json
   derive-docalc estimate fdbd.dag 'P(y | do(x))' data.csv --bootstrap 200 -o ranked.csv --json
   derive-docalc estimate mgraph.dag 'P(y=1 | do(x))' data.csv --contrast 1,0 --json | jq .best
-  derive-docalc falsify 'dag {{ Z -> X -> Y }}' data.csv 'P(y | do(x))' --fail-under 0.05
+  derive-docalc falsify 'dag {{ Z -> X -> Y }}' 'P(y | do(x))' data.csv --fail-under 0.05
   derive-docalc experiments iv.dag 'P(y | do(x))' --json | jq .experiments
   derive-docalc generate napkin.dag 'P(y=1 | do(x=1))' --n 5000 -o napkin.csv --json | jq .truth""",
 )
@@ -66,6 +66,30 @@ def _load(run, graph, query):
     q = parse_query(query, G)
     validate_query(G, q)
     return G, q
+
+
+DATA_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".txt")
+
+
+def _is_data(arg: str) -> bool:
+    """A data argument, told by its kind: '-', an existing file, or a data file's suffix (a query such as
+    'P(y | do(x))' is none of these)."""
+    from pathlib import Path
+
+    s = str(arg)
+    return s == "-" or s.lower().endswith(DATA_SUFFIXES) or Path(s).is_file()
+
+
+def _query_data(command: str, query: str, data: str) -> tuple[str, str]:
+    """(query, data) from the arguments after GRAPH: QUERY DATA, or the old `falsify` order DATA QUERY
+    (told by the file kinds), which still runs after one deprecation line on stderr."""
+    import sys
+
+    if _is_data(query) and not _is_data(data):
+        sys.stderr.write(f"Warning: `{TOOL} {command} GRAPH DATA QUERY` is deprecated; use `{TOOL} {command} "
+                         "GRAPH QUERY DATA` (the order of every subcommand)\n")
+        return data, query
+    return query, data
 
 
 def _rules(no_r1: bool):
@@ -268,6 +292,7 @@ def estimate(run, graph, query, data, cfg, output):
     from icmlkit.lib.derive_docalc.api import TABLE_COLUMNS, estimate as estimate_class, read_data
 
     run.output(output)
+    query, data = _query_data("estimate", query, data)
     G, q = _load(run, graph, query)
     df = read_data(run.input(data), G)
     result = estimate_class(cfg, G, q, df, seed=run.seed, source=str(data))
@@ -329,11 +354,15 @@ def experiments(run, graph, query, cap, prune, available, max_size):
 
 @cli.command()
 @click.argument("graph")
-@click.argument("data")
 @click.argument("query")
+@click.argument("data")
 @config_options(FalsifyConfig, bootstrap={"flags": ("-B", "--bootstrap")})
-def falsify(run, graph, data, query, cfg):
+def falsify(run, graph, query, data, cfg):
     """Test GRAPH on DATA.csv: the distinct estimands of QUERY's class must agree if GRAPH is right.
+
+    Arguments in the order of every subcommand, GRAPH QUERY DATA; the old order GRAPH DATA QUERY
+    (told by the file kinds: DATA is '-', an existing file or a .csv/.tsv/.txt) still runs after a
+    one-line deprecation warning.
 
     A Wald test of equality across the class's distinct estimands: the differences from the first
     one, their covariance over the same bootstrap resamples, T = d' S^+ d against chi-square (dof =
@@ -349,12 +378,13 @@ def falsify(run, graph, data, query, cfg):
     p_value, p_value_bootstrap, bootstrap, estimands (each: estimand, estimate, se, members),
     rejected, alpha, pruned.
     Examples:
-      derive-docalc falsify 'dag { Z -> X -> Y }' obs.csv 'P(y | do(x))' --json | jq .p_value
-      derive-docalc falsify g.dag obs.csv 'P(y | do(x))' --fail-under 0.01 || echo 'graph refuted'
+      derive-docalc falsify 'dag { Z -> X -> Y }' 'P(y | do(x))' obs.csv --json | jq .p_value
+      derive-docalc falsify g.dag 'P(y | do(x))' obs.csv --fail-under 0.01 || echo 'graph refuted'
     """
     from icmlkit.lib.derive_docalc.api import read_data
     from icmlkit.lib.derive_docalc.falsify import falsify as run_falsify
 
+    query, data = _query_data("falsify", query, data)
     G, q = _load(run, graph, query)
     df = read_data(run.input(data), G)
     summary = run_falsify(cfg, G, q, df, seed=run.seed, source=str(data)).summary

@@ -513,7 +513,7 @@ FUZZ = [case for cmd, argv in (("equivalents", ["equivalents", "{bad}", "P(c|do(
                               ("identify", ["identify", "{bad}", "P(c|do(a))", "-o", "{out}/e.json"]),
                               ("estimate", ["estimate", "{bad}", "P(c|do(a))", "{data}", "-o", "{out}/r.csv"]),
                               ("generate", ["generate", "{bad}", "P(c|do(a))", "-o", "{out}/s.csv"]),
-                              ("falsify", ["falsify", "{bad}", "{data}", "P(c|do(a))"]),
+                              ("falsify", ["falsify", "{bad}", "P(c|do(a))", "{data}"]),
                               ("experiments", ["experiments", "{bad}", "P(c|do(a))"]))
         for case in (FuzzCase(cmd, argv, ".dag", GRAPH_KINDS, _graph_and_data, "dagitty"),
                      FuzzCase(cmd, argv, ".json", GRAPH_KINDS + ("truncated_json",), _graph_and_data, "json"))]
@@ -521,9 +521,9 @@ FUZZ.append(FuzzCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{bad}", 
                      CSV_KINDS, _graph_and_data, "data"))
 FUZZ.append(FuzzCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{bad}", "--kind", "gaussian",
                                   "-o", "{out}/r.csv"], ".csv", CSV_KINDS, _graph_and_data, "gaussian-data"))
-FUZZ.append(FuzzCase("falsify", ["falsify", "{graph}", "{bad}", "P(c|do(a))"], ".csv", CSV_KINDS, _graph_and_data,
+FUZZ.append(FuzzCase("falsify", ["falsify", "{graph}", "P(c|do(a))", "{bad}"], ".csv", CSV_KINDS, _graph_and_data,
                      "data"))
-FUZZ.append(FuzzCase("falsify", ["falsify", "{graph}", "{bad}", "P(c|do(a))", "--kind", "gaussian"], ".csv",
+FUZZ.append(FuzzCase("falsify", ["falsify", "{graph}", "P(c|do(a))", "{bad}", "--kind", "gaussian"], ".csv",
                      CSV_KINDS, _graph_and_data, "gaussian-data"))
 
 
@@ -718,13 +718,13 @@ def test_falsify_level_on_the_true_graph_and_power_on_a_wrong_one(tmp_path, caps
     Gf = classic("front-door+back-door")
     df = _gauss_df(Gf, {("Z", "X"): 1.0, ("Z", "Y"): 0.5, ("X", "M"): 1.0, ("M", "Y"): 0.8}, 5000, 7)
     df.to_csv(tmp_path / "fdbd.csv", index=False)
-    code, out, err = call(capsys, "falsify", CHAIN, tmp_path / "fdbd.csv", "P(y | do(x))", "--json",
+    code, out, err = call(capsys, "falsify", CHAIN, "P(y | do(x))", tmp_path / "fdbd.csv", "--json",
                           "--fail-under", "0.05", "-B", "200")
     s = json.loads(out)
     assert code == 3 and s["rejected"] and s["p_value"] < 1e-6 and s["n_estimands"] == 2 and s["testable"]
     # the right graph on the same data: not rejected (one distinct estimand: nothing to test, exit 0)
     (tmp_path / "fdbd.dag").write_text(Gf.to_dagitty())
-    code, out, err = call(capsys, "falsify", tmp_path / "fdbd.dag", tmp_path / "fdbd.csv", "P(y | do(x))",
+    code, out, err = call(capsys, "falsify", tmp_path / "fdbd.dag", "P(y | do(x))", tmp_path / "fdbd.csv",
                           "--json", "--fail-under", "0.05")
     s = json.loads(out)
     assert code == 0 and s["testable"] is False and s["p_value"] is None and s["n_estimands"] == 1
@@ -733,8 +733,27 @@ def test_falsify_level_on_the_true_graph_and_power_on_a_wrong_one(tmp_path, caps
     import pandas as pd
 
     pd.DataFrame(scm.sample(5000, np.random.default_rng(4)), columns=Gf.nodes).to_csv(tmp_path / "d.csv", index=False)
-    code, out, err = call(capsys, "falsify", CHAIN, tmp_path / "d.csv", "P(y | do(x))", "--json")
+    code, out, err = call(capsys, "falsify", CHAIN, "P(y | do(x))", tmp_path / "d.csv", "--json")
     assert code == 0 and json.loads(out)["kind"] == "discrete" and json.loads(out)["p_value"] < 1e-3
+
+
+@pytest.mark.parametrize("command", ["falsify", "estimate"])
+def test_graph_query_data_order_and_the_old_order_with_a_warning(tmp_path, capsys, command):
+    """One order everywhere, GRAPH QUERY DATA; falsify's old GRAPH DATA QUERY (told by the file kinds)
+    still runs, to the same result, after one deprecation line on stderr."""
+    G = G_(CHAIN)
+    _gauss_df(G, {("Z", "X"): 1.0, ("X", "Y"): 1.0}, 500, 0).to_csv(tmp_path / "d.csv", index=False)
+    (tmp_path / "g.dag").write_text(G.to_dagitty())
+    opts = ["--json", "-B", "50", "--seed", "1"]
+    code, new, err = call(capsys, command, tmp_path / "g.dag", "P(y | do(x))", tmp_path / "d.csv", *opts)
+    assert code == 0 and "deprecated" not in err, err
+    code, old, err = call(capsys, command, tmp_path / "g.dag", tmp_path / "d.csv", "P(y | do(x))", *opts)
+    assert code == 0 and json.loads(old) == json.loads(new)
+    warn = [ln for ln in err.splitlines() if "deprecated" in ln]
+    assert len(warn) == 1 and "GRAPH QUERY DATA" in warn[0] and "GRAPH DATA QUERY" in warn[0]
+    # a query where data belongs (and no data file): still the query's own error, not a silent swap
+    code, _, err = call(capsys, command, tmp_path / "g.dag", "P(y | do(x))", "P(y | x)", *opts)
+    assert code != 0 and "deprecated" not in err
 
 
 def test_experiments_surrogates_are_exact():
