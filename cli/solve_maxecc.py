@@ -88,7 +88,7 @@ def lp(run, instance, output, cfg):
 @click.option("--fail-under", type=float, default=None,
               help="Exit 3 (after writing outputs) when value/lp_value is below this ratio.")
 def solve(run, instance, output, cfg, lp_file, fail_under):
-    """Colour the vertices: LP, then rounding (and optionally local search and the ILP).
+    """Colour the vertices: LP, then rounding (and optionally local search and the exact mode, --ilp).
 
     Algorithms (ratios hold in expectation against the LP; best-of-trials only improves):
     majority (baseline), lp-argmax (baseline), threshold-order 1/(r+1), paired 1/ceil(k/2),
@@ -98,10 +98,15 @@ def solve(run, instance, output, cfg, lp_file, fail_under):
 
     \b
     JSON keys: n, m, k, r, lp_value, value, ratio_to_lp, unsatisfied_weight (W - value, the MinECC
-    cost), lp_min_value (W - lp_value), ratio_to_lp_min, ilp_value (null unless --ilp), ilp_gap,
-    algorithm, trials, seconds_lp, seconds_rounding, seconds_total; min_lower_bound (a certified
+    cost), lp_min_value (W - lp_value), ratio_to_lp_min, ilp_value (HiGHS's own incumbent; null unless
+    --ilp or when it found none), ilp_gap ((ilp_bound - value) / ilp_bound), algorithm, trials,
+    seconds_lp, seconds_rounding, seconds_total; with --ilp (the exact mode: local search, then the
+    MIP warm-started with that colouring; value = the better of the two, never below the heuristic)
+    also heuristic_value, ilp_bound (HiGHS's proven upper bound), ilp_optimal, ilp_status,
+    seconds_ilp and exact_winner (mip: HiGHS found a strictly better colouring; heuristic: the warm
+    start was kept, ties included); min_lower_bound (a certified
     MinECC lower bound) when combinatorial ran; with --algorithm best also
-    `values` (each rounding's value BEFORE local search) and `winner`; with --local-search also
+    `values` (each rounding's value BEFORE local search) and `winner`; with --local-search (or --ilp) also
     `value_before_local_search` (`value` is after it).
     Examples:
       solve-maxecc solve inst.txt -a scaled -t 1000 --local-search -o col.csv --json

@@ -299,6 +299,35 @@ def test_ilp_warm_start_is_kept_when_optimal():
     assert res.value == pytest.approx(opt) and res.optimal and res.gap == pytest.approx(0.0, abs=1e-9)
 
 
+def test_exact_mode_never_loses_to_the_heuristic():
+    """Issue 57: a time-limited cold MIP can end below the heuristic (here far below); the exact mode
+    (solve(ilp=True): rounding + local search, then the MIP warm-started with it) returns the better
+    of the two, says which won, and its bound is a proven one."""
+    H = planted(1000, 8, 3, 2000, 0.9, seed=0, weighted=True)
+    cold = solve_ilp(H, time_limit=0.5)
+    res = solve(H, algorithm="best", trials=50, seed=0, ilp=True, ilp_time_limit=0.5)
+    s = res.summary
+    assert cold.value < s["heuristic_value"]  # the issue's case: the cold MIP loses
+    assert s["value"] >= s["heuristic_value"] and s["value"] == pytest.approx(recount(H, res.sigma))
+    assert s["value"] == max(s["heuristic_value"], s["ilp_value"] if s["ilp_value"] is not None else -1.0)
+    assert s["exact_winner"] == ("mip" if s["value"] > s["heuristic_value"] else "heuristic")
+    if s["exact_winner"] == "heuristic":
+        assert s["value"] == s["heuristic_value"]
+    assert s["value"] <= s["ilp_bound"] <= s["lp_value"] + 1e-6 and s["ilp_gap"] >= 0
+    assert s["ilp_gap"] == pytest.approx((s["ilp_bound"] - s["value"]) / s["ilp_bound"])
+    # never below the heuristic, solved or not, on the gadgets and a small planted instance
+    for G in (rainbow_cycle(9, 5, 2), odd_cycle(7), star(5), planted(60, 4, 3, 150, 0.6, seed=1, weighted=True)):
+        g = solve(G, algorithm="best", trials=20, seed=0, ilp=True, ilp_time_limit=10).summary
+        assert g["value"] >= g["heuristic_value"] and g["ilp_optimal"] and g["ilp_gap"] == pytest.approx(0, abs=1e-9)
+        if G.n <= 12:
+            assert g["value"] == pytest.approx(brute_force(G)[0])
+    # the start is kept when HiGHS's own incumbent is worse (solve_ilp directly)
+    poor = majority(H).sigma
+    low = solve_ilp(H, time_limit=0.5, start=res.sigma)
+    assert low.value >= s["value"] and low.start_value == pytest.approx(s["value"]) and low.winner in ("mip", "start")
+    assert solve_ilp(H, time_limit=0.5, start=poor).value >= evaluate(H, poor)[0]
+
+
 def test_majority_and_lp_argmax_baselines():
     H = Hypergraph.from_edges([[1, 2], [2, 3], [2, 4], [5]], [0, 1, 1, 0], node_ids=[1, 2, 3, 4, 5, 6])
     sig = majority(H).sigma
@@ -315,8 +344,8 @@ def test_solve_summary_keys_and_best():
     s = res.summary
     assert s["value"] == pytest.approx(recount(H, res.sigma))
     assert s["value"] >= max(s["values"].values()) - 1e-9
-    assert s["ilp_value"] == pytest.approx(brute_force(H)[0])
-    assert s["value"] <= s["ilp_value"] + 1e-9 <= s["lp_value"] + 1e-9
+    assert s["ilp_value"] == pytest.approx(brute_force(H)[0]) and s["value"] == pytest.approx(s["ilp_value"])
+    assert s["value"] <= s["ilp_bound"] + 1e-9 <= s["lp_value"] + 1e-9 and s["exact_winner"] in ("mip", "heuristic")
     only = solve(H, algorithm="majority")
     assert only.summary["lp_value"] is None and only.summary["value"] == majority(H).value
     with pytest.raises(UsageError):

@@ -34,6 +34,7 @@ def test_lp_saved_and_reused_by_solve(tmp_path):
         assert key in s
     assert s["seconds_lp"] == 0 and s["lp_value"] == pytest.approx(3.5)
     assert s["value"] <= s["ilp_value"] <= s["lp_value"] and s["ilp_gap"] == pytest.approx(0, abs=1e-9)
+    assert s["value"] >= s["heuristic_value"] and s["exact_winner"] in ("mip", "heuristic") and s["ilp_optimal"]
     other = tmp_path / "h.txt"
     assert run_tool(TOOL, "generate", "--kind", "star", "--k", 4, "-o", other).returncode == 0
     bad = run_tool(TOOL, "solve", other, "--lp", lpf)

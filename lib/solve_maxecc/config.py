@@ -55,9 +55,10 @@ class SolveConfig:
         False, "paired: try every colour pair and every LP breakpoint instead of sampling (deterministic, "
         "value >= LP/ceil(k/2)).")
     local_search: bool = option(False, "Greedy recolouring afterwards; never lowers the value.")
-    ilp: bool = option(False, "Also solve the exact ILP with HiGHS MIP; reports ilp_value and the proven gap "
-                       "(the colouring written stays the rounding's).")
-    time_limit: float = option(60.0, "Seconds for the ILP.", min=0, min_open=True)
+    ilp: bool = option(False, "Exact mode that never loses: local search on the rounding, then HiGHS MIP warm-started "
+                       "with it; the better colouring is written and value is its value, with HiGHS's proven bound "
+                       "(ilp_bound, ilp_gap) and exact_winner (mip or heuristic).")
+    time_limit: float = option(60.0, "Seconds for the ILP (HiGHS MIP).", min=0, min_open=True)
     lp_method: str = _lp_method()
     lp_time_limit: float | None = _lp_time_limit()
 

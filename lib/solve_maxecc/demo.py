@@ -20,8 +20,8 @@ BRAIN_OPT = 13626.0  # LP = ILP optimum on Brain (method sheet; confirmed by ben
 
 
 def _row(name: str, summary: dict) -> dict:
-    keep = ("n", "m", "k", "r", "lp_value", "value", "ratio_to_lp", "ilp_value", "ilp_gap", "winner",
-            "seconds_total")
+    keep = ("n", "m", "k", "r", "lp_value", "value", "ratio_to_lp", "heuristic_value", "ilp_value", "ilp_gap",
+            "exact_winner", "winner", "seconds_total")
     return {"instance": name, **{k: summary[k] for k in keep if k in summary}}
 
 

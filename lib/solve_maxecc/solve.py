@@ -80,8 +80,13 @@ def solve(
        objectives are reported: ``value`` (satisfied weight, MaxECC) and ``unsatisfied_weight``
        (W - value, MinECC) with its ratio to the MinECC LP bound W - LP;
     3. optional greedy ``local_search`` (never lowers the value);
-    4. optional ILP (HiGHS MIP, no warm start) to report OPT or a gap; the
-       returned colouring stays the rounding's, ``value`` is the rounding's value.
+    4. optional ``ilp``, the exact mode that never loses (issue 57): local search runs on the
+       rounding's winner whatever ``local_search`` says, HiGHS MIP (:func:`solve_ilp`, limit
+       ``ilp_time_limit``) is warm-started with that colouring, and the better of the two is
+       returned: ``value`` = max(MIP incumbent, heuristic) with ``ilp_bound`` HiGHS's proven upper
+       bound, ``ilp_gap`` = (bound - value) / bound, and ``exact_winner`` "mip" (HiGHS's own incumbent
+       strictly better) or "heuristic" (the warm start kept; ties go to it). ``heuristic_value`` is
+       the rounding + local search value, ``ilp_value`` HiGHS's own incumbent (null if none).
     """
     if algorithm not in ALGORITHMS:
         raise UsageError(f"algorithm must be one of {', '.join(ALGORITHMS)}, not {algorithm!r}")
@@ -98,12 +103,15 @@ def solve(
     winner = max(names, key=lambda a: (rounds[a].value, -names.index(a)))
     sigma, value = rounds[winner].sigma, rounds[winner].value
     before_search = value
-    if local_search:
+    if local_search or ilp:
         sigma, _ = R.local_search(H, sigma, device=device)
         value, _ = R.evaluate(H, sigma)
     seconds_rounding = time.perf_counter() - t1
-    # No warm start: with highspy 1.16 it slowed MAG-10 down and misreported the objective (ilp.py).
-    ilp_res = solve_ilp(H, time_limit=ilp_time_limit) if ilp else None
+    heuristic_value = float(value)
+    ilp_res = None
+    if ilp:  # the exact mode: warm-started MIP, the better of the two (never below the heuristic)
+        ilp_res = solve_ilp(H, time_limit=ilp_time_limit, start=sigma, lp=lp)
+        sigma, value = ilp_res.sigma, ilp_res.value
     lp_value = lp.value if lp is not None else None
     summary = {
         "n": H.n, "m": H.m, "k": H.k, "r": H.r,
@@ -113,7 +121,7 @@ def solve(
         "unsatisfied_weight": min_cost(H, float(value)),
         "lp_min_value": (H.total_weight - lp_value) if lp_value is not None else None,
         "ratio_to_lp_min": min_ratio(H, float(value), lp_value),
-        "ilp_value": ilp_res.value if ilp_res else None,
+        "ilp_value": ilp_res.mip_value if ilp_res else None,
         "ilp_gap": ilp_res.gap if ilp_res else None,
         "algorithm": algorithm,
         "trials": trials,
@@ -121,8 +129,12 @@ def solve(
         "seconds_rounding": seconds_rounding,
         "seconds_total": time.perf_counter() - t0,
     }
-    if local_search:
+    if local_search or ilp:
         summary["value_before_local_search"] = float(before_search)
+    if ilp_res is not None:
+        summary.update(heuristic_value=heuristic_value, ilp_bound=float(ilp_res.bound), ilp_optimal=bool(ilp_res.optimal),
+                       ilp_status=ilp_res.status, seconds_ilp=ilp_res.seconds,
+                       exact_winner="mip" if ilp_res.winner == "mip" else "heuristic")
     if "combinatorial" in rounds:
         summary["min_lower_bound"] = rounds["combinatorial"].min_lower_bound
     if algorithm == "best":
