@@ -28,7 +28,8 @@ Hessian diagonal (Rademacher probes, HVPs by double backward through a pure-PyTo
 rasterizer, or the Gauss-Newton J^T J z), refreshed every k steps with an EMA, then a
 per-Gaussian element-wise trust-region clip that keeps the squared Hellinger distance of
 each Gaussian under a radius decaying 1e-6 -> 1e-8. The baseline is Adam with the reference
-3DGS learning rates. No densification or pruning.
+3DGS learning rates. No densification; pruning of collapsed Gaussians
+(--prune-opacity, as 3DGS between its densification steps) is an option, off by default.
 
 {RECONSTRUCTED}
 

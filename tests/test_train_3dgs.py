@@ -1000,3 +1000,64 @@ def test_cli_takes_opacity_floor_and_tau_q(scene_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     bad = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "b.ply", "--opacity-floor", "0")
     assert bad.returncode == 2 and "--opacity-floor" in bad.stderr
+
+
+# --------------------------------------------------------------------------- issue 55: pruning
+
+
+def test_pruning_is_off_by_default_and_removes_collapsed_gaussians(scene_dir, tmp_path):
+    """prune_opacity (off by default: N fixed) removes the Gaussians below the floor every prune_every
+    steps, with their optimizer state rows, for both optimizers; a checkpoint written after a prune
+    resumes to the same result; the flag is on the CLI."""
+    from icmlkit.lib.core.checkpoint import Checkpointer
+    from icmlkit.lib.train_3dgs.optim import make_adam, prune_gaussians
+    from icmlkit.lib.train_3dgs.train import FitConfig, fit
+
+    assert FitConfig().prune_opacity == 0.0
+    with pytest.raises(UsageError, match="--prune-opacity"):
+        FitConfig(prune_opacity=1.0).check()
+    # the helper keeps exactly the kept rows of every parameter and every per-Gaussian state tensor
+    g = random_gaussians(10, 1, seed=4)
+    keep = torch.tensor([True, False] * 5)
+    for kind in ("adam", "tr"):
+        params = {k: v.detach().clone().requires_grad_(True) for k, v in g.tensors().items()}
+        opt = make_adam(params, 1.0) if kind == "adam" else GaussianTrustRegion(named_groups(params))
+        if kind == "tr":
+            opt.hutchinson((render(Gaussians(**params, sh_degree=1), small_cams(), background=[1, 1, 1])
+                            - 0.5).square().mean())
+        loss = sum(v.square().sum() for v in params.values())
+        loss.backward()
+        opt.step()
+        before = {k: {n: t.clone() for n, t in opt.state[p].items()} for k, p in params.items()}
+        new = prune_gaussians(opt, keep)
+        for k, p in new.items():
+            assert p.is_leaf and p.requires_grad and p.shape[0] == 5
+            assert torch.equal(p.detach(), params[k].detach()[keep])
+            for n, t in opt.state[p].items():
+                ref = before[k][n]
+                assert torch.equal(t, ref[keep] if ref.dim() and ref.shape[0] == 10 else ref), (kind, k, n)
+        if kind == "tr":
+            assert opt.names["means"] is new["means"]
+        sum(v.square().sum() for v in new.values()).backward()
+        opt.step()  # the optimizer runs on the pruned tensors
+    sc, gt = read_scene(scene_dir), read_ply(scene_dir / "gt.ply")
+    start = initial_gaussians(sc, "gt-noise", 20, 1, seed=0, gt=gt)
+    logits = torch.where(torch.arange(20) % 2 == 0, -7.0, 0.0).to(start.opacity_logits.dtype)  # opacity 9e-4 or 0.5
+    start = start.replace(opacity_logits=logits)
+    for kind in ("adam", "tr"):
+        cfg = FitConfig(optimizer=kind, iters=6, sh_degree=1, sh_every=3, eval_every=3, prune_opacity=0.01, prune_every=2)
+        res = fit(sc, start, cfg, seed=0)
+        assert res.summary["pruned"] == 10 and res.summary["n_gaussians"] == 10  # the faint half, at step 2
+        assert fit(sc, start, FitConfig(optimizer=kind, iters=6, sh_degree=1, sh_every=3, eval_every=3),
+                   seed=0).summary["n_gaussians"] == 20
+        ckpt = tmp_path / f"{kind}.ckpt.pt"
+        fit(sc, start, cfg, seed=0, checkpointer=Checkpointer(ckpt, every=3))  # written at step 3, after the prune
+        again = fit(sc, start, cfg, seed=0, checkpointer=Checkpointer(ckpt, every=3, resume=True))
+        assert again.summary["resumed_from"] == 3 and again.summary["pruned"] == res.summary["pruned"]
+        for k, v in res.gaussians.tensors().items():
+            assert torch.equal(v, again.gaussians.tensors()[k]), (kind, k)
+    r = run_tool("train-3dgs", "fit", scene_dir, "-o", tmp_path / "p.ply", *FIT, "--prune-opacity", "0.1",
+                 "--prune-every", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["n_gaussians"] + out["pruned"] == 20

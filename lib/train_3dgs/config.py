@@ -70,6 +70,11 @@ class FitConfig:
     tau_q: float = _opt(0.01, "TR: the quaternion radius: each rotation component moves by at most |q| tau_q beside "
                         "its Hellinger bound (the authors' prototype: 0.01; this project used 0.05 before).", min=0,
                         min_open=True)
+    # both optimizers
+    prune_opacity: float = _opt(0.0, "Remove the Gaussians whose opacity is below this floor every --prune-every steps "
+                                "(3DGS prunes at 0.005 between its densification steps; the optimizer state of the rest "
+                                "is kept); 0: never, N stays fixed.", min=0, max=1, max_open=True)
+    prune_every: int = _opt(100, "With --prune-opacity: prune every this many steps (never after the last).", min=1)
     # Adam
     adam_lr_scale: float = _opt(1.0, "Adam: multiply the reference 3DGS learning rate of every group (the means' "
                                 "decay from 1.6e-4 to 1.6e-6 too) by this factor; 1: the reference rates.", min=0,
@@ -84,13 +89,15 @@ class FitConfig:
             raise UsageError(f"--curvature must be one of {', '.join(CURVATURES)}, not {self.curvature!r}")
         if self.schedule not in SCHEDULES:
             raise UsageError(f"--schedule must be literal or scaled, not {self.schedule!r}")
-        for name in ("iters", "batch", "hessian_every", "probes", "initial_probes", "schedule_horizon"):
+        for name in ("iters", "batch", "hessian_every", "probes", "initial_probes", "schedule_horizon", "prune_every"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
         if self.curvature_views < 0:
             raise UsageError("--curvature-views must be >= 0")
         if not (self.radius > 0 and self.radius_final > 0):
             raise UsageError("--radius and --radius-final must be > 0")
+        if not 0 <= self.prune_opacity < 1:
+            raise UsageError("--prune-opacity must be in [0, 1)")
         if not self.adam_lr_scale > 0:
             raise UsageError("--adam-lr-scale must be > 0")
         if self.opacity_radius is not None and not self.opacity_radius > 0:

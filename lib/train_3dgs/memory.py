@@ -98,6 +98,11 @@ class TensorMemoryMeter:
         self._hooks = None
 
     # ---- static memory
+    def exclude(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Treat these tensors' storages as static too (e.g. parameters replaced by pruning), so
+        autograd saving them is not counted as live bytes."""
+        self._exclude |= {(t.device, t.untyped_storage().data_ptr()) for t in tensors if torch.is_tensor(t)}
+
     def add_static(self, tensors: Iterable[torch.Tensor]) -> int:
         """Count these tensors (e.g. the optimizer state) as static memory; returns their bytes."""
         n = tensor_bytes(tensors)

@@ -107,6 +107,27 @@ def adam_lr_update(opt: torch.optim.Optimizer, step: int, total: int, extent: fl
     return lr
 
 
+def prune_gaussians(opt: torch.optim.Optimizer, keep: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Remove the Gaussians not in ``keep`` (a bool mask over N) from ``opt``'s parameters and state:
+    each group's tensor becomes a new leaf holding the kept rows, and every per-Gaussian state tensor
+    (Adam's moments, TR's momentum and diagonal) keeps the same rows; scalar state (Adam's step) is
+    kept. Works for :class:`GaussianTrustRegion` and the Adam of :func:`make_adam`. Returns the new
+    tensors by group name (the caller's parameter dict)."""
+    new = {}
+    for grp in opt.param_groups:
+        old = grp["params"][0]
+        n = old.shape[0]
+        p = old.detach()[keep].clone().requires_grad_(True)
+        st = opt.state.pop(old, {})
+        opt.state[p] = {k: (v[keep].clone() if torch.is_tensor(v) and v.dim() and v.shape[0] == n else v)
+                        for k, v in st.items()}
+        grp["params"][0] = p
+        new[grp["name"]] = p
+    if isinstance(opt, GaussianTrustRegion):
+        opt.names = dict(new)
+    return new
+
+
 # --------------------------------------------------------------------------- Hellinger geometry
 
 

@@ -1,5 +1,7 @@
 """Fitting a Gaussian scene to posed images with 3DGS2-TR or the reference Adam, at fixed N (no
-densification or pruning), plus evaluation, initialisation and the Adam-vs-TR comparison.
+densification; pruning of collapsed Gaussians, opacity below ``prune_opacity`` every ``prune_every``
+steps as 3DGS does between its densification steps, is an option, off by default), plus evaluation,
+initialisation and the Adam-vs-TR comparison.
 
 Both optimizers see the same views in the same order (the batch sampler draws from the named
 stream "batches" of the seed alone) and start from the same initialisation (stream "init"). The
@@ -29,7 +31,8 @@ from icmlkit.lib.train_3dgs.config import FitConfig, InitConfig  # noqa: F401 - 
 from icmlkit.lib.train_3dgs.memory import TensorMemoryMeter
 from icmlkit.lib.train_3dgs.model import GROUPS, Gaussians, init_gaussians, random_box_init
 from icmlkit.lib.train_3dgs.metrics import gs_loss, psnr, reg_residual, regularisers, ssim, train_residual
-from icmlkit.lib.train_3dgs.optim import GaussianTrustRegion, adam_lr_update, make_adam, named_groups, scaled_radii
+from icmlkit.lib.train_3dgs.optim import (GaussianTrustRegion, adam_lr_update, make_adam, named_groups, prune_gaussians,
+                                          scaled_radii)
 from icmlkit.lib.train_3dgs.rasterize import render
 from icmlkit.lib.train_3dgs.scene import Scene
 
@@ -212,17 +215,20 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
     params = {k: v.detach().clone().to(dev, dtype).requires_grad_(True) for k, v in init.tensors().items()}
     extent = cfg.extent if cfg.extent is not None else scene.center_and_radius[1]
     radii = tr_radii(cfg)
-    if cfg.optimizer == "tr":
-        opt = GaussianTrustRegion(named_groups(params), betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                                  hessian_every=cfg.hessian_every, block_average=cfg.block_average,
-                                  radius=radii[0], radius_final=radii[1], total_steps=cfg.iters,
-                                  tau_q=cfg.tau_q, opacity_range=(cfg.opacity_floor, 1.0),
-                                  probes=cfg.probes, initial_probes=cfg.initial_probes,
-                                  abs_before_ema=cfg.abs_before_ema, renorm_quats_every=cfg.renorm_quats_every,
-                                  color_caps=cfg.color_caps,
-                                  opacity_factor=(cfg.opacity_radius or cfg.radius) / cfg.radius)
-    else:
-        opt = make_adam(params, extent, cfg.adam_lr_scale)
+
+    def make_optimizer(tensors: dict):
+        if cfg.optimizer == "tr":
+            return GaussianTrustRegion(named_groups(tensors), betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                                       hessian_every=cfg.hessian_every, block_average=cfg.block_average,
+                                       radius=radii[0], radius_final=radii[1], total_steps=cfg.iters,
+                                       tau_q=cfg.tau_q, opacity_range=(cfg.opacity_floor, 1.0),
+                                       probes=cfg.probes, initial_probes=cfg.initial_probes,
+                                       abs_before_ema=cfg.abs_before_ema, renorm_quats_every=cfg.renorm_quats_every,
+                                       color_caps=cfg.color_caps,
+                                       opacity_factor=(cfg.opacity_radius or cfg.radius) / cfg.radius)
+        return make_adam(tensors, extent, cfg.adam_lr_scale)
+
+    opt = make_optimizer(params)
     streams = {"batches": generator(seed, "batches"), "probe": generator(seed, "probe")}
     gen_batch, gen_probe = streams["batches"], streams["probe"]
     rows: list = []
@@ -232,11 +238,17 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
         del settings["adam_lr_scale"]
     if settings["opacity_floor"] == 0.01:  # added later (0.01 was fixed): earlier runs resume with it
         del settings["opacity_floor"]
+    if settings["prune_opacity"] == 0.0:  # added later: without pruning, earlier checkpoints still resume
+        del settings["prune_opacity"], settings["prune_every"]
     fp = fingerprint({"config": settings, "seed": int(seed), "dtype": str(dtype)}, *init.tensors().values(),
                      scene.train_cams.R, scene.train_cams.t, scene.train_images, scene.test_images, scene.background)
     state = checkpointer.load(fp) if checkpointer is not None else None
     t_train = 0.0
     if state is not None:
+        saved = state["extra"]["params"]
+        if saved["means"].shape[0] != params["means"].shape[0]:  # pruned before the checkpoint: its N
+            params = {k: saved[k].detach().clone().to(dev, dtype).requires_grad_(True) for k in GROUPS}
+            opt = make_optimizer(params)
         start, extra = restore(state, optimizer=opt, rng=streams)
         with torch.no_grad():
             for k in GROUPS:
@@ -262,6 +274,7 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
     rss0 = peak_memory_mb(dev)
     meter = TensorMemoryMeter(static=params.values())
     clip_sum: dict[str, float] = {}
+    pruned = int(extra.get("pruned", 0)) if state is not None else 0
     with meter:
         for step in progress(range(start, cfg.iters), total=cfg.iters - start, desc=f"fit {cfg.optimizer}"):
             t0 = time.perf_counter()
@@ -294,11 +307,18 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                 pb = float(psnr(img.detach(), gt))
             if not math.isfinite(float(loss.detach())):
                 raise FloatingPointError(f"the loss is not finite at step {step + 1}")
+            if cfg.prune_opacity and (step + 1) % cfg.prune_every == 0 and step + 1 < cfg.iters:
+                with torch.no_grad():
+                    keep = torch.sigmoid(params["opacity_logits"]) >= cfg.prune_opacity
+                if bool(keep.any()) and not bool(keep.all()):  # never prune every Gaussian
+                    pruned += int((~keep).sum())
+                    params = prune_gaussians(opt, keep)
+                    meter.exclude(params.values())
             rows.append(eval_row(step + 1, float(loss.detach()), pb, step_size))
             if checkpointer is not None and checkpointer.due(step + 1, cfg.iters):
                 checkpointer.save(step + 1, fp, optimizer=opt, rng=streams, extra={
                     "params": {k: v.detach().cpu().clone() for k, v in params.items()},
-                    "rows": [list(r) for r in rows], "seconds": t_train})
+                    "rows": [list(r) for r in rows], "seconds": t_train, "pruned": pruned})
     meter.add_static(t for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
     peak = peak_memory_mb(dev)
     final = Gaussians(**{k: v.detach().cpu() for k, v in params.items()}, sh_degree=max_deg)
@@ -307,6 +327,8 @@ def fit(scene: Scene, init: Gaussians, cfg: FitConfig, seed: int = 0, device="cp
                "seconds_per_iter": round(t_train / max(cfg.iters, 1), 5), "peak_memory_mb": round(peak, 1),
                "peak_train_memory_mb": round(max(peak - rss0, 0.0), 1) if dev.type != "cuda" else round(peak, 1),
                "n_gaussians": final.n, "optimizer": cfg.optimizer, **meter.summary_mb()}
+    if cfg.prune_opacity:
+        summary["pruned"] = pruned
     if cfg.optimizer == "tr":
         summary["radius_schedule"] = [radii[0], radii[1]]
     n_steps = cfg.iters - start
