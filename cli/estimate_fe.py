@@ -48,7 +48,8 @@ Examples:
   estimate-fe sample freesolv:mobley_1636752 --env obc2 --frames 2000 -o meoh.obc2.npz
   estimate-fe solvation freesolv:mobley_1636752 --outdir runs/meoh --json | jq .delta_g_kcal
   estimate-fe baseline freesolv:mobley_1636752 --frames-per-window 400 --json
-  estimate-fe baseline freesolv:mobley_1636752 --method endstate-bar --frames-per-window 2000 --json""",
+  estimate-fe baseline freesolv:mobley_1636752 --method endstate-bar --frames-per-window 2000 --json
+  estimate-fe baseline freesolv:mobley_1636752 --method vertical-gap --json""",
 )
 
 
@@ -159,6 +160,10 @@ def estimate(run, system, model, frames, env, temperature, inpcrd, constraints, 
     """Free energy from a model and target frames: BAR/MBAR, both EXP directions, overlap, ESS.
 
     Frames of the file the model was trained on are skipped (the estimate uses the rest).
+    The frames must be of SYSTEM in --env: the system, environment, temperature and force-field
+    hash the file records are compared with them, and u is recomputed on 8 frames (tolerance
+    0.01 kT + 1e-5 |u|); a mismatch exits 2 naming the file and what differs. Files written
+    before the record existed get a warning and the energy check only.
     Exits 3, with f_kT null, when the overlap is below --min-overlap.
 
     \b
@@ -167,7 +172,8 @@ def estimate(run, system, model, frames, env, temperature, inpcrd, constraints, 
     n_model_samples, n_target_frames, nonfinite_model_energies, energy_evals (target-energy calls
     of this estimate), energy_evals_md (from the frames file), seconds_md (null: `sample` reports it),
     seconds_train (null: `train` reports it), seconds_estimate, seconds_energy, seconds_sampling,
-    estimator, measure, frames_skipped_as_training, units, openmm_platform.
+    estimator, measure, frames_skipped_as_training, frames_check (record: whether the file had the
+    system/env/force-field record; energies_checked, max_abs_du_kT, energy_evals), units, openmm_platform.
     Example:  estimate-fe estimate trap4 trap.pt trap.npz --json | jq '.f_kT, .overlap'
     """
     from icmlkit.lib.estimate_fe.api import estimate as estimate_f
@@ -258,6 +264,9 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, co
     `solvation --outdir`, so the same frames CARD trains on), or the frames given with
     --vacuum-frames/--solvent-frames; each decorrelated frame's reduced energy in the other state;
     BAR in log space. The cheap baseline to run first; CARD at equal MD is compared with it.
+    --method vertical-gap: U_obc2 - U_vac of the input structure minimised in vacuum, 2 energy
+    evaluations, no MD (the baseline `transfer` reports as vertical_gap_kcal; the cheapest one,
+    to compare every estimate with).
     --device chooses OpenMM's platform (CUDA on a CUDA device); no torch work is done here.
 
     \b
@@ -266,7 +275,8 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, co
     freesolv (when a FreeSolv id); lambda-mbar also f_kT (per window), overlap_neighbours,
     n_effective, windows, frames_per_window, interval, md_steps; endstate-bar also
     delta_g_exp_forward_kcal, delta_g_exp_reverse_kcal, ess_forward, ess_reverse, n_effective,
-    n_frames, energy_evals_md, energy_evals_estimate, frames_from.
+    n_frames, energy_evals_md, energy_evals_estimate, frames_from; vertical-gap also conformer
+    (overlap and delta_g_err_kcal null).
     Example:  estimate-fe baseline freesolv:mobley_1636752 --method endstate-bar --frames-per-window 2000 --json
     """
     from icmlkit.lib.core.errors import UsageError
@@ -276,8 +286,9 @@ def baseline(run, system, vacuum_frames, solvent_frames, temperature, inpcrd, co
         raise UsageError("give both --vacuum-frames and --solvent-frames, or neither")
     sysm = _system(run, system, "obc2", temperature, inpcrd, constraints=constraints)
     frames = None
-    if vacuum_frames:
-        frames = {"vacuum": _frames(run, vacuum_frames, sysm), "obc2": _frames(run, solvent_frames, sysm)}
+    if vacuum_frames:  # each file is checked against its own environment
+        vac = sysm.with_env("vacuum") if sysm.kind == "openmm" else sysm
+        frames = {"vacuum": _frames(run, vacuum_frames, vac), "obc2": _frames(run, solvent_frames, sysm)}
     result = run_baseline(cfg, system, sysm, temperature=temperature, seed=run.seed, frames=frames)
     if result.check:
         run.fail_check(result.check)

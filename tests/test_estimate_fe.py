@@ -347,6 +347,102 @@ def test_mismatched_model_and_system():
         card.estimate(bundle, s6, s6.sample(20, seed=0, chains=10, burn_in=10, thin=1)["x"], np.zeros(20))
 
 
+def _one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_frames_of_another_system_are_refused(tmp_path):
+    """Issue 57: a frames file records its system, environment and force-field hash, and u is
+    recomputed on 8 frames: trap4 frames given for dw4 exit 2 (one line naming the file and what
+    differs), matching frames pass, a file without the record is checked by its energies only, a
+    tampered energy is refused; a garbage model file is one error line."""
+    from icmlkit.lib.core.io import load_npz, write_npz
+    from icmlkit.lib.estimate_fe import frames as F
+    from icmlkit.lib.estimate_fe.api import load_frames
+
+    fr, model = tmp_path / "trap.npz", tmp_path / "trap.pt"
+    assert run_tool("estimate-fe", "sample", "trap4", "--frames", "100", "-o", fr).returncode == 0
+    d = load_npz(fr)
+    assert str(d["system"]) == "trap4" and str(d["env"]) == "analytic" and len(str(d["ff_hash"])) == 16
+    ok = load_frames(fr, builtin("trap4"))
+    assert ok.check == {"record": True, "energies_checked": F.N_CHECK, "max_abs_du_kT": 0.0, "energy_evals": F.N_CHECK}
+    r = run_tool("estimate-fe", "train", "trap4", fr, "-o", model, "--steps", "2", "--stage2-steps", "0", "--width",
+                 "8", "--layers", "1", "--batch", "16")
+    assert r.returncode == 0, r.stderr
+    r = run_tool("estimate-fe", "estimate", "trap4", model, fr, "--samples", "20", "--min-overlap", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["frames_check"]["record"] is True
+    for cmd in (["train", "dw4", fr, "-o", tmp_path / "dw.pt", "--steps", "1"],
+                ["estimate", "dw4", model, fr, "--samples", "20"]):
+        r = run_tool("estimate-fe", *cmd)
+        line = _one_error_line(r.stderr)
+        assert r.returncode == 2 and "trap.npz" in line and "system 'trap4', not 'dw4'" in line and "force field" in line
+    assert not (tmp_path / "dw.pt").exists()
+    # the same potential from a spec file under another name: the name differs, so it is refused too
+    spec = tmp_path / "mine.json"
+    spec.write_text(json.dumps({"kind": "harmonic-trap", "n_atoms": 4, "k": [1.0, 4.0, 16.0], "name": "mine"}))
+    r = run_tool("estimate-fe", "estimate", spec, model, fr, "--samples", "20")
+    assert r.returncode == 2 and "system 'trap4', not 'mine'" in r.stderr and "force field" not in r.stderr
+    # a file written before the record: accepted with a warning, its energies still checked
+    old = tmp_path / "old.npz"
+    write_npz(old, x=d["x"], u=d["u"])
+    r = run_tool("estimate-fe", "estimate", "trap4", model, old, "--samples", "20", "--min-overlap", "0", "--json")
+    assert r.returncode == 0 and "cannot be checked" in r.stderr
+    assert json.loads(r.stdout)["frames_check"]["record"] is False
+    r = run_tool("estimate-fe", "estimate", "dw4", model, old, "--samples", "20")
+    line = _one_error_line(r.stderr)
+    assert r.returncode == 2 and "old.npz" in line and "recorded energy of frame" in line and "dw4" in line
+    # a tampered energy (all keys kept): the recomputed u refuses it
+    d2 = dict(d)
+    d2["u"] = d["u"] + 0.5
+    write_npz(tmp_path / "tampered.npz", **d2)
+    with pytest.raises(UsageError, match="recorded energy of frame"):
+        load_frames(tmp_path / "tampered.npz", builtin("trap4"))
+    # a garbage model file: one line, not PyTorch's text
+    (tmp_path / "garbage.pt").write_bytes(os.urandom(300))
+    r = run_tool("estimate-fe", "estimate", "trap4", tmp_path / "garbage.pt", fr)
+    line = _one_error_line(r.stderr)
+    assert r.returncode == 1 and "garbage.pt" in line and "weights_only" not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+@needs_freesolv
+def test_obc2_frames_with_env_vacuum_are_refused_and_the_vertical_gap_baseline(tmp_path):
+    """OBC2 frames given with --env vacuum exit 2 (record, and without it the recomputed energies);
+    matching frames pass; `baseline --method vertical-gap` is transfer's vertical gap."""
+    from icmlkit.lib.core.io import load_npz, write_npz
+    from icmlkit.lib.estimate_fe.mm import kcal_per_kT, load_molecule, vertical_gap_kT
+
+    cl = "freesolv:mobley_4434915"  # chloromethane
+    f = tmp_path / "cl.obc2.npz"
+    r = run_tool("estimate-fe", "sample", cl, "--env", "obc2", "--frames", "20", "--interval", "5", "--equil", "20",
+                 "-o", f)
+    assert r.returncode == 0, r.stderr
+    m = tmp_path / "cl.pt"
+    r = run_tool("estimate-fe", "train", cl, f, "--env", "obc2", "-o", m, "--steps", "1", "--stage2-steps", "0",
+                 "--width", "8", "--layers", "1", "--batch", "8")
+    assert r.returncode == 0, r.stderr
+    r = run_tool("estimate-fe", "estimate", cl, m, f, "--env", "vacuum", "--samples", "10")
+    line = _one_error_line(r.stderr)
+    assert r.returncode == 2 and "cl.obc2.npz" in line and "env 'obc2', not 'vacuum'" in line
+    d = load_npz(f)
+    write_npz(tmp_path / "old.npz", x=d["x"], u=d["u"])
+    r = run_tool("estimate-fe", "estimate", cl, m, tmp_path / "old.npz", "--env", "vacuum", "--samples", "10")
+    assert r.returncode == 2 and "recorded energy of frame" in r.stderr
+    r = run_tool("estimate-fe", "estimate", cl, m, f, "--env", "obc2", "--samples", "10", "--min-overlap", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    fc = json.loads(r.stdout)["frames_check"]
+    assert fc["record"] is True and fc["max_abs_du_kT"] < 1e-6
+    r = run_tool("estimate-fe", "baseline", cl, "--method", "vertical-gap", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    systems = {e: load_molecule(cl, env=e) for e in ("vacuum", "obc2")}
+    want = vertical_gap_kT(systems, systems["vacuum"].minimised()) * kcal_per_kT(298.15)
+    assert out["method"] == "vertical-gap" and out["energy_evals"] == 2 and out["overlap"] is None
+    assert out["delta_g_kcal"] == pytest.approx(want, abs=1e-9) and -2 < want < 0
+
+
 # ----------------------------------------------------------------------------------- OpenMM
 
 
@@ -696,7 +792,7 @@ def test_cli_baseline_endstate_bar_from_md_and_from_files(tmp_path):
     b = json.loads(r.stdout)
     assert b["frames_from"] == "files" and abs(b["delta_g_kcal"] - a["delta_g_kcal"]) < 0.15
     r = run_tool("estimate-fe", "baseline", cl, "--method", "endstate-bar", "--vacuum-frames", s, "--solvent-frames", v)
-    assert r.returncode == 1 and "s.npz" in r.stderr and "'env'" in r.stderr
+    assert r.returncode == 2 and "s.npz" in r.stderr and "env 'obc2', not 'vacuum'" in r.stderr
     r = run_tool("estimate-fe", "baseline", cl, "--method", "endstate-bar", "--vacuum-frames", v)
     assert r.returncode == 2 and "--solvent-frames" in r.stderr
     r = run_tool("estimate-fe", "baseline", cl, "--vacuum-frames", v, "--solvent-frames", s)

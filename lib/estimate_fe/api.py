@@ -21,6 +21,8 @@ from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.runtime import stream_seed
 from icmlkit.lib.estimate_fe import card
 from icmlkit.lib.estimate_fe.config import BaselineConfig, EstimateConfig, SampleConfig, SolvationConfig, TrainConfig
+from icmlkit.lib.estimate_fe.frames import arrays as frames_arrays
+from icmlkit.lib.estimate_fe.frames import check as check_frames_record
 
 
 # --------------------------------------------------------------------------- inputs
@@ -77,10 +79,13 @@ class Frames:
     u: np.ndarray
     extra: dict
     name: str
+    check: dict | None = None  # what :func:`icmlkit.lib.estimate_fe.frames.check` verified
 
 
 def load_frames(path, system) -> Frames:
-    """A frames .npz (arrays x and u) checked against ``system`` (shape, finite values)."""
+    """A frames .npz (arrays x and u) checked against ``system``: shape, finite values, then its record
+    (system, environment, temperature, force-field hash) and u recomputed on a few frames
+    (:func:`icmlkit.lib.estimate_fe.frames.check`; a mismatch is a UsageError, exit 2)."""
     from icmlkit.lib.core.io import load_npz
 
     where = str(path)
@@ -101,7 +106,8 @@ def load_frames(path, system) -> Frames:
         from icmlkit.lib.estimate_fe.mm import check_constraints
 
         check_constraints(str(d.get("constraints", "none")), system, "these frames (field 'constraints')", where)
-    return Frames(x=x, u=u, extra=d, name=where)
+    checked = check_frames_record(d, x, u, system, where)
+    return Frames(x=x, u=u, extra=d, name=where, check=checked)
 
 
 # --------------------------------------------------------------------------- sample
@@ -119,10 +125,8 @@ def sample(cfg: SampleConfig, system, *, seed: int = 0) -> SampleResult:
         fr = system.sample(cfg.frames, seed=seed, interval=cfg.interval, equil=cfg.equil, timestep_fs=cfg.timestep)
     else:
         fr = system.sample(cfg.frames, seed=seed, method=cfg.method)
-    arrays = {"x": fr["x"], "u": fr["u"], "z": np.asarray(system.z), "temperature": np.float64(system.temperature or 0.0),
-              "env": np.str_(getattr(system, "env", "analytic")), "system": np.str_(system.name),
-              "constraints": np.str_(getattr(system, "constraints", "none")),
-              "energy_evals_md": np.int64(fr["energy_evals"])}  # no timings: same seed, same bytes
+    arrays = frames_arrays(system, fr["x"], fr["u"],
+                           energy_evals_md=np.int64(fr["energy_evals"]))  # no timings: same seed, same bytes
     summary = {"system": system.name, "env": getattr(system, "env", None), "n_frames": cfg.frames,
                "n_atoms": system.n_atoms, "u_mean": float(np.mean(fr["u"])), "energy_evals": fr["energy_evals"],
                "seconds_md": round(fr["seconds_md"], 3), "openmm_platform": _platform(system)}
@@ -175,6 +179,7 @@ def _estimate_one(cfg: EstimateConfig, system, bundle: dict, frames: Frames, see
                         estimator=cfg.estimator, skip_frames=skip, frames_name=frames.name, device=device)
     e = frames.extra
     res["frames_skipped_as_training"] = skip
+    res["frames_check"] = frames.check
     res["seconds_md"] = float(e["seconds_md"]) if "seconds_md" in e else None
     res["energy_evals_md"] = int(e["energy_evals_md"]) if "energy_evals_md" in e else None
     res["seconds_train"] = bundle.get("info", {}).get("seconds_train")
@@ -247,9 +252,11 @@ def solvation_pipeline(cfg: SolvationConfig, spec: str, make_system, folder: Pat
 def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed: int = 0,
              frames: dict | None = None) -> Result:
     """The classical baselines, Delta G(vacuum -> OBC2) in kcal/mol: ``cfg.method`` "lambda-mbar"
-    (lambda-window MD, U_vac + lambda U_GB, and MBAR) or "endstate-bar" (BAR on end-state frames,
+    (lambda-window MD, U_vac + lambda U_GB, and MBAR), "endstate-bar" (BAR on end-state frames,
     :func:`~icmlkit.lib.estimate_fe.mm.endstate_bar`: the given ``frames`` {"vacuum": Frames, "obc2": Frames},
-    or MD of both end states on the seed streams of a CARD solvation run)."""
+    or MD of both end states on the seed streams of a CARD solvation run) or "vertical-gap"
+    (:func:`~icmlkit.lib.estimate_fe.mm.vertical_gap_kT` at the vacuum-minimised input structure, the
+    baseline `transfer` reports; no MD, no overlap)."""
     from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS, endstate_bar, endstate_md, lambda_window_mbar
 
     if system.kind != "openmm":
@@ -257,7 +264,21 @@ def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed
                          system.name)
     if frames is not None and cfg.method != "endstate-bar":
         raise UsageError("--vacuum-frames/--solvent-frames are for --method endstate-bar")
-    if cfg.method == "endstate-bar":
+    if cfg.method == "vertical-gap":
+        import time
+
+        from icmlkit.lib.estimate_fe.mm import kcal_per_kT, vertical_gap_kT
+
+        t0 = time.perf_counter()
+        systems = {"obc2": system, "vacuum": system.with_env("vacuum")}
+        x_min = systems["vacuum"].minimised()
+        gap = vertical_gap_kT(systems, x_min)
+        out = {"method": "vertical-gap", "delta_g_kcal": gap * kcal_per_kT(temperature), "delta_g_err_kcal": None,
+               "overlap": None, "energy_evals": 2, "seconds_md": 0.0, "seconds_estimate": time.perf_counter() - t0,
+               "conformer": "the input structure minimised in vacuum (OpenMM LocalEnergyMinimizer, at most 200 "
+                            "iterations, not counted in energy_evals)"}
+        what = None
+    elif cfg.method == "endstate-bar":
         systems = {"obc2": system, "vacuum": system.with_env("vacuum")}
         if frames is None:
             fr = endstate_md(systems, cfg.frames_per_window, seed=seed, interval=cfg.interval, equil=cfg.equil,
@@ -285,7 +306,7 @@ def baseline(cfg: BaselineConfig, spec: str, system, *, temperature: float, seed
     out["openmm_platform"] = system.platform
     out = _freesolv(spec, out)
     check = None
-    if out["overlap"] < cfg.min_overlap:
+    if what is not None and out["overlap"] < cfg.min_overlap:
         check = f"{what} {out['overlap']:.3g} is below --min-overlap {cfg.min_overlap}"
     return Result(out, check)
 

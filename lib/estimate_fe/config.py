@@ -86,8 +86,9 @@ class SolvationConfig(EstimateConfig):
 class BaselineConfig:
     method: str = field(default="lambda-mbar", metadata=_opt(
         "lambda-mbar: lambda-window MD (U_vac + lambda U_GB) and MBAR; endstate-bar: MD of the two end states "
-        "only (or the frames given), each frame's reduced energy in both states, BAR (no model, no windows).",
-        choices=("lambda-mbar", "endstate-bar")))
+        "only (or the frames given), each frame's reduced energy in both states, BAR (no model, no windows); "
+        "vertical-gap: U_obc2 - U_vac of the input structure minimised in vacuum (2 energy evaluations, no MD).",
+        choices=("lambda-mbar", "endstate-bar", "vertical-gap")))
     windows: int = field(default=11, metadata=_opt("Lambda windows (0 .. 1; lambda-mbar only).", min=2))
     frames_per_window: int = field(default=500, metadata=_opt("MD frames per window (endstate-bar: per end state).",
                                                               min=10))

@@ -521,9 +521,16 @@ def load_molecule(path: str, env: str = "vacuum", temperature: float = 298.15, i
                     constraints=constraints)
 
 
+def vertical_gap_kT(systems: dict, x: np.ndarray) -> float:
+    """The cheapest hydration baseline (ForceBalance #208: with implicit solvent a vertical gap):
+    u_obc2 - u_vac of one conformer ``x`` (N, 3) Angstrom, in kT; 2 energy evaluations, no model, no MD."""
+    x = np.asarray(x, dtype=np.float64)[None]
+    return float(systems["obc2"].reduced_energy(x)[0] - systems["vacuum"].reduced_energy(x)[0])
+
+
 def kcal_per_kT(temperature: float) -> float:
     return KB_KJ * temperature / KJ_PER_KCAL
 
 
 __all__ = ["BUILTIN_MOLECULES", "CONSTRAINTS", "ENVIRONMENTS", "alanine_dipeptide_pdb", "check_constraints", "MMSystem", "endstate_bar", "endstate_md", "freesolv_entry", "freesolv_files", "kcal_per_kT", "lambda_window_mbar",
-           "load_molecule", "openmm_platform"]
+           "load_molecule", "openmm_platform", "vertical_gap_kT"]

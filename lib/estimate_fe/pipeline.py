@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
-
 from icmlkit.lib.core.console import log
 from icmlkit.lib.core.io import write_json, write_npz
 from icmlkit.lib.core.runtime import stream_seed
@@ -36,7 +34,9 @@ def run_system(system, folder: Path | None, *, n_frames: int = 2000, train_fract
                         estimator=estimator, device=device)
     if folder is not None:
         stem = f"{system.name}{'.' + tag if tag else ''}"
-        write_npz(Path(folder) / f"{stem}.frames.npz", x=fr["x"], u=fr["u"], z=np.asarray(system.z))
+        from icmlkit.lib.estimate_fe.frames import arrays
+
+        write_npz(Path(folder) / f"{stem}.frames.npz", **arrays(system, fr["x"], fr["u"]))
         card.save(Path(folder) / f"{stem}.pt", bundle)
     return {**res, "seconds_md": fr["seconds_md"], "energy_evals_md": fr["energy_evals"],
             "seconds_train": info["seconds_train"], "val_nll": info["val_nll"], "box": info["box"],

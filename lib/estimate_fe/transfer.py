@@ -332,7 +332,7 @@ def hydration(bundles: dict, systems: dict, *, n_samples: int = 2000, seed: int 
     ``bundles`` and ``systems`` are keyed by environment; ``seen_in_training`` says whether a model
     was trained on this molecule (its estimate is then not a transfer)."""
     from icmlkit.lib.core.runtime import stream_seed
-    from icmlkit.lib.estimate_fe.mm import check_constraints, kcal_per_kT
+    from icmlkit.lib.estimate_fe.mm import check_constraints, kcal_per_kT, vertical_gap_kT
 
     envs = ("vacuum", "obc2")
     for e in envs:
@@ -346,8 +346,7 @@ def hydration(bundles: dict, systems: dict, *, n_samples: int = 2000, seed: int 
     h = hydration_unseen(bundles, ctxs, systems, n_samples=n_samples, seed=stream_seed(seed, "transfer-eval"),
                          n_boot=n_boot)
     seconds = time.perf_counter() - t0
-    x_min = mins["vacuum"][None]
-    gap = float(systems["obc2"].reduced_energy(x_min)[0] - systems["vacuum"].reduced_energy(x_min)[0])
+    gap = vertical_gap_kT(systems, mins["vacuum"])
     name = systems["vacuum"].name
     return {"molecule": name, "n_atoms": int(len(ctxs["vacuum"].z)), "n_samples": n_samples,
             "delta_g_independent_kcal": h["delta_f_independent_kT"] * kT,
