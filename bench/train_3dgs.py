@@ -36,6 +36,7 @@ Run:  make bench TOOL=train-3dgs   (or .venv/bin/python bench/train_3dgs.py [--p
 """
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing as mp
 import re
@@ -84,12 +85,6 @@ def _job(spec: dict) -> dict:
     return {"spec": spec, "rows": res.rows, "summary": res.summary}
 
 
-def run_jobs(specs: list[dict], workers: int) -> list[dict]:
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, maxtasksperchild=1) as pool:
-        return pool.map(_job, specs, chunksize=1)
-
-
 def psnr_at(rows, step):
     for r in rows:
         if r[0] == step:
@@ -120,10 +115,15 @@ def run_specs(ctx, specs: list[dict]) -> list[dict]:
 
     done = {key(s) for s in specs if (ctx.folder / f"{key(s)}.json").is_file() and not ctx.fresh}
     todo = [s for s in specs if key(s) not in done]
-    fresh = dict(zip(map(key, todo), (run_record(x) for x in run_jobs(todo, WORKERS)))) if todo else {}
+    if todo:  # each fit is stored as it finishes: a killed part resumes with the fits not done
+        ctx_mp = mp.get_context("spawn")
+        with ctx_mp.Pool(min(WORKERS, len(todo)), maxtasksperchild=1) as pool:
+            for x in pool.imap_unordered(_job, todo, chunksize=1):
+                rec = run_record(x)
+                ctx.cached(key(x["spec"]), lambda rec=rec: rec)  # computed: stored (--fresh too)
     out = []
     for s in specs:
-        rec = ctx.cached(key(s), lambda k=key(s): fresh[k])
+        rec = json.loads((ctx.folder / f"{key(s)}.json").read_text())
         ctx.log(f"{rec['name']} seed {rec['seed']}: " + (f"diverged ({rec['error']})" if rec.get("error") else
                                                           f"PSNR {rec['psnr_half']:.2f} at half, {rec['psnr_full']:.2f} at end"))
         out.append(rec)
