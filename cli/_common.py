@@ -1,8 +1,9 @@
 """What every icmlkit executable shares, in one place.
 
 - :class:`ToolGroup` / :class:`ToolCommand`: a tool is a click group whose subcommands all get the
-  shared options (``--config -q/-v --debug --overwrite --no-manifest --json --no-progress``, plus
-  ``--seed`` unless ``seed=False`` and ``--device`` only with ``device=True``) and an
+  shared options (``--config -q/-v --debug --overwrite --no-manifest --json --no-progress``,
+  ``--threads`` (CPU threads, applied before any torch work; a command's own ``--threads`` stands in
+  for it), plus ``--seed`` unless ``seed=False`` and ``--device`` only with ``device=True``) and an
   ``ICMLKIT_<TOOL>_<OPTION>`` environment variable for each own option. ``group.alias(old, name)``
   keeps a renamed subcommand's old name as a hidden, deprecated alias.
 - Declared once: :func:`config_options` (a config dataclass's fields as options), :func:`output_option`
@@ -38,6 +39,7 @@ from icmlkit.lib.core.config import build_config
 from icmlkit.lib.core.errors import CheckFailed, IcmlkitError, UsageError
 from icmlkit.lib.core.io import atomic_dir, check_writable, dumps_json, is_stdio, suffix
 from icmlkit.lib.core.manifest import Manifest, manifest_path_for
+from icmlkit.lib.core.runtime import DEFAULT_THREADS, THREADS_ENV, limit_threads, resolve_threads
 
 # 2 (usage), 3 (check failed) and 4 (environment) come from the error classes in lib/core/errors.py.
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
@@ -123,7 +125,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 # --------------------------------------------------------------------------- shared options
 
-SHARED = ("seed", "device", "config", "quiet", "verbose", "debug", "overwrite", "no_manifest",
+SHARED = ("seed", "device", "threads", "config", "quiet", "verbose", "debug", "overwrite", "no_manifest",
           "json_out", "no_progress")
 # A command leaves out shared options (csvkit's override_flags) through ToolCommand: ``--device`` is
 # offered only where the command runs torch on a device and honours it (``device=True``), ``--seed``
@@ -136,6 +138,9 @@ def _shared_params(omit: tuple[str, ...] = ()) -> list[click.Parameter]:
                      help="Random seed; the same seed gives the same output bytes on CPU."),
         click.Option(["--device"], default="auto", show_default=True, envvar="ICMLKIT_DEVICE",
                      help="auto, cpu, cuda or cuda:N (cuda without a GPU: exit 4)."),
+        click.Option(["--threads"], type=click.IntRange(min=0), default=DEFAULT_THREADS, show_default=True,
+                     envvar=THREADS_ENV, help="CPU threads for torch and BLAS (0: one per core). 1 by default: "
+                     "the same bytes on every machine, and no slowdown when the machine is busy."),
         click.Option(["--config"], type=click.Path(dir_okay=False), is_eager=True, envvar="ICMLKIT_CONFIG",
                      callback=_load_config, help="TOML or JSON file of option defaults (flags and "
                      "environment variables win over it)."),
@@ -529,8 +534,31 @@ class PipeClosed(Exception):
     """The reader of stdout went away (``| head``)."""
 
 
+def suggest_options(given: str, options: list[str]) -> list[str]:
+    """The flags to suggest for an unknown ``given``: those it begins as whole words
+    (``--n`` -> ``--n-tasks``), else those it begins (``--over`` -> ``--overwrite``), else click's
+    close matches by spelling."""
+    from difflib import get_close_matches
+
+    longs = sorted(o for o in options if o.startswith("--"))
+    for test in (lambda o: o.startswith(given + "-"), lambda o: o.startswith(given)):
+        hits = [o for o in longs if test(o)]
+        if hits and given.startswith("--") and len(given) > 2:
+            return hits[:3]
+    return get_close_matches(given, options)
+
+
 class ToolCommand(click.Command):
     """A subcommand with the shared options; its function gets a :class:`Run` first."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if exc.option_name.startswith("--"):
+                flags = [o for p in self.get_params(ctx) if isinstance(p, click.Option) for o in p.opts + p.secondary_opts]
+                object.__setattr__(exc, "possibilities", suggest_options(exc.option_name, flags) or None)
+            raise
 
     def __init__(self, *args, tool: str, device: bool = False, seed: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
@@ -539,17 +567,29 @@ class ToolCommand(click.Command):
         for p in self.params:
             if isinstance(p, click.Option) and p.envvar is None:
                 p.envvar = prefix + p.name.upper()
-        self.omitted = tuple(n for n, keep in (("device", device), ("seed", seed)) if not keep)
+        own = {p.name for p in self.params}
+        if "threads" in own:  # a tool's own --threads (e.g. in its config) stands in for the shared one
+            p = next(p for p in self.params if p.name == "threads")
+            p.envvar = [p.envvar, THREADS_ENV] if isinstance(p.envvar, str) else p.envvar
+        self.omitted = tuple(n for n, keep in (("device", device), ("seed", seed), ("threads", "threads" not in own))
+                             if not keep)
         self.params.extend(_shared_params(self.omitted))
 
     def invoke(self, ctx: click.Context):
         sources = {name: _SOURCES.get(ctx.get_parameter_source(name), "default") for name in ctx.params}
         params = dict(ctx.params)
-        shared = {name: ctx.params.pop(name) for name in SHARED if name in ctx.params}
+        threads = resolve_threads(ctx.params.get("threads"))  # the shared --threads or the command's own
+        shared = {name: ctx.params.pop(name) for name in SHARED if name in ctx.params and name not in
+                  (("threads",) if "threads" in self.omitted else ())}
         _state["debug"] = bool(shared["debug"])
         console.configure(shared["verbose"] - shared["quiet"], progress=not shared["no_progress"])
         run = Run(ctx, self.tool, shared)
         run.manifest.set_params(params, sources)
+        run.manifest.threads = threads
+        with limit_threads(threads):  # before any torch work (resolving the device imports torch)
+            return self._invoke(ctx, run)
+
+    def _invoke(self, ctx: click.Context, run: "Run"):
         if run.device_spec is not None:
             run.device  # noqa: B018 - resolve now: --device cuda without a GPU exits 4 before any work
         try:

@@ -353,3 +353,173 @@ def test_load_torch_gives_one_line_for_every_bad_file(kind, tmp_path):
     assert expected in msg and "Weights only" not in msg and "pop from" not in msg
     path.write_bytes(good)
     assert torch.equal(load_torch(path, "model file")["a"], torch.ones(3))
+
+
+def _threads_group():
+    grp = ToolGroup("toy-threads")
+
+    @grp.command()
+    @output_option("The result.", suffixes=(".json",), stdout=False)
+    def count(run, output):
+        """Torch's thread count inside the command. JSON keys: threads."""
+        import torch
+
+        run.output(output)
+        if output:
+            run.save(output, lambda p, obj: open(p, "w").write(json.dumps(obj)), {})
+        return {"threads": torch.get_num_threads()}
+
+    return grp
+
+
+def test_threads_option_applies_before_torch_work_and_is_recorded(tmp_path, capsys, monkeypatch):
+    """--threads (flag > ICMLKIT_THREADS > default 1) sets torch's intra-op threads for the command,
+    restores the caller's count afterwards, and is recorded in the manifest."""
+    import torch
+
+    before = torch.get_num_threads()
+
+    def run(*argv):
+        capsys.readouterr()
+        code = run_cli(_threads_group(), "toy-threads", ["count", *map(str, argv), "--json"])
+        cap = capsys.readouterr()
+        assert code == 0, cap.err
+        return json.loads(cap.out)["threads"]
+
+    assert run() == 1  # the documented default
+    assert run("--threads", 2) == 2
+    monkeypatch.setenv("ICMLKIT_THREADS", "2")
+    assert run() == 2 and run("--threads", 1) == 1
+    monkeypatch.delenv("ICMLKIT_THREADS")
+    from icmlkit.lib.core.runtime import cpu_count
+
+    assert run("--threads", 0) == cpu_count()
+    assert torch.get_num_threads() == before
+    out = tmp_path / "o.json"
+    run("-o", out, "--threads", 2)
+    man = json.loads((tmp_path / "o.json.manifest.json").read_text())
+    assert man["threads"] == 2 and man["parameters"]["threads"] == 2
+    capsys.readouterr()
+    assert run_cli(_threads_group(), "toy-threads", ["count", "--threads", "-1"]) == 2
+
+
+def test_threads_reach_torch_imported_during_the_run(tmp_path):
+    """In a fresh process torch is imported inside the command: the count still applies."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from tests.test_core import _threads_group; from icmlkit.cli._common import run_cli; "
+            "sys.exit(run_cli(_threads_group(), 't', ['count', '--json', '--threads', '1']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]),
+                       env={**__import__("os").environ, "PYTHONPATH": "."}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["threads"] == 1
+
+
+class _FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_progress_lines_off_a_terminal_with_a_fake_clock(monkeypatch, capsys):
+    """Off a terminal: no bar, one line per LINE_EVERY seconds (steps, the reported loss, elapsed,
+    time left) and a closing line; a loop shorter than the interval stays silent; -q silences it."""
+    from icmlkit.lib.core import console
+
+    clock = _FakeClock()
+    monkeypatch.setitem(console._state, "clock", clock)
+    monkeypatch.setattr(console, "_WATCH_POLL", 3600.0)  # the watcher thread stays out of this test
+    console.configure(0, progress=True)
+    capsys.readouterr()
+    for i in console.progress(range(10), desc="train toy"):
+        console.report(loss=1.0 / (i + 1))
+        clock.t += 25.0  # a step of 25 s
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    # 250 s of work: lines after steps 3 (75 s), 6 (150 s), 9 (225 s), then the closing line
+    assert len(lines) == 4, err
+    assert lines[0] == "train toy: step 3/10 (30%), loss 0.3333, 1m15s elapsed, ~2m55s left"
+    assert lines[-1] == "train toy: done, step 10/10, loss 0.1, 4m10s elapsed"
+    assert "\r" not in err and "it/s" not in err  # no bar
+    for _ in console.progress(range(10), desc="short"):
+        clock.t += 1.0
+    assert capsys.readouterr().err == ""
+    console.configure(-1, progress=True)
+    for _ in console.progress(range(5), desc="quiet"):
+        clock.t += 100.0
+    assert capsys.readouterr().err == ""
+    console.configure(0, progress=True)
+
+
+def test_progress_line_comes_while_one_step_runs_long(monkeypatch, capsys):
+    """The watcher thread writes the line even when a single step outlasts the interval."""
+    import threading
+
+    from icmlkit.lib.core import console
+
+    clock = _FakeClock()
+    monkeypatch.setitem(console._state, "clock", clock)
+    monkeypatch.setattr(console, "_WATCH_POLL", 0.01)
+    console.configure(0, progress=True)
+    capsys.readouterr()
+    wrote = threading.Event()
+    real_info = console.log.info
+    monkeypatch.setattr(console.log, "info", lambda msg: (real_info(msg), wrote.set()))
+    for _ in console.progress(range(1), desc="slow step"):
+        clock.t += 61.0  # the step is now past the interval; the thread must notice without a new step
+        assert wrote.wait(30), "no progress line while the step ran"
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("slow step: step 0/1 (0%), 1m01s elapsed")
+
+
+def test_a_prefix_of_a_flag_suggests_that_flag(capsys):
+    """click alone suggests by spelling (distill-agent make-env --n got '--json'); a flag's prefix
+    suggests the flag it begins."""
+    code, _, err = _run(capsys, "fit", "x", "--st", "3")
+    assert code == 2 and "Did you mean '--steps'?" in err
+    code, _, err = _run(capsys, "fit", "x", "--overw")
+    assert code == 2 and "Did you mean '--overwrite'?" in err
+    code, _, err = _run(capsys, "fit", "x", "--jsn")
+    assert code == 2 and "'--json'" in err  # not a prefix: click's spelling matches
+    from icmlkit.cli.distill_agent import cli
+
+    capsys.readouterr()
+    assert run_cli(cli, "distill-agent", ["make-env", "--n", "3"]) == 2
+    assert "Did you mean '--n-tasks'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["garbage", "empty", "truncated", "pickled", "npy", "json"])
+def test_load_npz_and_npy_give_one_line_for_every_bad_file(kind, tmp_path):
+    """numpy's own text ("contains pickled (object) data ... allow_pickle=", "Object arrays cannot be
+    loaded when allow_pickle=False") never reaches the user: one line naming the file and the problem."""
+    import io
+    import os
+
+    import numpy as np
+
+    from icmlkit.lib.core.io import load_npy, load_npz
+
+    good = io.BytesIO()
+    np.savez(good, a=np.arange(3.0))
+    pickled = io.BytesIO()
+    np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
+    npy = io.BytesIO()
+    np.save(npy, np.array([{"x": 1}], dtype=object))
+    data = {"garbage": os.urandom(300), "empty": b"", "truncated": good.getvalue()[:60],
+            "pickled": pickled.getvalue(), "npy": npy.getvalue(), "json": b'{"a": [1,'}[kind]
+    for reader, name in ((load_npz, "x.npz"), (load_npy, "x.npy")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(InputError) as err:
+            reader(path)
+        msg = str(err.value)
+        assert msg.startswith(f"{path}: ") and "\n" not in msg, msg
+        assert "allow_pickle" not in msg and "pickled (object) data" not in msg and len(msg) < 300, msg
+        if kind in ("pickled", "npy") and (reader is load_npy) == (kind == "npy"):
+            assert "pickled Python objects" in msg, msg
+    path = tmp_path / "ok.npz"
+    path.write_bytes(good.getvalue())
+    assert load_npz(path, required=("a",))["a"].tolist() == [0.0, 1.0, 2.0]

@@ -93,6 +93,7 @@ class Manifest:
         self.outputs: list[tuple[str, str]] = []  # (path recorded, path read now)
         self.seed: int | None = None
         self.device: str | None = None
+        self.threads: int | None = None  # CPU threads of torch / BLAS (--threads, ICMLKIT_THREADS)
         self.started = _utc_now()
         self._t0 = time.perf_counter()
 
@@ -128,6 +129,7 @@ class Manifest:
             "parameter_sources": self.sources,
             "seed": self.seed,
             "device": self.device,
+            "threads": self.threads,
             "distributed": self.distributed,
             "environment": {
                 "python": platform.python_version(),

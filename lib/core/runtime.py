@@ -220,3 +220,72 @@ def close_distributed() -> None:
 def env_rank() -> int:
     """The torchrun rank from the environment (0 outside torchrun), without initialising anything."""
     return int(os.environ.get("RANK", "0"))
+
+
+# --------------------------------------------------------------------------- CPU threads
+
+THREADS_ENV = "ICMLKIT_THREADS"
+DEFAULT_THREADS = 1
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(value: int | None) -> int:
+    """The CPU thread count of a run: ``value`` (``--threads`` / ``ICMLKIT_THREADS``), ``0`` for one
+    per core, None for :data:`DEFAULT_THREADS` (1: the same bytes on every machine, and no collapse
+    on a busy one; see docs/platform.md)."""
+    if value is None:
+        return DEFAULT_THREADS
+    value = int(value)
+    if value < 0:
+        raise UsageError(f"--threads must be 0 (one per core) or a positive count, not {value}")
+    return cpu_count() if value == 0 else value
+
+
+@contextlib.contextmanager
+def limit_threads(n: int):
+    """Run a block with ``n`` CPU threads for torch's intra-op parallelism and the BLAS / OpenMP
+    libraries numpy and torch use; restores the previous settings afterwards (in-process runs).
+
+    Applied before any torch work: when torch is not imported yet, the ``OMP_NUM_THREADS``,
+    ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` variables fix the count its runtime reads at
+    import; when it is, ``torch.set_num_threads``. BLAS libraries already loaded (numpy's) are limited
+    through threadpoolctl when it is installed."""
+    saved_env = {k: os.environ.get(k) for k in _THREAD_VARS}
+    for k in _THREAD_VARS:
+        os.environ[k] = str(n)
+    torch = sys.modules.get("torch")
+    saved_torch = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(n)
+    limiter = None
+    if "numpy" in sys.modules:
+        try:
+            from threadpoolctl import threadpool_limits
+
+            limiter = threadpool_limits(limits=n, user_api="blas")
+        except Exception:  # noqa: BLE001 - threadpoolctl absent or a library it cannot drive
+            limiter = None
+    try:
+        yield n
+    finally:
+        if limiter is not None:
+            limiter.restore_original_limits()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            # imported during the run: back to what torch picks by itself (OMP_NUM_THREADS, else one per core)
+            omp = saved_env["OMP_NUM_THREADS"] or ""
+            fallback = int(omp) if omp.isdigit() and int(omp) > 0 else cpu_count()
+            torch.set_num_threads(saved_torch if saved_torch is not None else fallback)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -263,6 +263,7 @@ def train_forecaster(prep: Prepared, model_cfg: ModelConfig, cfg: TrainConfig, *
                 best = {"val": val, "epoch": e, "state": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
                         "pool": pool.clone()}
         log.append(row)
+        console.report(loss=row["train_loss"], **({"val_mae": row["val_mae"]} if row["val_mae"] is not None else {}))
         if checkpointer is not None and checkpointer.due(e + 1, total):
             checkpointer.save(e + 1, fp, model=net, optimizer=opt, rng={"batches": gen}, extra={
                 "bc_model": bc_net.state_dict() if bc_net is not None else None,

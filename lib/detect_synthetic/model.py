@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icmlkit.lib.core.console import log, progress
+from icmlkit.lib.core.console import log, progress, report
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.io import read_torch, torch_bytes, write_bytes
 from icmlkit.lib.core.runtime import Dist, generator, seeded
@@ -365,6 +365,7 @@ class Detector(nn.Module):
             loss.backward()
             opt.step()
             hist.append(loss.item())
+            report(loss=hist[-1])
         return {"steps": c.steps, "final_bce": float(sum(hist[-20:]) / len(hist[-20:]))}
 
     def _clean_features(self, x):
@@ -507,6 +508,7 @@ class Detector(nn.Module):
             loss.backward()
             opt.step()
             hist.append([bce.item(), total.item(), emb.item(), cos[yb == 0].mean().item(), cos[yb == 1].mean().item()])
+            report(loss=hist[-1][0])  # the fused BCE in the progress line off a terminal
             if step % 50 == 0 or step == c.steps - 1:
                 log.debug("step %d fused bce %.4f branch bce sum %.4f emb %.4f s_r %.4f s_f %.4f", step, *hist[-1])
             if checkpointer is not None and checkpointer.due(step + 1, c.steps):
