@@ -32,6 +32,14 @@ from typing import Callable
 _GARBAGE = bytes(range(256)) * 4
 
 
+def _pickled_npz(path: Path) -> None:
+    """A real .npz archive whose array holds pickled Python objects (numpy's object dtype)."""
+    import numpy as np
+
+    with open(path, "wb") as fh:
+        np.savez(fh, x=np.array([{"a": 1}, None], dtype=object), y=np.arange(3.0))
+
+
 def _truncate(text: str) -> str:
     return text[: max(1, len(text) // 2)]
 
@@ -48,7 +56,15 @@ KINDS: dict[str, Callable[[Path], None]] = {
     "garbage_npz": lambda p: p.write_bytes(b"PK\x03\x04" + _GARBAGE),
     "garbage_pt": lambda p: p.write_bytes(b"PK\x03\x04\x14\x00" + _GARBAGE),
     "garbage_png": lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n" + _GARBAGE),
+    "pickled_npz": lambda p: _pickled_npz(p),
 }
+# the issue-59 sweep (tests/test_fuzz_sweep.py): every file input gets these five
+SWEEP_KINDS = ("binary", "folder", "empty", "truncated_json", "pickled_npz")
+# text that is a library's, not ours: an error line holding any of these leaks internals
+LEAKS = ("Traceback", "object at 0x", "rerun with --debug", "Weights only load failed", "weights_only",
+         "pop from empty list", "allow_pickle", "pickled (object) data", "PytorchStreamReader", "Unpickler",
+         "File \"", "zipfile", "BadZipFile")
+MAX_ERROR_CHARS = 400  # a longer one-line message is most likely a library's joined text
 DEFAULT_KINDS = ("missing", "empty", "binary", "folder")
 
 
@@ -116,3 +132,59 @@ def check_malformed(tool: str, case: FuzzCase, tmp_path: Path, capsys) -> None:
         if why:
             problems.append(f"{kind}: {', '.join(why)}: {stderr.strip()[:300]!r}")
     assert not problems, f"{tool} {' '.join(case.argv)}:\n" + "\n".join(problems)
+
+
+def contract_problems(code: int, stderr: str, left: list[str]) -> list[str]:
+    """What breaks the issue-59 contract for a malformed input: exit 1 or 2; one ``Error:`` line (an
+    exit-2 usage error may carry click's ``Usage:`` / ``Try ...`` lines around it) with no traceback,
+    no ``object at 0x`` repr, no library's own text (:data:`LEAKS`, :data:`MAX_ERROR_CHARS`); no output."""
+    why = []
+    if code not in (1, 2):
+        why.append(f"exit {code}")
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("Error:")]
+    usage: list[str] = []  # click's usage block (it may wrap): "Usage: ..." up to "Try '... --help'"
+    tries = [i for i, ln in enumerate(lines) if ln.startswith("Try '")]
+    if code == 2 and lines and lines[0].startswith("Usage:") and tries:
+        usage = lines[: tries[0] + 1]
+    if len(errors) != 1 or len(lines) != len(errors) + len(usage):
+        why.append(f"{len(lines)} stderr lines, {len(errors)} 'Error:'")
+    leaks = [w for w in LEAKS if w in stderr]
+    if leaks:
+        why.append(f"leaks {leaks}")
+    if any(len(ln) > MAX_ERROR_CHARS for ln in errors):
+        why.append(f"an error line over {MAX_ERROR_CHARS} characters")
+    if left:
+        why.append(f"left outputs {left}")
+    return why
+
+
+def check_kinds(tool: str, case: FuzzCase, tmp_path: Path, capsys, kinds=SWEEP_KINDS,
+                named: dict | None = None) -> list[str]:
+    """Run ``case`` once per kind in ``kinds`` (one ``setup`` shared by all: the sweep's budget) with
+    ``-q`` and return the :func:`contract_problems` of each, as lines."""
+    problems = []
+    shared = "/" not in case.suffix  # a file inside a folder the setup makes: one setup per kind
+    files = {}
+    if shared:
+        valid = tmp_path / "valid"
+        valid.mkdir(parents=True, exist_ok=True)
+        files = {k: str(v) for k, v in (case.setup(valid) if case.setup else {}).items()}
+    for kind in kinds:
+        base = tmp_path / kind
+        base.mkdir(parents=True)
+        if not shared:
+            files = {k: str(v) for k, v in (case.setup(base) if case.setup else {}).items()}
+        files = {**(named or {}), **files}
+        out = base / "out"
+        out.mkdir()
+        bad = base / f"bad{case.suffix}"
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        KINDS[kind](bad)
+        argv = [a.format(bad=bad, out=out, **files) for a in case.argv]
+        code, _, stderr = run_inprocess(tool, [*argv, "-q"], capsys)
+        left = sorted(p.name for p in out.iterdir())
+        why = contract_problems(code, stderr, left)
+        if why:
+            problems.append(f"{tool} {' '.join(case.argv)} [{kind}]: {', '.join(why)}: {stderr.strip()[:300]!r}")
+    return problems

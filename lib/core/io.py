@@ -304,20 +304,48 @@ def write_npz(path: str | os.PathLike, **arrays) -> None:
     write_bytes(path, buf.getvalue())
 
 
-def load_npz(path: str | os.PathLike, required: tuple[str, ...] = ()) -> dict:
-    """Load a .npz without pickles, checking that ``required`` keys are present."""
+def npy_problem(exc: BaseException, data: bytes, what: str = ".npz archive") -> str:
+    """One line for a failed ``numpy.load(allow_pickle=False)`` of ``data``, never numpy's own text
+    (its "contains pickled (object) data ... allow_pickle=" advice for random bytes, for instance)."""
+    if not data:
+        return "empty file"
+    if "Object arrays cannot be loaded" in str(exc):
+        return "holds pickled Python objects, which are never loaded; expected numeric arrays"
+    if data[:4] == b"PK\x03\x04" or data[:6] == b"\x93NUMPY":
+        return f"a damaged or truncated {what}"
+    return f"not a {what} (expected the zip archive of named arrays that numpy.savez writes)"
+
+
+def load_npy(path: str | os.PathLike, what: str = ".npy array"):
+    """One array from a .npy file, without pickles; any defect is one :class:`InputError` line naming
+    the file (:func:`npy_problem`)."""
     import numpy as np
 
-    import zipfile
+    data = read_bytes(path)
+    if data[:6] != b"\x93NUMPY":
+        raise InputError(f"not a {what}: " + ("empty file" if not data else "no .npy header (expected a file "
+                         "written by numpy.save)"), display_name(path))
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - header, dtype and size errors alike are a bad file
+        raise InputError(f"not a readable {what}: {npy_problem(exc, data, '.npy file')}", display_name(path)) from None
+
+
+def load_npz(path: str | os.PathLike, required: tuple[str, ...] = ()) -> dict:
+    """Load a .npz without pickles, checking that ``required`` keys are present. Any defect is one
+    :class:`InputError` line naming the file (:func:`npy_problem`)."""
+    import numpy as np
 
     data = read_bytes(path)
+    if data[:6] == b"\x93NUMPY":
+        raise InputError("a single .npy array, not a .npz archive of named arrays", display_name(path))
+    if not data or data[:2] != b"PK":
+        raise InputError(npy_problem(ValueError(), data), display_name(path))
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise ValueError("a single array, not an archive of named arrays")
             out = {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError, TypeError, zipfile.BadZipFile) as exc:
-        raise InputError(f"not a readable .npz file ({exc or 'empty'})", display_name(path)) from None
+    except Exception as exc:  # noqa: BLE001 - zip, header and dtype errors alike are a bad file
+        raise InputError(f"not a readable .npz file: {npy_problem(exc, data)}", display_name(path)) from None
     missing = [k for k in required if k not in out]
     if missing:
         raise InputError(f"missing arrays {missing}; expected {list(required)}", display_name(path))

@@ -2,14 +2,13 @@
 .npz of images (N, H, W[, C]); every defect is one InputError naming the file (and row)."""
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from icmlkit.lib.core.errors import InputError
-from icmlkit.lib.core.io import display_name, load_npz, open_text, read_bytes, suffix
+from icmlkit.lib.core.io import display_name, load_npy, load_npz, open_text, suffix
 
 POINT_KEYS = ("points", "x", "X", "data", "images")
 
@@ -105,11 +104,7 @@ def read_points(path, what: str = "points") -> Points:
     arrays: dict = {}
     image_shape = None
     if fmt == ".npy":
-        data = read_bytes(path)
-        try:
-            a = np.load(io.BytesIO(data), allow_pickle=False)
-        except Exception as exc:  # noqa: BLE001 - ValueError, OSError, EOFError, BadZipFile: all bad input
-            raise InputError(f"not a readable .npy file ({str(exc)[:120] or 'empty'})", where) from None
+        a = load_npy(path, ".npy file")
         if not isinstance(a, np.ndarray):
             raise InputError("not a .npy array", where)
         x, image_shape = _as_points(a, where)
@@ -134,10 +129,11 @@ def parse_direction(text: str, D: int):
     from icmlkit.lib.core.errors import UsageError
 
     if str(text).lower().endswith(".npy"):
+        a = load_npy(text, ".npy vector")
         try:
-            v = np.load(io.BytesIO(read_bytes(text)), allow_pickle=False).astype(np.float64).ravel()
-        except Exception as exc:  # noqa: BLE001 - any unreadable .npy is bad input
-            raise InputError(f"not a readable .npy vector ({exc})", str(text)) from None
+            v = a.astype(np.float64).ravel()
+        except (TypeError, ValueError):
+            raise InputError(f"not a numeric .npy vector (dtype {a.dtype})", str(text)) from None
     else:
         try:
             v = np.asarray([float(t) for t in str(text).split(",") if t.strip()])
