@@ -487,12 +487,13 @@ def report(R: dict) -> tuple[dict, str]:
         for name in (adam_name(picks["adam"]), tr_name(picks["tr"])):
             for tag in ("", " +prune"):
                 rs = _by_name(runs, name + tag)
+                f = lambda x, d=2: None if x is None else f"{x:.{d}f}"  # noqa: E731
                 rows.append({"run": name + tag, "seeds": len(rs), "diverged": sum(bool(r.get("error")) for r in rs),
-                             "mean PSNR @ 100": _mean([dict(r["curve"]).get(100) for r in rs]),
-                             "mean PSNR @ half": _mean([r["psnr_half"] for r in rs]),
-                             "mean PSNR @ end": _mean([r["psnr_full"] for r in rs]),
-                             "mean N end": _mean([r.get("n_gaussians_end") for r in rs])})
-        md += [f"**synthetic: {S['label']}** (means over seeds)", "", table(rows, digits=2), "", runs_md(S), ""]
+                             "mean PSNR @ 100": f(_mean([dict(r["curve"]).get(100) for r in rs])),
+                             "mean PSNR @ half": f(_mean([r["psnr_half"] for r in rs])),
+                             "mean PSNR @ end": f(_mean([r["psnr_full"] for r in rs])),
+                             "mean N end": f(_mean([r.get("n_gaussians_end") for r in rs]), 0)})
+        md += [f"**synthetic: {S['label']}** (means over seeds)", "", table(rows), "", runs_md(S), ""]
     if "picks" in R.get("lego", {}):
         L = R["lego"]
         out["tr500_ge_tuned_adam1000_lego"], _ = _pair_target(L["runs"], L["picks"], 1, L["label"])
