@@ -23,7 +23,7 @@ Parts (fits run two at a time in worker processes, one torch thread each; every 
   picks), each also with pruning of collapsed Gaussians (opacity below 0.005 every 100 steps, as 3DGS
   prunes between densification steps). Target: mean TR test PSNR at 500 >= best Adam's at 1000;
 - ``lego``: shared/data/nerf_lego_100 (read in place) at 50x50, 1000 uniform random-init Gaussians,
-  seed 0: best Adam, best TR and Adam at the reference rates; the same target;
+  seed 0: best Adam vs best TR; the same target;
 - ``knn_full``: the issue-31 kNN-matched scene at the sheet's size (800 Gaussians, 64x64, 32 + 8 views),
   seed 0, TR with the scaled schedule at the current defaults: the fit that diverged at step 582 with the
   former floor 0.01 and quaternion radius 0.05;
@@ -276,7 +276,7 @@ def synthetic(ctx) -> dict:
             "picks": picks, "runs": run_specs(ctx, specs)}
 
 
-@bench.part("lego", doc="lego 50x50, 1000 random-init Gaussians, best Adam vs best TR (and Adam x1), 1000 iterations",
+@bench.part("lego", doc="lego 50x50, 1000 random-init Gaussians, best Adam vs best TR, 1000 iterations",
             hours=0.1)
 def lego(ctx) -> dict:
     picks = tuned(ctx)
@@ -285,10 +285,8 @@ def lego(ctx) -> dict:
     base = dict(scene=lego_dir(), init="random", n=z["lego_n"], seed=0, iters=it, eval_every=max(it // 20, 1),
                 downscale=2)
     specs = _best_pair(base, picks)
-    if picks["adam"] != 1.0:
-        specs.append(dict(base, optimizer="adam", name=adam_name(1.0), cfg={"adam_lr_scale": 1.0}))
     return {"label": f"lego subset (50x50, 40 train + 10 test views), {z['lego_n']} random-init Gaussians, seed 0, "
-                     f"{it} iterations; the tune part's picks (and Adam at the reference rates)",
+                     f"{it} iterations; the tune part's picks",
             "picks": picks, "runs": run_specs(ctx, specs)}
 
 
