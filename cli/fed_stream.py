@@ -12,8 +12,8 @@ RECONSTRUCTED = (
     "buffer, a forecast of the next distribution, DDS on clients, SAW on the server). The DDS objective "
     "TV(c/sum c, forecast) + lambda*sqrt(1/sum c) and its water-filling solver, the SAW weights "
     "n_eff*exp(-gamma*TV) (floored), the noisy oracle, the baselines' buffer rules and the drift "
-    "generator are reconstructions, not the paper's formulas; defaults M = 5x arrivals, lambda 0.5, "
-    "gamma 2 are ours."
+    "generator are reconstructions, not the paper's formulas; defaults M = 5x arrivals, lambda 10 (the "
+    "digits benchmark's best of 0.5/2/10), gamma 2 are ours."
 )
 
 cli = ToolGroup(
@@ -69,8 +69,8 @@ def generate(run, cfg, output):
     (both extra `fed`). The drift generator is ours [reconstructed].
 
     \b
-    JSON keys: dataset, clients, periods, groups, classes, kind, samples, dim, test_samples,
-    arrivals_per_client_period, output, spec.
+    JSON keys: dataset, clients, periods, groups, classes, kind, hist_source, samples, dim,
+    test_samples, arrivals_per_client_period, output, spec.
     Example:  fed-stream generate --dataset rotated-mnist --periods 40 -o rmnist.npz --json
     """
     from icmlkit.lib.core.io import write_json
@@ -124,7 +124,15 @@ def run(run, stream, output, cfg, checkpoint_every, resume):
     \b
     JSON keys: strategy, oracle, oracle_tv_error, engine, clients, periods, buffer_size,
     acc_time_avg, acc_next_time_avg, acc_final, seconds, seconds_per_round, model, lambda, gamma,
-    saw, epochs, lr, outdir.
+    saw, epochs, lr, hist_source, oracle_future, allow_future_oracle, dds_kept_fraction, warnings,
+    outdir.
+
+    \b
+    On your own .csv/.parquet/.npz stream the histograms are each batch's own labels, so `--oracle
+    true`/`noisy:EPS` would read period t+1's actual labels: they refuse (exit 2) unless you pass
+    --allow-future-oracle, which summary.json (oracle_future) and manifest.json record; the default
+    `--oracle auto` runs ema there (past histograms only) and true on a generated stream. When DDS
+    keeps under half the buffer, one warning line goes to stderr (summary key warnings).
     Examples:
       fed-stream run digits.npz -s dds-saw --oracle true --buffer 90 -o runs/dds --json
       fed-stream run digits.npz -s fedavg-fifo --model mymodels:cnn -o runs/fifo
@@ -164,7 +172,8 @@ def compare(run, stream, output, cfg, ccfg):
 
     \b
     JSON keys: strategies, oracles, seeds, reference, mean_acc_time_avg ("oracle/strategy" ->
-    mean), best, paired (oracle, metric, strategy, diff, ci_low, ci_high), runs, outdir.
+    mean), best, paired (oracle, metric, strategy, diff, ci_low, ci_high), runs, hist_source,
+    oracle_future (oracle -> what it read of the future), allow_future_oracle, warnings, outdir.
     Example:  fed-stream compare digits.npz --strategies dds-saw,dds-only,saw-only,fedavg-fifo \\
                 --oracles true,noisy:0.3 --seeds 5 --buffer 90 -o runs/cmp --json
     """
@@ -207,8 +216,10 @@ def export_flower(run, stream, output, cfg, state_dir):
     from pathlib import Path
 
     from icmlkit.lib.fed_stream.flower import export_app
+    from icmlkit.lib.fed_stream.sim import checked_oracle
 
     data = _stream(run, stream)
+    cfg, _ = checked_oracle(cfg, data, run.seed)
     with run.run_dir(output) as folder:
         files = export_app(folder, str(Path(stream).resolve()), cfg, run.seed, data.clients, state_dir)
     return {"outdir": output, "files": files, "stream": stream, "clients": data.clients, "periods": data.periods,

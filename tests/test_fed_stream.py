@@ -459,6 +459,59 @@ def test_user_csv_and_parquet_streams_run(tmp_path, capsys):
     assert code == 0, err
 
 
+def test_known_future_oracle_on_a_user_stream_needs_the_flag(tmp_path, capsys, stream_file):
+    """On a user CSV the "true" forecast of period t+1 is period t+1's actual labels: --oracle true
+    (or noisy) refuses with one line naming --allow-future-oracle (exit 2, no output), runs with it,
+    and summary.json and manifest.json record it; the default oracle there uses the past only."""
+    p = tmp_path / "four.csv"
+    write_csv(p, [(0, 0, 0, 0.1, 0.2), (0, 0, 1, 0.3, 0.1), (0, 1, 1, 0.5, 0.5), (0, 1, 0, 0.2, 0.9)])
+    base = ["run", str(p), "--model", "logreg", "--json"]
+    for oracle in ("true", "noisy:0.3"):
+        code, _, err = run_inprocess(TOOL, [*base, "--oracle", oracle, "-o", str(tmp_path / "no")], capsys)
+        assert code == 2 and "--allow-future-oracle" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "no").exists()
+    code, _, err = run_inprocess(TOOL, ["compare", str(p), "--oracles", "ema,true", "--seeds", "1", "--model",
+                                        "logreg", "-o", str(tmp_path / "cmp")], capsys)
+    assert code == 2 and "--allow-future-oracle" in err and not (tmp_path / "cmp").exists()
+    out = tmp_path / "yes"
+    code, stdout, err = run_inprocess(TOOL, [*base, "--oracle", "true", "--allow-future-oracle", "-o", str(out)],
+                                      capsys)
+    assert code == 0, err
+    for s in (json.loads(stdout), json.loads((out / "summary.json").read_text())):
+        assert s["oracle"] == "true" and s["oracle_future"] == "actual-future-labels"
+        assert s["allow_future_oracle"] is True and s["hist_source"] == "batches"
+        assert s["oracle_tv_error"] == 0.0  # it read the answer
+    assert json.loads((out / "manifest.json").read_text())["parameters"]["allow_future_oracle"] is True
+    code, stdout, err = run_inprocess(TOOL, [*base, "-o", str(tmp_path / "auto")], capsys)
+    s = json.loads(stdout)
+    assert code == 0 and s["oracle"].startswith("ema") and s["oracle_future"] is None, err
+    # a generated stream: the generator knows the next period's distribution, labelled, no flag needed
+    code, stdout, err = run_inprocess(TOOL, ["run", str(stream_file), "--model", "logreg", "--json", "--oracle",
+                                             "true", "-o", str(tmp_path / "gen")], capsys)
+    s = json.loads(stdout)
+    assert code == 0 and s["oracle_future"] == "generator" and s["hist_source"] == "generator", err
+
+
+def test_default_lambda_keeps_the_buffer_and_a_small_one_warns(caplog):
+    """The default lambda is the digits benchmark's best (10): DDS keeps the buffer full. A lambda at
+    which DDS keeps under half the buffer says so: one warning line and the summary's warnings."""
+    import logging
+
+    from icmlkit.lib.fed_stream.sim import run_stream
+
+    assert RunConfig().lam == 10.0
+    s = tiny_stream(alpha=0.1, cycle=3)
+    with caplog.at_level(logging.WARNING, logger="icmlkit"):
+        ok = run_stream(fast_cfg(), s, seed=0).summary
+    assert ok["dds_kept_fraction"] == 1.0 and ok["warnings"] == [] and not caplog.records
+    with caplog.at_level(logging.WARNING, logger="icmlkit"):
+        low = run_stream(fast_cfg(lam=0.5), s, seed=0).summary
+    assert low["dds_kept_fraction"] < 0.5 and len(low["warnings"]) == 1
+    assert [r.getMessage() for r in caplog.records] == low["warnings"]
+    assert "--lambda" in low["warnings"][0] and "\n" not in low["warnings"][0]
+    assert run_stream(fast_cfg(strategy="fedavg-fifo"), s, seed=0).summary["dds_kept_fraction"] is None
+
+
 @pytest.mark.parametrize("bad,field", [
     ("missing", "'label'"), ("period", "'period'"), ("label", "'label'"), ("feature", "'f1'"),
 ])

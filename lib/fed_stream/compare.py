@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icmlkit.lib.fed_stream.sim import run_stream
+from icmlkit.lib.core.console import log
+from icmlkit.lib.fed_stream.sim import checked_oracle, run_stream
 
 
 @dataclass
@@ -37,14 +38,22 @@ def compare(cfg, ccfg, stream, *, device=None, progress=None, seeds=None) -> Com
     same function as ``run``) and pair the seeds against ``ccfg.reference``."""
     ccfg.check()
     seeds = list(range(ccfg.seeds)) if seeds is None else list(seeds)
-    runs, curves = [], {}
-    for oracle in ccfg.oracles:
+    # every oracle resolved (auto) and checked (known-future on a user stream) before any run
+    future = {}
+    for o in ccfg.oracles:
+        c, label = checked_oracle(dataclasses.replace(cfg, oracle=o), stream)
+        future[c.oracle] = label
+    oracles = list(future)
+    runs, curves, warnings = [], {}, []
+    for oracle in oracles:
         for strat in ccfg.strategies:
             acc = []
             for s in seeds:
                 c = dataclasses.replace(cfg, strategy=strat, oracle=oracle)
-                res = run_stream(c, stream, seed=s, device=device)
+                res = run_stream(c, stream, seed=s, device=device, warn=False)
                 sm = res.summary
+                seen = {x.split(":")[0] for x in warnings}  # one line per strategy (the first seed's)
+                warnings += [w for w in sm.get("warnings", []) if w.split(":")[0] not in seen]
                 runs.append({"oracle": oracle, "strategy": strat, "seed": s, "acc_time_avg": sm["acc_time_avg"],
                              "acc_next_time_avg": sm["acc_next_time_avg"], "acc_final": sm["acc_final"],
                              "oracle_tv_error": sm["oracle_tv_error"], "seconds_per_round": sm["seconds_per_round"]})
@@ -56,7 +65,7 @@ def compare(cfg, ccfg, stream, *, device=None, progress=None, seeds=None) -> Com
                     progress(f"{oracle} {strat} seed {s}: acc {sm['acc_time_avg']:.4f}")
             curves[(oracle, strat)] = np.mean(acc, 0)
     paired = []
-    for oracle in ccfg.oracles:
+    for oracle in oracles:
         ref = {r["seed"]: r for r in runs if r["oracle"] == oracle and r["strategy"] == ccfg.reference}
         for strat in ccfg.strategies:
             if strat == ccfg.reference:
@@ -68,16 +77,19 @@ def compare(cfg, ccfg, stream, *, device=None, progress=None, seeds=None) -> Com
                 paired.append({"oracle": oracle, "metric": metric, "strategy": strat, "reference": ccfg.reference,
                                **paired_ci(a, b)})
     means = {}
-    for oracle in ccfg.oracles:
+    for oracle in oracles:
         for strat in ccfg.strategies:
             v = [r["acc_time_avg"] for r in runs if r["oracle"] == oracle and r["strategy"] == strat]
             means[f"{oracle}/{strat}"] = float(np.mean(v))
     best = max(means, key=means.get)
-    summary = {"strategies": list(ccfg.strategies), "oracles": list(ccfg.oracles), "seeds": len(seeds),
+    for w in warnings:
+        log.warning(w)
+    summary = {"strategies": list(ccfg.strategies), "oracles": oracles, "seeds": len(seeds),
                "reference": ccfg.reference, "mean_acc_time_avg": means, "best": best,
                "paired": [{k: p[k] for k in ("oracle", "metric", "strategy", "diff", "ci_low", "ci_high")}
                           for p in paired if p["metric"] == "acc_time_avg"],
-               "runs": len(runs)}
+               "runs": len(runs), "hist_source": stream.hist_source, "oracle_future": future,
+               "allow_future_oracle": bool(cfg.allow_future_oracle), "warnings": warnings}
     return CompareResult(runs=runs, paired=paired, curves=curves, summary=summary)
 
 

@@ -67,13 +67,14 @@ def client_train(msg, context):
     from icmlkit.lib.fed_stream.client import ClientState, batch_plan, client_round
     from icmlkit.lib.fed_stream.models import build_model, local_train
     from icmlkit.lib.fed_stream.oracles import make_oracle
-    from icmlkit.lib.fed_stream.sim import buffer_size, forecasts, observed_histograms
+    from icmlkit.lib.fed_stream.sim import buffer_size, checked_oracle, forecasts, observed_histograms
 
     conf = msg.content["config"]
     cfg = _run_cfg(conf["run-config"])
     seed, t = int(conf["seed"]), int(conf["period"])
     k = int(context.node_config["partition-id"])
     stream = _stream(conf["stream-path"])
+    cfg, _ = checked_oracle(cfg, stream, seed)  # --oracle auto, and the known-future rule
     K = stream.clients
     M = buffer_size(cfg, stream)
     oracle = make_oracle(cfg.oracle, seed=seed)
@@ -262,7 +263,7 @@ def run_flower_sim(cfg, stream, *, seed: int = 0):
     meta = {"format": "icmlkit.fedstream.model/1", "model": cfg.model, "in_dim": str(stream.dim),
             "n_classes": str(stream.n_classes), "strategy": cfg.strategy, "oracle": cfg.oracle}
     return RunResult(rows=rows, params=record["params"], meta=meta,
-                     summary=summarise(cfg, rows, K, T, buffer_size(cfg, stream), seconds, T, oracle.name),
+                     summary=summarise(cfg, rows, K, T, buffer_size(cfg, stream), seconds, T, oracle.name, stream),
                      group_acc=np.stack(record["group_acc"]))
 
 

@@ -11,6 +11,10 @@ An oracle sees distributions only, never a sample array: :meth:`Oracle.forecast`
 and returns a (K, G) forecast of period t+1. Pluggable: ``--oracle module:factory`` names a
 callable ``factory() -> object with forecast(t, observed, generating, clients)``.
 
+On a user stream (``Stream.hist_source == "batches"``) the generating parameters are each
+batch's own label histogram, so ``true``/``noisy`` would read period t+1's actual labels: they
+run only with ``--allow-future-oracle`` (:func:`future_use`), and ``auto`` picks ``ema`` there.
+
 ``true`` / ``noisy`` / ``ema`` / ``periodic`` follow the method sheet; the noisy construction
 (a move of exactly eps in total variation toward a random distribution) is ours [reconstructed].
 """
@@ -117,6 +121,33 @@ class PeriodicOracle(Oracle):
         return observed[:, s if s >= 0 else -1].copy()
 
 
+FUTURE_FLAG = "--allow-future-oracle"
+PAST_ONLY_DEFAULT = "ema"
+
+
+def resolve_spec(spec: str, hist_source: str) -> str:
+    """``auto`` -> ``true`` on a stream whose ``hist`` a generator knows (or the file gives), ``ema``
+    (past histograms only) on a user stream whose ``hist`` is each batch's own labels."""
+    if spec.strip() != "auto":
+        return spec
+    return PAST_ONLY_DEFAULT if hist_source == "batches" else "true"
+
+
+def future_use(oracle, spec: str, hist_source: str, allow: bool) -> str | None:
+    """What a known-future oracle reads on this stream: None (it uses the past only), "generator"
+    (the generator's known next-period distribution), "given" (the file's own hist) or
+    "actual-future-labels" (a user stream: period t+1's labels). The last needs ``allow``
+    (``--allow-future-oracle``); without it a :class:`UsageError` (exit 2) names the flag."""
+    if not getattr(oracle, "needs_generating", False):
+        return None
+    if hist_source != "batches":
+        return hist_source
+    if not allow:
+        raise UsageError(f"--oracle {spec} reads the future on a user stream (its histograms are each period's "
+                         f"actual labels): use ema[:BETA] or periodic[:SEASON], or pass {FUTURE_FLAG}")
+    return "actual-future-labels"
+
+
 def make_oracle(spec: str, seed: int = 0, season: int = 12) -> Oracle:
     """``true``, ``noisy:EPS`` (or ``noisy(EPS)``), ``ema[:BETA]``, ``periodic[:SEASON]`` or
     ``module:factory``."""
@@ -146,7 +177,8 @@ def make_oracle(spec: str, seed: int = 0, season: int = 12) -> Oracle:
         if not hasattr(obj, "needs_generating"):
             obj.needs_generating = False
         return obj
-    raise UsageError(f"--oracle must be true, noisy:EPS, ema[:BETA], periodic[:SEASON] or module:factory, not {spec!r}")
+    raise UsageError(f"--oracle must be auto, true, noisy:EPS, ema[:BETA], periodic[:SEASON] or module:factory, "
+                     f"not {spec!r}")
 
 
 def check_forecast(f, K: int, G: int, name: str) -> np.ndarray:

@@ -34,6 +34,7 @@ from icmlkit.lib.core.runtime import numpy_rng
 
 STREAM_FORMAT = "icmlkit.fedstream/1"
 USER_SUFFIXES = (".npz", ".csv", ".parquet")
+HIST_SOURCES = ("generator", "given", "batches")
 REQUIRED_COLUMNS = ("client", "period", "label")
 
 
@@ -54,6 +55,11 @@ class Stream:
     n_classes: int
     kind: str = "label"      # "label" or "regime"
     spec: dict = field(default_factory=dict)
+    # where ``hist`` comes from (what a "true" oracle reads): "generator" (make_stream: the
+    # generator's known distribution of every period), "given" (an .npz that brings its own
+    # hist), "batches" (a user stream: each batch's own label histogram, so the "true" forecast
+    # of period t+1 is period t+1's actual labels, the future)
+    hist_source: str = "generator"
 
     @property
     def clients(self) -> int:
@@ -282,12 +288,13 @@ def write_stream(path, s: Stream) -> None:
     """The stream as an uncompressed .npz (byte-identical for the same seed)."""
     write_npz(path, x=s.x, y=s.y, label=s.y, group=s.group, client=s.client, period=s.period, hist=s.hist,
               x_test=s.x_test, y_test=s.y_test, group_test=s.group_test,
-              n_classes=np.array(s.n_classes), kind=np.array(s.kind), format=np.array(STREAM_FORMAT))
+              n_classes=np.array(s.n_classes), kind=np.array(s.kind), format=np.array(STREAM_FORMAT),
+              hist_source=np.array(s.hist_source))
 
 
 def stream_summary(s: Stream) -> dict:
     return {"clients": s.clients, "periods": s.periods, "groups": s.groups, "classes": s.n_classes,
-            "kind": s.kind, "samples": int(len(s.y)), "dim": s.dim, "test_samples": int(len(s.y_test)),
+            "kind": s.kind, "hist_source": s.hist_source, "samples": int(len(s.y)), "dim": s.dim, "test_samples": int(len(s.y_test)),
             "arrivals_per_client_period": float(len(s.y) / (s.clients * s.periods))}
 
 
@@ -390,6 +397,7 @@ def _assemble(path, x, label, client, period, lines=None, hist=None, test=None, 
         x, label, client, period, group = x[keep], label[keep], client[keep], period[keep], group[keep]
     else:
         x_test, y_test, g_test = test
+    given = hist
     if hist is None:
         cnt = np.zeros((K, T, G))
         np.add.at(cnt, (client, period, group), 1.0)
@@ -400,7 +408,8 @@ def _assemble(path, x, label, client, period, lines=None, hist=None, test=None, 
                   client=client[order], period=period[order], hist=np.asarray(hist, dtype=np.float64),
                   x_test=np.asarray(x_test, dtype=np.float32), y_test=np.asarray(y_test, dtype=np.int64),
                   group_test=np.asarray(g_test, dtype=np.int64), n_classes=C, kind=kind,
-                  spec={"format": STREAM_FORMAT, "source": display_name(path)})
+                  spec={"format": STREAM_FORMAT, "source": display_name(path)},
+                  hist_source="batches" if given is None else "given")
 
 
 def _read_csv(path) -> Stream:
@@ -518,16 +527,20 @@ def _read_npz(path) -> Stream:
         raise _bad(path, f"field 'hist': a label-shift stream needs one group per class ({C}), found {G}")
     if kind == "label" and (group != arrs[lab]).any():
         raise _bad(path, "field 'group': must equal label in a label-shift stream")
+    source = str(z["hist_source"]) if "hist_source" in z and z["hist_source"].dtype.kind == "U" else "given"
+    if source not in HIST_SOURCES:
+        raise _bad(path, f"field 'hist_source': expected one of {', '.join(HIST_SOURCES)}, found {source!r}")
     order = np.lexsort((np.arange(n), client, period))
     return Stream(x=x[order], y=arrs[lab][order], group=group[order], client=client[order], period=period[order],
                   hist=hist, x_test=xt.astype(np.float32), y_test=yt, group_test=gt, n_classes=C, kind=kind,
-                  spec={"format": STREAM_FORMAT, "source": display_name(path)})
+                  spec={"format": STREAM_FORMAT, "source": display_name(path)}, hist_source=source)
 
 
 def read_stream(path) -> Stream:
     """A stream file: the .npz of ``generate``, or a user stream (.csv[.gz], .parquet or .npz with
     columns/keys client, period, label and features; groups = labels, exact histograms = the
-    batches' label histograms, 20% of every batch held out as test pools [ours]). Any problem is
+    batches' label histograms (``hist_source`` "batches": a "true" forecast of them reads the
+    future), 20% of every batch held out as test pools [ours]). Any problem is
     one :class:`InputError` naming the file and the field (and the line for CSV)."""
     fmt = suffix(path)
     if fmt not in USER_SUFFIXES:
