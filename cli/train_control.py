@@ -80,7 +80,8 @@ def train(run, env, output, checkpoint_every, resume, cfg):
     on the same episodes), lqr_normalised ((R - R_zero) / (R_opt - R_zero), R_zero the zero-control
     return), episodes, resumed_from, world_size, env_steps (world_size x steps), rank_param_spread
     (torchrun: the largest parameter difference between processes, 0.0 when in sync; else null),
-    output.
+    ams_k_used (the K drawn: capped at 1 for 1-D actions, where K > 1 repeats a' +- rho; null
+    without AMS), output.
     Examples:
       train-control train Pendulum-v1 --algo td3 --total-steps 2000 --learning-starts 500 -o runs/td3 --json
       train-control train Humanoid-v5 --algo ams-td3 --ams-k 8 --ams-rho 0.15 --total-steps 100000 -o runs/h
@@ -209,7 +210,7 @@ def critic_study(run, buffer, output, cfg):
     validation TD loss and the diagnostics. The protocol is RECONSTRUCTED (method sheet (a)).
 
     \b
-    JSON keys: transitions, validation, updates, ams_k, ams_rho; point_* and ams_* for l1, l3_spectral,
+    JSON keys: transitions, validation, updates, ams_k, ams_k_used, ams_rho; point_* and ams_* for l1, l3_spectral,
     l3_trace, l3_trace_abs (mean per-state |trace|), grad_norm, l4, l4_std, td_std, val_td_loss (own target), val_td_loss_point (the noiseless
     point target), update_ms, diverged; reduction_l3_spectral, reduction_l3_trace, reduction_l4,
     reduction_l3_trace_abs, reduction_l4_std (1 - |AMS|/|point|), td_loss_not_worse, update_time_ratio (AMS/point).

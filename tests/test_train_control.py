@@ -159,6 +159,40 @@ def test_ams_target_differs_and_is_one_batched_forward(monkeypatch):
     assert calls == [8 * 2 * 4]
 
 
+def test_k_above_d_is_capped_in_one_dimension_with_a_warning(monkeypatch, caplog):
+    """In 1-D every orthogonal direction is +-1, so K > 1 only repeats the pair a' +- rho: K is capped at 1 (the
+    same target from 2 neighbours instead of 2K) with one warning line; K > d >= 2 is kept (independent
+    orthonormal blocks give distinct neighbours), and so is the iid kind."""
+    import logging
+
+    from icmlkit.lib.train_control.ams import directions_used
+
+    assert directions_used(8, 1) == 1 and directions_used(8, 2) == 8 and directions_used(8, 1, "iid") == 8
+    u = orthonormal_directions(5, 1, 8, gen(3), dtype=D)
+    assert torch.equal(u.abs(), torch.ones(5, 1, 8, dtype=D))  # the waste: every antithetic pair is a' +- rho
+    b = _batch(act_dim=1, n=8)
+    agent = Agent(3, 1, AgentConfig(hidden=16, ams_k=8, ams_rho=0.15), "ams-td3", seed=0)
+    assert agent.ams_k == 1 and len(agent.k_notes()) == 1 and "--ams-k 8" in agent.k_notes()[0]
+    calls = []
+    orig = agent.critic_targ.q_min
+
+    def spy(s, a):
+        calls.append(s.shape[0])
+        return orig(s, a)
+
+    monkeypatch.setattr(agent.critic_targ, "q_min", spy)
+    y = agent.td_target(b, {"target": gen(), "ams": gen()})
+    assert calls == [8 * 2]
+    with torch.no_grad():  # the uncapped 2K = 16 neighbours give the same value
+        a2 = agent.actor_targ(b["next_obs"])
+        full = neighbourhood_mean(orig, b["next_obs"], a2, torch.ones(8, 1, 8), 0.15)
+    torch.testing.assert_close(y, b["rew"] + 0.99 * (1 - b["done"]) * full, rtol=0, atol=1e-6)
+    assert Agent(3, 2, AgentConfig(hidden=16, ams_k=8), "ams-td3", seed=0).k_notes() == []
+    assert Agent(3, 1, AgentConfig(hidden=16, ams_k=8), "td3", seed=0).k_notes() == []  # no AMS, no note
+    nb = Agent(3, 1, AgentConfig(hidden=16, lambda_nb=0.5, nb_k=4), "td3", seed=0)
+    assert nb.nb_k == 1 and len(nb.k_notes()) == 1 and "--nb-k 4" in nb.k_notes()[0]
+
+
 # --------------------------------------------------------------------------- diagnostics
 
 

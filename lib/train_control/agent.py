@@ -29,7 +29,7 @@ import math
 import torch
 from torch import nn
 
-from icmlkit.lib.train_control.ams import neighbourhood_mean, neighbours, orthonormal_directions
+from icmlkit.lib.train_control.ams import directions_used, k_note, neighbourhood_mean, neighbours, orthonormal_directions
 from icmlkit.lib.core.runtime import seeded
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -148,6 +148,22 @@ class Agent:
         self.updates = 0
         self._part = None  # (global rows, this rank's slice) during a data-parallel update
 
+    @property
+    def ams_k(self) -> int:
+        """AMS's K actually drawn (orthogonal directions in 1-D repeat a' +- rho: capped, see
+        :func:`~icmlkit.lib.train_control.ams.directions_used`)."""
+        return directions_used(self.cfg.ams_k, self.act_dim, self.cfg.ams_directions)
+
+    @property
+    def nb_k(self) -> int:
+        return directions_used(self.cfg.nb_k, self.act_dim, "orthogonal")
+
+    def k_notes(self) -> list[str]:
+        """One warning line per K that was capped (AMS's --ams-k, the manifold loss's --nb-k)."""
+        notes = [k_note("--ams-k", self.cfg.ams_k, self.act_dim, self.cfg.ams_directions) if self.is_ams else None,
+                 k_note("--nb-k", self.cfg.nb_k, self.act_dim) if self.cfg.lambda_nb > 0 else None]
+        return [n for n in notes if n]
+
     def _rows(self, n: int) -> tuple[int, slice]:
         """Rows to draw random numbers for and the slice of them that belongs to this batch: the whole
         global batch under torchrun (so every rank's draws are those of one process), else ``n``."""
@@ -189,7 +205,7 @@ class Agent:
             return self.critic_targ.q_min(s2, a2)
         c = self.cfg
         n, part = self._rows(s2.shape[0])
-        u = orthonormal_directions(n, self.act_dim, c.ams_k, gens["ams"], per=c.ams_resample,
+        u = orthonormal_directions(n, self.act_dim, self.ams_k, gens["ams"], per=c.ams_resample,
                                    kind=c.ams_directions, dtype=s2.dtype, device=s2.device)[part]
         return neighbourhood_mean(self.critic_targ.q_min, s2, a2, u, c.ams_rho, c.ams_center_weight)
 
@@ -217,7 +233,7 @@ class Agent:
                                                                                    q2.detach().abs().max()))}
         if c.lambda_nb > 0:
             n, part = self._rows(s.shape[0])
-            u = orthonormal_directions(n, self.act_dim, c.nb_k, gens["ams"], kind="orthogonal",
+            u = orthonormal_directions(n, self.act_dim, self.nb_k, gens["ams"], kind="orthogonal",
                                        dtype=s.dtype, device=s.device)[part]
             nb = neighbours(a.detach(), u, c.ams_rho)  # (B, 2 nb_k, d)
             m = nb.shape[1]

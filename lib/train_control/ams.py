@@ -54,6 +54,22 @@ def orthonormal_directions(batch: int, d: int, k: int, generator: torch.Generato
     return u.to(device=device, dtype=dtype)
 
 
+def directions_used(k: int, d: int, kind: str = "orthogonal") -> int:
+    """The K actually drawn for d-dimensional actions. Orthogonal directions in d = 1 are all +-1, so
+    every antithetic pair is the same two neighbours a' +- rho and K > 1 only repeats it: capped at 1 (the same value
+    from 2 forwards instead of 2K). For d >= 2, K > d stacks independent orthonormal blocks, whose
+    neighbours are distinct points: kept."""
+    return 1 if kind == "orthogonal" and d == 1 else int(k)
+
+
+def k_note(flag: str, k: int, d: int, kind: str = "orthogonal") -> str | None:
+    """The one-line warning when :func:`directions_used` caps ``flag``'s K, else None."""
+    if directions_used(k, d, kind) >= k:
+        return None
+    return (f"{flag} {k} > action dimension {d}: orthogonal directions in 1-D are +-1, so the 2K neighbours are "
+            f"a' +- rho repeated; using K = 1 (2 neighbours, the same value)")
+
+
 def neighbours(a: torch.Tensor, u: torch.Tensor, rho: float, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
     """Antithetic neighbours of ``a`` (B, d) along ``u`` (B, d, K): (B, 2K, d), clipped after the shift.
 

@@ -21,7 +21,8 @@ class AmsConfig:
     """The AMS target [reconstructed] (used by ams-td3 / ams-sac and by critic-study's AMS critic)."""
 
     ams_k: int = _opt(8, "AMS [reconstructed]: K orthonormal directions (antithetic: 2K neighbours); K > d "
-                      "stacks independent orthonormal blocks.", min=1)
+                      "stacks independent orthonormal blocks (for 1-D actions K is capped at 1: every pair "
+                      "is a' +- rho).", min=1)
     ams_rho: float = _opt(0.15, "AMS [reconstructed]: neighbourhood radius in normalised [-1,1] action units.",
                           min=0.0)
     ams_resample: str = _opt("element", "AMS [reconstructed]: redraw the directions per batch element or once "

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 from icmlkit.lib.train_control.agent import Agent
+from icmlkit.lib.train_control.ams import directions_used
 from icmlkit.lib.train_control.config import CriticStudyConfig  # noqa: F401
 from icmlkit.lib.train_control.diagnostics import critic_diagnostics
 from icmlkit.lib.train_control.replay import ReplayBuffer
-from icmlkit.lib.core.console import progress
+from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.runtime import generator
 
@@ -60,6 +61,8 @@ def train_critic(arrs_train: dict, val: dict, cfg: CriticStudyConfig, algo: str,
     buf = ReplayBuffer.from_arrays(arrs_train)
     obs_dim, act_dim = arrs_train["obs"].shape[1], arrs_train["act"].shape[1]
     agent = Agent(obs_dim, act_dim, cfg, algo, seed, dev)
+    for note in agent.k_notes():
+        log.warning(note)
     gens = {k: generator(seed, k) for k in ("replay", "target", "ams", "actor")}
     vb = {k: torch.from_numpy(v).to(dev) for k, v in val.items()}
     n_diag = min(1024, vb["obs"].shape[0])
@@ -107,7 +110,8 @@ def critic_study(arrs: dict, cfg: CriticStudyConfig, seed: int = 0, device="cpu"
         return round(1.0 - abs(a) / abs(p), 4)
 
     s = {"transitions": int(arrs["obs"].shape[0]), "validation": int(val["obs"].shape[0]), "updates": cfg.updates,
-         "ams_k": cfg.ams_k, "ams_rho": cfg.ams_rho}
+         "ams_k": cfg.ams_k, "ams_k_used": directions_used(cfg.ams_k, int(arrs["act"].shape[1]), cfg.ams_directions),
+         "ams_rho": cfg.ams_rho}
     for algo, name in (("td3", "point"), ("ams-td3", "ams")):
         for k in KEYS:
             v = out[algo].get(k)

@@ -51,7 +51,7 @@ from icmlkit.lib.train_control.envs import ControlEnv, make_env
 from icmlkit.lib.train_control.priors import build_prior, with_prior
 from icmlkit.lib.train_control.replay import ReplayBuffer
 from icmlkit.lib.core.checkpoint import Checkpointer, fingerprint, restore
-from icmlkit.lib.core.console import progress
+from icmlkit.lib.core.console import log, progress
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.core.runtime import Dist, generator, stream_seed
 
@@ -187,6 +187,9 @@ def train(env_spec: str, cfg: TrainConfig, seed: int = 0, device="cpu", checkpoi
     probe_env = with_prior(make_env(env_spec, cfg.max_episode_steps), prior) if cfg.l2_states and main else None
     is_lqr = getattr(env, "is_lqr", False)
     agent = Agent(env.obs_dim, env.act_dim, cfg, cfg.algo, seed, dev)
+    if main:
+        for note in agent.k_notes():
+            log.warning(note)
     buf = ReplayBuffer(env.obs_dim, env.act_dim, min(cfg.buffer_size, cfg.total_steps))
     gens = {k: generator(seed, k) for k in STREAMS if k != "explore"}  # shared by all ranks
     explore = generator(seed, _rank_stream("explore", dist.rank, replicated))  # this rank's own
@@ -297,7 +300,7 @@ def train(env_spec: str, cfg: TrainConfig, seed: int = 0, device="cpu", checkpoi
                    "lqr_normalised": _r(ev.get("lqr_normalised")),
                    "episodes": len(ep_rows), "resumed_from": start if state is not None else None,
                    "world_size": dist.world, "env_steps": dist.world * cfg.total_steps,
-                   "rank_param_spread": spread}
+                   "rank_param_spread": spread, "ams_k_used": agent.ams_k if agent.is_ams else None}
     run_config = {"format": RUN_FORMAT, "env": env_spec, "algo": cfg.algo, "seed": int(seed),
                   "config": asdict(cfg), "env_info": env.info(), "world_size": dist.world}
     for e in (env, eval_env, probe_env):
