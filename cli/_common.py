@@ -139,8 +139,8 @@ def _shared_params(omit: tuple[str, ...] = ()) -> list[click.Parameter]:
         click.Option(["--device"], default="auto", show_default=True, envvar="ICMLKIT_DEVICE",
                      help="auto, cpu, cuda or cuda:N (cuda without a GPU: exit 4)."),
         click.Option(["--threads"], type=click.IntRange(min=0), default=DEFAULT_THREADS, show_default=True,
-                     envvar=THREADS_ENV, help="CPU threads for torch and BLAS (0: one per core). 1 by default: "
-                     "the same bytes on every machine, and no slowdown when the machine is busy."),
+                     envvar=THREADS_ENV, help="CPU threads for torch and BLAS (0: one per core). 1 by default: the "
+                     "same bytes whatever the core count (not across counts), no collapse on a busy machine."),
         click.Option(["--config"], type=click.Path(dir_okay=False), is_eager=True, envvar="ICMLKIT_CONFIG",
                      callback=_load_config, help="TOML or JSON file of option defaults (flags and "
                      "environment variables win over it)."),
@@ -570,7 +570,8 @@ class ToolCommand(click.Command):
         own = {p.name for p in self.params}
         if "threads" in own:  # a tool's own --threads (e.g. in its config) stands in for the shared one
             p = next(p for p in self.params if p.name == "threads")
-            p.envvar = [p.envvar, THREADS_ENV] if isinstance(p.envvar, str) else p.envvar
+            capped = isinstance(p.type, click.IntRange) and p.type.max is not None  # ICMLKIT_THREADS=8 must not break it
+            p.envvar = [p.envvar, THREADS_ENV] if isinstance(p.envvar, str) and not capped else p.envvar
         self.omitted = tuple(n for n, keep in (("device", device), ("seed", seed), ("threads", "threads" not in own))
                              if not keep)
         self.params.extend(_shared_params(self.omitted))
