@@ -728,7 +728,7 @@ def exact_markdown(rows: list[dict]) -> str:
                       f"`solve --ilp` (best of {rows[0]['trials']} trials per rounding, local search, then HiGHS MIP "
                       f"warm-started with that colouring; the better of the two) and HiGHS MIP with no start, each "
                       f"limited to {rows[0]['time_limit']:g} s of MIP; bound = the exact mode's proven upper bound "
-                      "(HiGHS's, or the LP's when HiGHS's is missing or inconsistent).", "",
+                      "(HiGHS's, or the LP's when tighter or when HiGHS's is missing or not trusted).", "",
                       table([{"instance": r["instance"], "n": r["n"], "LP": f"{r['lp_value']:.1f}",
                               "heuristic": f"{r['heuristic_value']:.1f}", "exact mode": f"{r['exact_value']:.1f}",
                               "winner": r["exact_winner"], "bound": f"{r['exact_bound']:.1f}",

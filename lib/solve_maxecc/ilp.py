@@ -79,7 +79,7 @@ def solve_ilp(H: Hypergraph, time_limit: float | None = 60.0, start: np.ndarray 
     limit = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - t0))
     h, model, col = _run_mip(H, added, start, limit, threads, presolve=True)
     note = ""
-    if start is not None and not _consistent(H, h, model, col):
+    if start is not None and _overclaims(H, h, model, col):
         # HiGHS 1.16's presolve can mis-map a warm start ("MIP start solution is feasible in the
         # reduced space: objective value is 5" for a start worth 4, then "Optimal" at 5, above the
         # LP bound): solve again without presolve for the time left
@@ -105,13 +105,15 @@ def solve_ilp(H: Hypergraph, time_limit: float | None = 60.0, start: np.ndarray 
     optimal = status == _highspy().HighsModelStatus.kOptimal
     hs_status = h.modelStatusToString(status) + note
     # Guard: HiGHS 1.16 with a warm start was seen to report an objective (and bound) above the LP
-    # optimum on MAG-10 while returning a solution worth less. Trust the objective only if it
-    # matches HiGHS's own solution.
-    if has_incumbent:
-        if not _consistent(H, h, model, col):
-            optimal = False
-            hs_status += " (objective inconsistent with the solution; bound not trusted)"
-            bound = math.inf
+    # optimum on MAG-10 while returning a solution worth less. An objective above the value of the
+    # solution HiGHS returns means it pruned against an incumbent it does not have, so its bound
+    # is not trusted; an objective below it (seen at time limits with a warm start: HiGHS returns
+    # the start but reports its own worse incumbent) only made its pruning more cautious, so the
+    # bound stands.
+    if has_incumbent and _overclaims(H, h, model, col):
+        optimal = False
+        hs_status += " (objective above the value of HiGHS's own solution; bound not trusted)"
+        bound = math.inf
     # the LP optimum is a proven upper bound too (the full LP: row generation is exact); take the
     # tighter one, and the LP's alone when HiGHS's is missing or not trusted
     lp_bound = float(lp.value) if lp.optimal else float(H.total_weight)
@@ -144,12 +146,12 @@ def _run_mip(H: Hypergraph, added: np.ndarray, start: np.ndarray | None, time_li
     return h, model, np.asarray(h.getSolution().col_value, dtype=np.float64)
 
 
-def _consistent(H: Hypergraph, h, model, col: np.ndarray) -> bool:
-    """Whether HiGHS's objective equals the value of the solution it returns (no solution: True)."""
+def _overclaims(H: Hypergraph, h, model, col: np.ndarray) -> bool:
+    """Whether HiGHS's objective is above the value of the solution it returns (no solution: False)."""
     if col.shape != (model.num_x + model.num_z,):
-        return True
+        return False
     own = float(H.weight @ np.clip(col[model.num_x:], 0, 1))
-    return abs(own - float(h.getInfo().objective_function_value)) <= 1e-6 * max(1.0, abs(own))
+    return float(h.getInfo().objective_function_value) > own + 1e-6 * max(1.0, abs(own))
 
 
 INTEGRAL_TOL = 1e-9
