@@ -19,7 +19,8 @@ RECONSTRUCTED = (
     "scaling as the per-branch calibration and the candidate fusion rules (max, mean, mean logit), one "
     "encoder pass per multi-scale view for the foundation branch, δ/ε as the CNN branch's noise input, "
     "the probe's 2x pixel-unshuffle and the CNN's stride-2 stem, the fine-tuned baseline's frozen "
-    "BatchNorm statistics, and the small sizes (default 32-px images, encoder at 64 px, 16-channel "
+    "BatchNorm statistics, and the small sizes (112-px crops with the encoder at 112 px by default, the "
+    "benchmark's, where the paper uses 224; the demo's 32-px images with the encoder at 64 px; a 16-channel "
     "3-level probe UNet)."
 )
 GENERATORS_OPTION = click.option(
@@ -54,7 +55,9 @@ each branch and picks the fusion rule on held-out training files (--val-fraction
 
 \b
 Images: PNG/JPEG/... files, folders (recursive) or list files (.txt, one path a line). Every
-image is converted to RGB, centre-cropped to a square and resized (bicubic) to the model's size.
+image is converted to RGB and, by default (--preprocess crop, the benchmark's), its centre
+--image-size crop (112 px) is taken at the native resolution (smaller images are resized up);
+--preprocess resize centre-crops a square and resizes it (bicubic), which wipes pixel-level traces.
 
 \b
 Examples:
@@ -62,8 +65,7 @@ Examples:
   detect-synthetic train bench_data/train -o radet.pt --json
   torchrun --nproc_per_node 2 --standalone $(which detect-synthetic) train bench_data/train -o radet.pt
   detect-synthetic train real/ fake/ --method rigid -o rigid.pt
-  detect-synthetic train ../shared/data/cnndetection/images --generators stylegan,biggan \\
-      --image-size 112 --input-size 112 --preprocess crop -o radet.pt
+  detect-synthetic train ../shared/data/cnndetection/images --generators stylegan,biggan -o radet.pt
   detect-synthetic eval radet.pt --cnndetection ../shared/data/cnndetection/images --generators crn,imle
   detect-synthetic eval radet.pt --real bench_data/test/0_real --fake bench_data/test/1_fake --json
   detect-synthetic score radet.pt photos/ -o scores.csv --shard 2/8
@@ -333,17 +335,27 @@ def generate(run, out_dir, train_generator, n_train, n_test, quick):
     return {**info, "outdir": out_dir}
 
 
-add_demo(cli, "icmlkit.lib.detect_synthetic.demo:run_demo", device=True, doc="""A one-minute benchmark: quick generators,
-    then RA-Det, RIGID, the linear probe and the fine-tuned classifier trained on real vs DCGAN and
-    tested on DCGAN, DDPM and VAE (unseen). The real benchmark (CNNDetection, TAEF2) is
-    bench/detect_synthetic.py.
+add_demo(cli, "icmlkit.lib.detect_synthetic.demo:run_demo", device=True, options=[
+    click.option("--train-generators", is_flag=True,
+                 help="Train the quick generators here (about 30 s more) instead of reading the shipped "
+                      "data/detect_synthetic/quick_generated.npz, and write their images to OUTDIR/generated.npz "
+                      "(with --seed 0 that file is the shipped one: how it was made).")],
+    doc="""The offline toy in well under a minute of CPU: real photo crops vs quick generators (their
+    images shipped in data/detect_synthetic/, made by seed 0's quick DCGAN, DDPM and VAE; another
+    --seed or --train-generators trains them here; 120 training crops a class, 40 test crops per
+    class and generator), then RA-Det (30 steps of 32), RIGID and the linear probe trained on real
+    vs DCGAN and tested on DCGAN, DDPM and VAE (unseen), at the toy sizes (32-px images, encoder
+    at 64 px; the defaults are the benchmark's 112 px). The fine-tuned
+    classifier and the real benchmark (CNNDetection, TAEF2) are bench/detect_synthetic.py
+    (`--quick` for a short run).
 
-    Writes the benchmark images, the four models, summary.json and manifest.json into OUTDIR.
+    Writes the benchmark images, the three models, summary.json and manifest.json into OUTDIR.
 
     \b
     JSON keys: headline, methods (per method: per-generator AUROC, the unseen mean and the
-    accuracy at 0.5), asymmetry_p (Mann-Whitney p per generator, Gaussian probe), benchmark (as
-    `generate`), outdir.
+    accuracy at 0.5), asymmetry_p (Mann-Whitney p per generator: RIGID's drift under the Gaussian
+    probe, fakes above reals), benchmark (as
+    `generate`, plus generated: shipped or trained here), outdir.
     Example:  detect-synthetic demo --outdir /tmp/detect-demo --json | jq .headline
     """)
 

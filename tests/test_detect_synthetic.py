@@ -15,6 +15,7 @@ import torch
 from conftest import Interrupted, exe, run_tool as _run_tool
 
 from icmlkit.lib.core.errors import InputError, UsageError
+from icmlkit.lib.detect_synthetic.config import TOY_SIZES
 
 TOOL = "detect-synthetic"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # on a loaded 2-core machine one torch thread is many times faster
@@ -22,6 +23,28 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # on a loaded 2-core machine one torch th
 
 def run_tool(*args, **kw):
     return _run_tool(*args, env={**ONE_THREAD, **kw.pop("env", {})}, **kw)
+
+
+def test_defaults_are_the_benchmarked_image_pipeline():
+    """Issue 59: `train` and `probe` default to bench/detect_synthetic.py's 112-px native crops with the
+    encoder at 112 px (resizing would wipe the traces the method reads), not the demo's toy sizes."""
+    import importlib.util
+    from pathlib import Path
+
+    from icmlkit.lib.detect_synthetic.config import DetectorConfig, ProbeConfig
+
+    bench_dir = Path(__file__).resolve().parents[1] / "bench"
+    spec = importlib.util.spec_from_file_location("bench_detect_synthetic", bench_dir / "detect_synthetic.py")
+    sys.path.insert(0, str(bench_dir))
+    try:
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(bench_dir))
+    want = {k: getattr(bench.config("ra-det", 100, False), k) for k in ("image_size", "input_size", "preprocess")}
+    assert want == {"image_size": bench.SIZE, "input_size": bench.SIZE, "preprocess": "crop"}
+    for cfg in (DetectorConfig(), ProbeConfig()):
+        assert {k: getattr(cfg, k) for k in want} == want
 
 
 # --------------------------------------------------------------------------- the probe and its loss
@@ -220,7 +243,8 @@ def _crops(n, seed):
     return pix
 
 
-TINY_TRAIN = ("--steps", 3, "--batch-size", 8, "--device", "cpu")  # the tiny fixture's ra-det training ...
+TOY = ("--image-size", 32, "--input-size", 64, "--preprocess", "resize")  # the toy sizes (the defaults: 112/112/crop)
+TINY_TRAIN = ("--steps", 3, "--batch-size", 8, "--device", "cpu", *TOY)  # the tiny fixture's ra-det training ...
 TINY_ONE = (*TINY_TRAIN, "--micro-batches", 2)  # ... in one process, summing as two torchrun processes do
 
 
@@ -300,7 +324,7 @@ def test_radet_training_resumes_from_a_checkpoint_to_the_same_weights(tiny, tmp_
     assert not (root / "radet.pt.ckpt.pt").exists()  # the CLI removes its checkpoint once training ends
     x = torch.cat([to_tensor(_crops(8, 0)), to_tensor(_crops(8, 5)).flip(-1) * 0.8])
     y = torch.cat([torch.zeros(8), torch.ones(8)])
-    cfg = DetectorConfig(method="ra-det", steps=5, batch_size=8)
+    cfg = DetectorConfig(method="ra-det", steps=5, batch_size=8, **TOY_SIZES)
     full = Detector(cfg, seed=1)
     full.fit(x, y, seed=1)
 
@@ -328,7 +352,7 @@ def test_cli_resume_writes_the_bytes_of_an_uninterrupted_run(tiny, tmp_path, mon
 
     root, _, _ = tiny
     args = ["train", str(root / "train"), "--steps", "4", "--batch-size", "8", "--checkpoint-every", "2",
-            "--device", "cpu"]
+            "--device", "cpu", *map(str, TOY)]
     full, part = tmp_path / "full.pt", tmp_path / "part.pt"
     assert run_inprocess(TOOL, [*args, "-o", str(full)], capsys)[0] == 0
     save = checkpoint.Checkpointer.save
@@ -404,7 +428,7 @@ def test_baselines_train_and_same_seed_gives_same_bytes(tiny, tmp_path):
     for method in ("rigid", "linear-probe"):
         m = tmp_path / f"{method}.pt"
         r = run_tool(TOOL, "train", root / "train" / "0_real", root / "train" / "1_fake", "--method", method,
-                     "-o", m, "--json")
+                     "-o", m, *TOY, "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["method"] == method
     e = run_tool(TOOL, "eval", m, "--real", root / "test" / "0_real", "--fake", root / "test" / "1_fake", "--json")
@@ -419,7 +443,7 @@ def test_baselines_train_and_same_seed_gives_same_bytes(tiny, tmp_path):
 def test_probe_reports_drift_and_mann_whitney(tiny, tmp_path):
     root, model, _ = tiny
     out = tmp_path / "drift.csv"
-    r = run_tool(TOOL, "probe", root / "test" / "1_fake", "--real", root / "test" / "0_real", "-o", out, "--json")
+    r = run_tool(TOOL, "probe", root / "test" / "1_fake", "--real", root / "test" / "0_real", "-o", out, *TOY, "--json")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["n"] == 12 and s["n_real"] == 12 and 0 <= s["mann_whitney"]["p_value"] <= 1
@@ -451,12 +475,41 @@ def test_bad_image_is_one_line_error_or_skipped(tiny, tmp_path):
     assert r.returncode == 2 and "--backbone-weights" in r.stderr
 
 
+def test_shipped_generated_images_are_small_and_fit_the_quick_benchmark(tmp_path):
+    """The demo's shipped generated images (data/detect_synthetic/quick_generated.npz): under 2 MB,
+    seed 0's quick generators at the quick sizes; make_benchmark writes them instead of training."""
+    from icmlkit.lib.detect_synthetic.benchmark import QUICK, make_benchmark
+    from icmlkit.lib.detect_synthetic.demo import DEMO_SIZES, GENERATED, _shipped
+
+    assert GENERATED.is_file() and GENERATED.stat().st_size < 2_000_000
+    samples = _shipped(0)
+    info = samples["info"]
+    n_train, n_test = DEMO_SIZES["n_train"], DEMO_SIZES["n_test"]
+    assert info["seed"] == 0 and info["n_train_real"] == n_train and info["n_test_real"] == n_test
+    for g, meta in info["generators"].items():
+        assert meta["steps"] == QUICK["steps"][g]
+        assert samples[g].shape == (meta["samples"], 32, 32, 3) and samples[g].dtype == np.uint8
+    assert _shipped(1) is None  # another seed trains its own generators
+    out = make_benchmark(tmp_path / "b", n_train=n_train, n_test=n_test, seed=0, samples=samples)
+    assert out["generators"] == info["generators"]
+    assert len(list((tmp_path / "b" / "train" / "1_fake").iterdir())) == n_train
+
+
 @pytest.mark.slow
 def test_demo_runs(tmp_path):
+    """The demo on the shipped generated images; with --train-generators it trains them again and
+    writes the shipped file's bytes (how data/detect_synthetic/quick_generated.npz is made)."""
+    from icmlkit.lib.detect_synthetic.demo import GENERATED
+
     r = run_tool(TOOL, "demo", "--outdir", tmp_path / "demo", "--json", "--no-progress")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    assert "headline" in s and set(s["methods"]) == {"ra-det", "rigid", "linear-probe", "finetune"}
-    ra = s["methods"]["ra-det"]  # above chance on its own training generator (calibrated threshold)
-    assert ra["auroc"]["dcgan"] > 0.6 and ra["acc_at_0_5"]["dcgan"] > 0.6, ra
+    assert "headline" in s and set(s["methods"]) == {"ra-det", "rigid", "linear-probe"}
+    assert s["benchmark"]["generated"].startswith("shipped")
+    ra = s["methods"]["ra-det"]  # above chance on its own training generator
+    assert ra["auroc"]["dcgan"] > 0.6, ra
     assert (tmp_path / "demo" / "manifest.json").exists()
+    r = run_tool(TOOL, "demo", "--outdir", tmp_path / "again", "--train-generators", "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["benchmark"]["generated"] == "trained here"
+    assert (tmp_path / "again" / "generated.npz").read_bytes() == GENERATED.read_bytes()

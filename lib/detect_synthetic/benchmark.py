@@ -88,8 +88,12 @@ def real_crops(photos, n: int, size: int = 32, seed: int = 0, min_side: int = 48
 
 def make_benchmark(out_dir, train_generator: str = "dcgan", generators=GENERATORS, size: int = 32,
                    n_train: int = 1200, n_test: int = 300, steps: dict | None = None,
-                   sampling_steps: int = 50, seed: int = 0) -> dict:
-    """Build the benchmark folder ``out_dir`` (see the module docstring). Returns its description."""
+                   sampling_steps: int = 50, seed: int = 0, samples: dict | None = None) -> dict:
+    """Build the benchmark folder ``out_dir`` (see the module docstring). Returns its description.
+
+    ``samples`` (generator -> uint8 (n, size, size, 3), the training generator's ``n_train`` first):
+    generated images made before (the demo's shipped ones) written instead of training the
+    generators; their description is then ``samples["info"]``'s (a dict, as returned before)."""
     if train_generator not in generators:
         raise UsageError(f"--train-generator {train_generator!r} must be one of {', '.join(generators)}")
     if size != 32:
@@ -107,17 +111,24 @@ def make_benchmark(out_dir, train_generator: str = "dcgan", generators=GENERATOR
     info: dict = {"size": size, "train_photos": list(TRAIN_PHOTOS), "test_photos": list(TEST_PHOTOS),
                   "n_train_real": n_train, "n_test_real": n_test, "train_generator": train_generator,
                   "generators": {}, "seed": seed}
+    made = dict((samples or {}).get("info", {}).get("generators", {}))
     for name in generators:  # each generator draws from its own named streams of the seed
         n = n_test + (n_train if name == train_generator else 0)
-        samples, t_train, t_sample = train_and_sample(name, x_train, n, steps[name], seed=seed,
+        if samples is not None:
+            pix = np.asarray(samples[name], dtype=np.uint8)
+            if pix.shape != (n, size, size, 3):
+                raise UsageError(f"the given {name} samples have shape {pix.shape}, not {(n, size, size, 3)}")
+        else:
+            gen, t_train, t_sample = train_and_sample(name, x_train, n, steps[name], seed=seed,
                                                       sampling_steps=sampling_steps)
-        pix = to_uint8(samples)
+            pix = to_uint8(gen)
+            made[name] = {"steps": steps[name], "samples": n, "seconds_train": round(t_train, 2),
+                          "seconds_sample": round(t_sample, 2)}
         if name == train_generator:
             write_pngs(out / "train" / "1_fake", pix[:n_train], name)
             pix = pix[n_train:]
         write_pngs(out / "test" / "1_fake" / name, pix, name)
-        info["generators"][name] = {"steps": steps[name], "samples": n, "seconds_train": round(t_train, 2),
-                                    "seconds_sample": round(t_sample, 2)}
+        info["generators"][name] = made[name]
     info["seconds"] = round(time.perf_counter() - t0, 2)
     write_json(out / "benchmark.json", info)
     return info
