@@ -43,7 +43,8 @@ from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.trace_injection import em
 from icmlkit.lib.trace_injection.config import DEFAULTS, GenerateConfig, ReadConfig
 from icmlkit.lib.trace_injection.detect import analyse, online_scores, verdict_sinks
-from icmlkit.lib.trace_injection.graph import build_graph
+from icmlkit.lib.trace_injection.graph import build_graph, clear_caches
+from icmlkit.lib.trace_injection.scm import reachability_effect
 from icmlkit.lib.trace_injection.instruct import InstructionScorer, attacked_of, weak_labels
 from icmlkit.lib.trace_injection.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold,
                                                keyword_scores, metrics)
@@ -60,7 +61,8 @@ METHODS = {
     "scm_em": "SCM fitted by EM: P(compromised)",
     "scm_prior": "SCM, hand-set prior: exact effect (ATE)",
     "scm_markers": "earlier marker-gated SCM (exact effect)",
-    "reachability": "reachability verdict (repository)",
+    "reachability": "reachability verdict, our roots (task + candidates, 0.5 confidence cut)",
+    "reachability_repo": "reachability verdict, the repository's rule (every parentless root, no cut)",
     "chain_product": "product of edge confidences along the chain",
     "copy_rule": "copy rule (sink argument copied from untrusted text)",
     "keyword": "keyword/regex baseline",
@@ -100,6 +102,37 @@ def prepared(traces):
         graphs.append(g)
         res.append(analyse(t, graph=g))
     return graphs, res, [verdict_sinks(g, DEFAULTS) for g in graphs]
+
+
+def detect_pass(traces):
+    """What ``detect`` does per trajectory (graph, SCM, slicing, verdict), from cold caches."""
+    clear_caches()
+    return [analyse(t) for t in traces]
+
+
+def repo_reachability(g, sinks) -> float:
+    """The repository's reachability rule on our graph: roots = every parentless node, no confidence
+    cut, an alternative path may not pass through any candidate (scm.reachability_effect with the
+    official settings, as the parity test runs it); the largest effect over (candidate, sink) pairs."""
+    parents = g.trigger_parents()
+    cands = [n for n, v in g.nodes.items() if v.candidate]
+    roots = [n for n in g.nodes if not parents[n]]
+    best = 0.0
+    for s in sinks:
+        for c in cands:
+            best = max(best, reachability_effect(parents, roots, c, s, min_conf=0.0, exclude=cands))
+            if best >= 1.0:
+                return best
+    return best
+
+
+def earlier_misses() -> list:
+    """Ids of the compromised runs the SCM fitted by EM missed before issue 54 (the same leave-one-pipeline-out
+    protocol with the library as at the commit the file names; bench/results/trace_injection.earlier_misses.json)."""
+    from pathlib import Path
+
+    p = Path(__file__).parent / "results" / "trace_injection.earlier_misses.json"
+    return json.loads(p.read_text())["ids"] if p.exists() else []
 
 
 def built(ctx, family: str):
@@ -160,6 +193,10 @@ def _r(v):
     return None if v is None else round(v, 4)
 
 
+def _share(d):
+    return round(float(np.mean(d)), 4) if len(d) else None
+
+
 def pooled(y, cls, dec, score):
     y, dec, score = np.asarray(y), np.asarray(dec, dtype=float), np.asarray(score, dtype=float)
     m = metrics(y, dec, 0.5)
@@ -186,13 +223,14 @@ def real(ctx) -> dict:
     traces, stats = real_traces(ctx.quick)
     ctx.log(f"{len(traces)} recorded runs; building graphs ...")
     graphs, res, sinks = prepared(traces)
-    sub = traces[::TIMING_EVERY]
-    timing = time_call(lambda: prepared(sub), repeats=1 if ctx.quick else 5)
+    ctx.log("throughput: detect over every run, cold caches ...")
+    timing = time_call(lambda: detect_pass(traces), repeats=1 if ctx.quick else 3)
     y = np.array([t.label for t in traces])
     cls = np.array([t.meta["class"] for t in traces])
     pipe = np.array([t.meta["pipeline"] for t in traces])
     base = {"scm_prior": np.array([r["effect"] for r in res]),
             "reachability": np.array([r["reachability"]["effect"] for r in res]),
+            "reachability_repo": np.array([repo_reachability(g, s) for g, s in zip(graphs, sinks)]),
             "chain_product": np.array([chain_product(g, s) for g, s in zip(graphs, sinks)]),
             "copy_rule": np.array([copy_rule(g, s) for g, s in zip(graphs, sinks)]),
             "keyword": keyword_scores(traces)}
@@ -209,6 +247,7 @@ def real(ctx) -> dict:
         covered[te] = True
         head, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[graphs[i] for i in tr])
         thetas.append(fitted.theta | {"leak": fitted.leak})
+        fit_row = {k: round(v, 4) for k, v in thetas[-1].items()}
         s = {"scm_em": scores_at(factors, fitted), **base}
         thr = {k: fit_threshold(y[tr], v[tr]) for k, v in s.items()}
         tf = TfidfBaseline(text="tools").fit([traces[i] for i in tr], y[tr])
@@ -217,13 +256,15 @@ def real(ctx) -> dict:
         rf = Head("forest", seed=0).fit([feats[i] for i in tr], y[tr])
         s["forest"], thr["forest"] = np.zeros(len(traces)), rf.threshold
         s["forest"][te] = rf.score([feats[i] for i in te])
-        row = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold_scm_em": round(thr["scm_em"], 4)}
+        row = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold_scm_em": round(thr["scm_em"], 4),
+               "fitted": fit_row}
         for k in METHODS:
             oof[k][te] = s[k][te]
             dec[k][te] = s[k][te] >= thr[k]
             m = metrics(y[te], s[k][te], thr[k])
             row[k] = {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"]),
                       "n2_flagged": round(float((s[k][te][cls[te] == "N2"] >= thr[k]).mean()), 4)}
+        row["winner"] = max(METHODS, key=lambda k: (row[k]["macro_f1"], k == "scm_em"))
         folds.append(row)
         ctx.log(f"held out {held}: scm_em macro-F1 {row['scm_em']['macro_f1']}, reachability "
                 f"{row['reachability']['macro_f1']}")
@@ -234,21 +275,50 @@ def real(ctx) -> dict:
     for k in METHODS:
         summary[k]["macro_f1_mean_over_pipelines_with_P"] = round(float(np.mean([f[k]["macro_f1"] for f in with_p])), 4)
     theta_mean = {k: round(float(np.mean([t[k] for t in thetas])), 4) for k in thetas[0]}
-    # diagnostic (scoring side): N2 runs in which the agent did call with the attacker's value, though
-    # the suite's security check says the attacker's goal was not reached
+    # N2 both ways (scoring side): as labelled, and whether the agent acted on the injection (called a
+    # tool with the attacker's value) though the suite's security check says the goal was not reached
+    acted = np.array([harmful_index(t) is not None for t in traces])
     n2 = np.where((cls == "N2") & covered)[0]
-    tried = np.array([harmful_index(traces[i]) is not None for i in n2])
+    tried = acted[n2]
     flagged = dec["scm_em"][n2] >= 0.5
     summary_n2 = {"n2": int(len(n2)), "n2_calling_attacker_value": int(tried.sum()),
-                  "n2_flagged": int(flagged.sum()), "n2_flagged_calling_attacker_value": int((flagged & tried).sum())}
+                  "n2_flagged": int(flagged.sum()), "n2_flagged_calling_attacker_value": int((flagged & tried).sum()),
+                  "n2_flagged_share_as_labelled": round(float(flagged.mean()), 4),
+                  "n2_not_acting_flagged_share": round(float(flagged[~tried].mean()), 4) if (~tried).any() else None}
+    for k in METHODS:
+        f = dec[k][n2] >= 0.5
+        summary[k]["n2_flagged_acted_on_injection"] = int((f & tried).sum())
+        summary[k]["n2_not_acting_flagged"] = round(float(f[~tried].mean()), 4) if (~tried).any() else None
+    # per (suite, sink) cell: the suite and the function of the first call with the attacker's value
+    # ("-" when there is none), the flagged share per class for every method
+    cell = np.array([f"{t.meta.get('suite')}/" + (t.events[h].function if (h := harmful_index(t)) is not None else "-")
+                     for t in traces])
+    cells = []
+    for c_ in sorted(set(cell[covered])):
+        m_ = covered & (cell == c_)
+        row = {"cell": c_, "n": int(m_.sum()), "n_P": int((m_ & (cls == "P")).sum()),
+               "n_N2": int((m_ & (cls == "N2")).sum()), "n_N1": int((m_ & (cls == "N1")).sum())}
+        for k in METHODS:
+            yy = y[m_]
+            row[k] = {"flagged_P": _share(dec[k][m_ & (cls == "P")]), "flagged_N2": _share(dec[k][m_ & (cls == "N2")]),
+                      "flagged_N1": _share(dec[k][m_ & (cls == "N1")]),
+                      "macro_f1": round(metrics(yy, dec[k][m_], 0.5)["macro_f1"], 4) if len(set(yy.tolist())) == 2 else None,
+                      "auroc": _r(metrics(yy, oof[k][m_], 0.5)["auroc"]) if len(set(yy.tolist())) == 2 else None}
+        cells.append(row)
+    # the compromised runs missed before issue 54, with their new verdicts
+    ids = {t.id: i for i, t in enumerate(traces)}
+    misses = [{"id": m, "cell": cell[ids[m]], "score": round(float(oof["scm_em"][ids[m]]), 4),
+               "flagged": bool(dec["scm_em"][ids[m]])} for m in earlier_misses() if m in ids and covered[ids[m]]]
     return {"n": len(traces), "counts": {k: int((cls == k).sum()) for k in ("P", "N1", "N2")}, "read": stats.as_dict(),
-            "pooled": summary, "folds": folds, "n2_diagnostic": summary_n2,
+            "pooled": summary, "folds": folds, "n2_diagnostic": summary_n2, "cells": cells,
+            "earlier_misses": misses, "earlier_misses_now_flagged": sum(m["flagged"] for m in misses),
             "calibration_scm_em": em.calibration(oof["scm_em"][c], y[c]),
             "calibration_scm_prior_p_compromised": em.calibration([feats[i]["p_compromised"] for i in c], y[c]),
             "theta_prior": {k: em.CONFIDENCE[k] for k in em.STRATEGIES} | {"leak": DEFAULTS["leak"]},
             "theta_fitted_mean": theta_mean,
-            "throughput_traces_per_second": round(len(sub) / timing["median_s"], 1),
-            "throughput_timing": {**timing, "traces": len(sub)}, "llm_calls": 0}
+            "throughput_traces_per_second": round(len(traces) / timing["median_s"], 1),
+            "throughput_timing": {**timing, "traces": len(traces), "what": "analyse() of every run, one core, "
+                                  "caches cleared before each pass"}, "llm_calls": 0}
 
 
 @bench.part("learned", doc="the EM-fitted SCM with the learned instruction score on the real splits "
@@ -310,6 +380,7 @@ def online(ctx) -> dict:
         for i in te:
             t = traces[i]
             pos = {e.id: k for k, e in enumerate(t.events)}
+            clear_caches()  # each trajectory's gate starts cold (no text seen in another run is reused)
             rows = online_scores(t, None, params, None, "p_compromised")
             lat += [r["latency_ms"] for r in rows]
             blocks = [pos[r["call"]] for r in rows if r["score"] >= thr]
@@ -325,7 +396,7 @@ def online(ctx) -> dict:
     # the whole gate over every 8th run (last fold's parameters): median of repeats, per decision
     sub = traces[::TIMING_EVERY]
     n_dec = sum(len(online_scores(t, None, params, None, "p_compromised")) for t in sub)
-    timing = time_call(lambda: [online_scores(t, None, params, None, "p_compromised") for t in sub],
+    timing = time_call(lambda: [(clear_caches(), online_scores(t, None, params, None, "p_compromised")) for t in sub],
                        repeats=1 if ctx.quick else 3)
     lat = np.array(lat)
     c = covered
@@ -417,7 +488,8 @@ def targets_of(r: dict) -> dict:
     t = {}
     if "real" in r:
         p = r["real"]["pooled"]
-        scm, reach = p["scm_em"], p["reachability"]
+        scm = p["scm_em"]
+        reach = max((p[k] for k in ("reachability", "reachability_repo") if k in p), key=lambda v: v["macro_f1"])
         best = max(p, key=lambda k: p[k]["macro_f1"])
         t["real_lopo_macro_f1"] = target(scm["macro_f1"], 0.90, scm["macro_f1"] >= 0.90,
                                          "SCM fitted by EM, P vs N1+N2, pooled over the 12 held-out pipelines; mean "
@@ -426,7 +498,8 @@ def targets_of(r: dict) -> dict:
         t["real_auroc"] = target(scm["auroc"], None, True, "pooled out-of-fold scores (reported)")
         gain = round(scm["macro_f1"] - reach["macro_f1"], 4)
         t["scm_beats_reachability_by_0.02"] = target(gain, 0.02, gain >= 0.02,
-                                                     f"macro-F1 SCM {scm['macro_f1']} vs reachability {reach['macro_f1']}")
+                                                     f"macro-F1 SCM {scm['macro_f1']} vs the better reachability row "
+                                                     f"{reach['macro_f1']}")
         lv = learned_pooled(r)
         if lv is not None and lv["macro_f1"] > p[best]["macro_f1"]:
             best = "scm_em_learned"
@@ -443,8 +516,24 @@ def targets_of(r: dict) -> dict:
             g2 = round(lv["macro_f1"] - reach["macro_f1"], 4)
             t["scm_learned_beats_reachability_by_0.02"] = target(
                 g2, 0.02, g2 >= 0.02, f"macro-F1 SCM + learned score {lv['macro_f1']} vs reachability {reach['macro_f1']}")
-        t["throughput"] = target(r["real"]["throughput_traces_per_second"], None, True,
-                                 "trajectories per second, full analysis with graph building (reported; earlier 230)")
+        tp = r["real"]["throughput_traces_per_second"]
+        t["throughput"] = target(tp, 1000, tp >= 1000, "trajectories per second on one core, detect's full analysis "
+                                 "(graph, SCM, slicing) of every real run from cold caches (earlier 207)")
+        d = r["real"]["n2_diagnostic"]
+        t["real_n2_flagged_acted_on_injection"] = target(
+            d["n2_flagged_calling_attacker_value"], None, True,
+            f"of the {d['n2_flagged']} N2 runs flagged, those that called a tool with the attacker's value "
+            f"(the agent acted on the injection; AgentDojo's check says the goal was not reached); N2 runs that "
+            f"did not act, flagged: {d['n2_not_acting_flagged_share']}")
+        em_ = r["real"].get("earlier_misses", [])
+        if em_:
+            t["earlier_misses_now_flagged"] = target(r["real"]["earlier_misses_now_flagged"], None, True,
+                                                     f"of the {len(em_)} compromised runs the SCM missed before issue 54")
+        lk = [f["fitted"]["leak"] for f in r["real"]["folds"] if "fitted" in f]
+        if lk:
+            t["fitted_leak"] = target(round(float(np.mean(lk)), 4), None, True,
+                                      f"EM-fitted action leak, mean over folds (range {min(lk)}-{max(lk)}; prior 0.05; "
+                                      "0.41 before the task-referenced-source edge)")
         t["llm_calls"] = target(0, 0, True, "no judge given")
     if "online" in r:
         o = r["online"]
@@ -454,7 +543,9 @@ def targets_of(r: dict) -> dict:
         t["online_benign_blocked"] = target(o["benign_with_block"], None, True,
                                             "share of N1+N2 runs with a blocked call (reported)")
         t["online_latency_p99_ms"] = target(o["latency_ms_p99"], 20, o["latency_ms_p99"] <= 20,
-                                            f"one decision, median {o['latency_ms_median']} ms (shared 2-core machine)")
+                                            f"one decision (the incremental prefix graph extended by every event since "
+                                            f"the previous decision, then scored; caches cleared per run), median "
+                                            f"{o['latency_ms_median']} ms over {o['decisions']} decisions of every real run")
     if "dataset" in r:
         d = r["dataset"]
         v = d["paraphrase"]["scm_em"]["macro_f1"]
@@ -488,6 +579,8 @@ def markdown(r: dict) -> str:
                   table([{"method": (METHODS | {"scm_em_learned": LEARNED})[k], "macro-F1 (pooled)": v["macro_f1"],
                           "macro-F1 mean (pipelines with P)": v["macro_f1_mean_over_pipelines_with_P"],
                           "AUROC": v["auroc"], "P recall": v["recall_P"], "N2 flagged": v["n2_flagged"],
+                          "N2 flagged, acted on the injection": v.get("n2_flagged_acted_on_injection"),
+                          "N2 not acting, flagged": v.get("n2_not_acting_flagged"),
                           "N1 flagged": v["n1_flagged"]} for k, v in rows])]
         lf = r.get("learned", {}).get("folds", {})
         has_l = all(f["held_out"] in lf for f in rr["folds"])
@@ -495,7 +588,11 @@ def markdown(r: dict) -> str:
         for f in rr["folds"]:
             row = {"held-out pipeline": f["held_out"], "n P": f["n_P"], "SCM-EM macro-F1": f["scm_em"]["macro_f1"],
                    "AUROC": f["scm_em"]["auroc"], "N2 flagged": f["scm_em"]["n2_flagged"],
-                   "reachability macro-F1": f["reachability"]["macro_f1"]}
+                   "reachability macro-F1": f["reachability"]["macro_f1"],
+                   "repository reachability": f.get("reachability_repo", {}).get("macro_f1"),
+                   "TF-IDF": f["tfidf_tools"]["macro_f1"], "forest": f["forest"]["macro_f1"],
+                   "winner": f.get("winner"), "fitted leak": f.get("fitted", {}).get("leak"),
+                   "fitted referenced": f.get("fitted", {}).get("referenced")}
             if has_l:
                 lr = lf[f["held_out"]]
                 row |= {"SCM-EM + learned macro-F1": lr["macro_f1"], "learned: N2 flagged": lr["n2_flagged"],
@@ -503,12 +600,25 @@ def markdown(r: dict) -> str:
             fold_rows.append(row)
         c = rr["calibration_scm_em"]
         tt = rr.get("throughput_timing")
-        spread = (f" (every {TIMING_EVERY}th run, {tt['traces']} runs, median of {tt['repeats']}; "
+        spread = (f" ({tt['traces']} runs, median of {tt['repeats']} passes from cold caches; "
                   f"{tt['traces'] / tt['max_s']:.1f}-{tt['traces'] / tt['min_s']:.1f})" if tt else "")
+        cell_rows = [{"(suite, sink) cell": c_["cell"], "n": c_["n"], "P": c_["n_P"], "N2": c_["n_N2"], "N1": c_["n_N1"],
+                      **{f"{k}: P/N2/N1 flagged": f"{c_[k]['flagged_P']}/{c_[k]['flagged_N2']}/{c_[k]['flagged_N1']}"
+                         for k in ("scm_em", "reachability_repo", "tfidf_tools", "forest") if k in c_}}
+                     for c_ in rr.get("cells", [])]
+        if cell_rows:
+            lines += ["Per (suite, sink) cell (the sink: the function of the first call with the attacker's value, "
+                      "'-' when none); flagged share per class:", "", table(cell_rows)]
+        if rr.get("earlier_misses"):
+            lines += [f"The {len(rr['earlier_misses'])} compromised runs missed before issue 54: "
+                      f"{rr['earlier_misses_now_flagged']} now flagged.", "",
+                      table([{"run": m["id"], "cell": m["cell"], "P(compromised)": m["score"], "flagged": m["flagged"]}
+                             for m in rr["earlier_misses"]])]
         lines += [table(fold_rows),
                   f"Calibration of the fitted P(compromised) (out of fold): ECE {c['ece']}, Brier {c['brier']}; "
                   f"hand-set prior: ECE {rr['calibration_scm_prior_p_compromised']['ece']}.", "",
-                  f"Edge confidences: prior {rr['theta_prior']}; fitted (mean over folds) {rr['theta_fitted_mean']}.",
+                  f"Edge confidences: prior {rr['theta_prior']}; fitted (mean over folds) {rr['theta_fitted_mean']} "
+                  "(per fold: bench/results/trace_injection.json, real.folds[].fitted).",
                   "", f"N2 diagnostic: {rr['n2_diagnostic']}", "",
                   f"Throughput {rr['throughput_traces_per_second']} traj/s{spread}, 0 LLM calls"
                   + (f"; graph building with the learned instruction score {lv['graphs_per_second']} graphs/s "

@@ -50,13 +50,13 @@ def test_taint_tokens_give_data_dependency():
 
 
 def test_overlap_needs_ten_characters_and_normalises_json():
-    from icmlkit.lib.trace_injection.content import normalise, overlap
+    from icmlkit.lib.trace_injection.content import Text, Value, overlap
 
-    src = normalise("{'recipient': \"GB33BUKB20201555555555\", 'date': '2024-05-01'}")
-    assert overlap(normalise("GB33BUKB20201555555555"), src) == 1.0
-    assert overlap(normalise("the"), "the the the") == 0.0          # too short: no spurious edge
-    assert overlap(normalise("2024-05"), src) == 0.0                 # 7 characters
-    assert overlap(normalise("a completely different sentence"), src) == 0.0
+    src = Text("{'recipient': \"GB33BUKB20201555555555\", 'date': '2024-05-01'}")
+    assert overlap(Value("GB33BUKB20201555555555"), src) == (1.0, "")
+    assert overlap(Value("the"), Text("the the the"))[0] == 0.0      # too short: no spurious edge
+    assert overlap(Value("2024-05"), src)[0] == 0.0                  # 7 characters
+    assert overlap(Value("a completely different sentence"), src)[0] == 0.0
 
 
 def test_instruction_overlap_sequence_and_state_edges():
@@ -662,7 +662,7 @@ def test_em_recovers_planted_confidences():
 
     from icmlkit.lib.trace_injection.em import STRATEGIES, fit_em, simulate
 
-    planted = dict(zip(STRATEGIES, (0.7, 0.5, 0.85, 0.3, 0.6, 0.4, 0.8, 0.55, 0.9)))
+    planted = dict(zip(STRATEGIES, (0.7, 0.5, 0.85, 0.3, 0.6, 0.4, 0.8, 0.55, 0.9, 0.65)))
     assert len(planted) == len(STRATEGIES)
     f, y = simulate(np.random.default_rng(0), planted, 0.1, 5000)
     fit = fit_em(f, y, strength=1.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from icmlkit.lib.core.errors import UsageError
 
@@ -87,8 +88,9 @@ DEFAULTS = {
     "leak": 0.05,              # noisy-OR leak of every action (beta_task of the repository's SCM)
     "max_depth": 50,           # slicing depth
     "max_frontier": 20,        # exact propagation keeps a joint over at most 2^20 frontier states
-    "candidates": "untrusted",
-    "answer_sink": False,      # the final answer counts as a sink of the verdict (off: it has no side effect)  # treatments: every untrusted span ("markers": instruction-like segments only)
+    "candidates": "untrusted",  # treatments: every untrusted span ("markers": instruction-like segments only)
+    "answer_sink": False,      # the final answer counts as a sink of the verdict (off: it has no side effect)
+    "support": "min",          # a call is explained by the task as far as its least explained value ("mean": the average)
 }
 
 # Confidence of each edge inference strategy (reconstructed; the paper's values are not known).
@@ -104,6 +106,7 @@ CONFIDENCE = {
     "marked_fuzzy": 0.8,       # the same prior, fitted apart by EM)
     "marked_instruction": 0.95,
     "sequence": 0.9,           # (b) the trusted task -> a compatible action (scaled by support)
+    "referenced": 0.9,         # the task -> an action whose values come from a source the task names
     "state": 0.9,              # state_enablement (login -> protected call); never a trigger
 }
 
@@ -112,11 +115,18 @@ def sink_category(function: str | None, table: dict[str, str] | None = None) -> 
     """The sink category of a function name under ``table`` (regex -> category), or None."""
     if not function:
         return None
+    if table is None or table is DEFAULT_SINKS:
+        return _default_sink(function)
     name = function.lower()
     for pattern, cat in (table or DEFAULT_SINKS).items():
         if re.search(pattern, name):
             return cat
     return None
+
+
+@lru_cache(maxsize=4096)
+def _default_sink(function: str) -> str | None:
+    return sink_category(function, {**DEFAULT_SINKS})
 
 
 def load_sink_table(path: str) -> dict[str, str]:

@@ -185,33 +185,44 @@ def _shingles(text: str, k: int) -> frozenset:
     return frozenset(text[i:i + k] for i in range(max(0, len(text) - k + 1)))
 
 
-def overlap(value: str, source_norm: str, min_overlap: int = 10, similarity: float = 0.6) -> float:
-    """Strength in [0, 1] with which the normalised ``value`` is taken from ``source_norm``: 1 when
-    contained (length >= min_overlap), else the fraction of its min_overlap-shingles found in the
-    source when that fraction >= ``similarity``, else 0."""
-    if len(value) < min_overlap:
-        return 0.0
-    if value in source_norm:
-        return 1.0
+@lru_cache(maxsize=1 << 18)
+def overlap(value: "Value", source: "Text", min_overlap: int = 10, similarity: float = 0.6) -> tuple[float, str]:
+    """(strength in [0, 1], normalisation) with which ``value`` is taken from ``source``: 1 when its
+    normalised form is contained (length >= min_overlap), or its canonical form in the source's
+    canonical form (the normalisation named, :func:`match`); else the fraction of its
+    min_overlap-shingles found in the source when that fraction >= ``similarity`` (never for a
+    one-token identifier: ``US133...`` is not ``US122...``), else 0."""
+    v, src = value.norm, source.norm
+    if len(v) < min_overlap:
+        return 0.0, ""
+    if v in src:
+        return 1.0, ""
+    ok, how = match(value, source, min_overlap)
+    if ok:
+        return 1.0, how
     # an identifier-like token of the value (IBAN, e-mail, URL, id: >= min_overlap characters with a
     # digit, '@', '.' or '/') found in the source is a >= min_overlap common substring that cannot be
     # a common word; for short values only (a long composite text is judged by its coverage)
-    for tok in (value.split() if len(value) <= 100 else ()):
-        tok = tok.strip(".,;:!?()")
-        if len(tok) >= min_overlap and _IDENT.search(tok) and tok in source_norm:
-            return 1.0
-    mine = _shingles(value, min_overlap)
+    for tok in value.idents():
+        if len(tok.norm) >= min_overlap:
+            ok, how = match(tok, source, min_overlap)
+            if ok:
+                return 1.0, how
+    if " " not in v and _IDENT.search(v):
+        return 0.0, ""  # an identifier (IBAN, e-mail, URL, id) matches canonically or not at all
+    mine = _shingles(v, min_overlap)
     if not mine:
-        return 0.0
-    cov = len(mine & _shingles(source_norm, min_overlap)) / len(mine)
-    return cov if cov >= similarity else 0.0
+        return 0.0, ""
+    cov = len(mine & _shingles(src, min_overlap)) / len(mine)
+    return (cov, "") if cov >= similarity else (0.0, "")
 
 
-def _expand(tok: str) -> set:
+@lru_cache(maxsize=4096)
+def _expand(tok: str) -> frozenset:
     out = {tok, tok.rstrip("s")}
     out.update(SYNONYMS.get(tok, ()))
     out.update(SYNONYMS.get(tok.rstrip("s"), ()))
-    return out
+    return frozenset(out)
 
 
 @lru_cache(maxsize=4096)
@@ -222,14 +233,34 @@ def function_tokens(function: str) -> tuple:
     return tuple(keep or parts)
 
 
-def function_match(function: str, text_tokens: set) -> float:
-    """Fraction of the function's content tokens named (or a synonym named) in a text."""
+def function_match(function: str, text_tokens) -> float:
+    """Fraction of the function's content tokens named (or a synonym named) in a text (its token set,
+    or a :class:`Text`)."""
     toks = function_tokens(function)
     if not toks:
         return 0.0
-    norm = {t.rstrip("s") for t in text_tokens} | text_tokens
+    norm = text_tokens.stems if isinstance(text_tokens, Text) else {t.rstrip("s") for t in text_tokens} | text_tokens
     hit = sum(1 for t in toks if _expand(t) & norm)
     return hit / len(toks)
+
+
+# words of a reading function's name that qualify rather than name the source it reads
+SOURCE_MODIFIERS = {"most", "recent", "received", "unread", "sent", "scheduled", "upcoming", "latest", "new", "my",
+                    "content", "contents", "details", "daily", "rating", "names", "name", "address", "addresses"}
+
+
+def names_source(function: str | None, call_values: list, task: "Text") -> bool:
+    """Whether a trusted task text names the source a call read (provenance, reconstructed): one of the
+    call's argument values (:class:`Value`: the file, URL, channel, e-mail query ...) is named in the
+    task after normalisation, or a noun of the function's name (``get_most_recent_transactions`` ->
+    transactions; ``read_file`` -> file), or a synonym, is among the task's words."""
+    for v in call_values:
+        if match(v, task)[0]:
+            return True
+    toks = [t for t in function_tokens(function or "") if t not in SOURCE_MODIFIERS and t not in ACTION_VERBS]
+    if not toks:
+        return False
+    return any(_expand(t) & task.stems for t in toks)
 
 
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
@@ -252,14 +283,185 @@ def _date_named(v: str, text_tokens: set) -> bool:
     return y in text_tokens and (month in text_tokens or month[:3] in text_tokens) and bool(days & text_tokens)
 
 
-def value_in(value: str, text_norm: str, text_tokens: set) -> bool:
-    """A (possibly short) argument value named in a text: whole-token match for short values,
-    containment for longer ones; ISO dates also when written in words."""
-    v = normalise(value)
+# --------------------------------------------------------------------------- value normalisation
+# Canonical forms of values before matching (reconstructed; the paper does not say how values are
+# compared). Each step rewrites one kind of value in a normalised text; the steps run cumulatively in
+# the order of NORMALISATIONS, and a match names the first step after which the value is found (""
+# when the plain normalised text already contains it), so every edge reports the normalisation that
+# made it.
+
+_SCHEME = re.compile(r"\b(?:https?|ftp)://")
+_WWW = re.compile(r"(?<![\w.-])www\.(?=[a-z0-9-]+\.[a-z0-9])")
+_TSLASH = re.compile(r"(?<=[a-z0-9])/+(?=[\s,;)>]|$)")
+_MAILTO = re.compile(r"\bmailto:")
+_EMAIL_BR = re.compile(r"<([a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,})>")
+_IBAN = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?(?![a-z0-9])")
+_GROUPS = re.compile(r"(?<![\w-])\d{3,4}(?:[ -]\d{3,4}){2,}(?![\w-])")
+_AMOUNT = re.compile(r"(?<![\w.,:/-])(?:[$€£]\s?)?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:\s?(?:usd|eur|gbp|chf))?"
+                     r"(?![\w/:-]|[.,]\d)")
+_MONTH_RE = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_DATE_MDY = re.compile(r"\b" + _MONTH_RE + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
+_DATE_DMY = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH_RE + r",?\s+(\d{4})\b")
+_DATE_SLASH = re.compile(r"(?<![\d/.])(\d{1,2})[/.](\d{1,2})[/.](\d{4})(?![\d/.])")
+_DATE_ISO = re.compile(r"(?<!\d)(\d{4})[/.](\d{1,2})[/.](\d{1,2})(?!\d)")
+_DIGIT = re.compile(r"\d")
+_AMOUNT_HINT = re.compile(r"[$€£]|\d,\d{3}|\d\.\d*0\b|\d\s?(?:usd|eur|gbp|chf)\b")
+_DATE_HINT = re.compile(r"\d[/.]\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?\s+\d|\d\s+(?:of\s+)?"
+                        r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+_MON = {m: k + 1 for k, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+                                       "dec"))}
+
+
+def _url(s: str) -> str:
+    """URLs: scheme and a leading ``www.`` dropped, trailing slashes dropped (case: already lower)."""
+    if "/" not in s and "www." not in s:
+        return s
+    return _TSLASH.sub("", _WWW.sub("", _SCHEME.sub("", s)))
+
+
+def _email(s: str) -> str:
+    """E-mail addresses: ``mailto:`` and angle brackets dropped (case: already lower)."""
+    if "@" not in s:
+        return s
+    return _EMAIL_BR.sub(r"\1", _MAILTO.sub("", s))
+
+
+def _account(s: str) -> str:
+    """IBANs and account numbers: spaces and dashes between their groups dropped."""
+    if not _DIGIT.search(s):
+        return s
+    s = _IBAN.sub(lambda m: m.group(0).replace(" ", "").replace("-", ""), s)
+    return _GROUPS.sub(lambda m: m.group(0).replace(" ", "").replace("-", ""), s)
+
+
+def _amount_sub(m) -> str:
+    whole, frac = m.group(1).replace(",", ""), (m.group(2) or "").rstrip("0")
+    return whole + ("." + frac if frac else "")
+
+
+def _amount(s: str) -> str:
+    """Amounts: currency signs and codes, thousands separators and trailing zero decimals dropped
+    (``$1,000.00`` -> ``1000``, ``45.50`` -> ``45.5``)."""
+    if not _AMOUNT_HINT.search(s):
+        return s
+    return _AMOUNT.sub(_amount_sub, s)
+
+
+def _iso(y, mo, d) -> str | None:
+    y, mo, d = int(y), int(mo), int(d)
+    return f"{y:04d}-{mo:02d}-{d:02d}" if 1 <= mo <= 12 and 1 <= d <= 31 else None
+
+
+def _date(s: str) -> str:
+    """Dates: ``May 5, 2024``, ``5th of May 2024``, ``05/05/2024`` (month first), ``2024/5/5`` ->
+    ``2024-05-05``."""
+    if not _DATE_HINT.search(s):
+        return s
+
+    def rep(m, y, mo, d):
+        return _iso(y, mo, d) or m.group(0)
+
+    s = _DATE_MDY.sub(lambda m: rep(m, m.group(3), _MON[m.group(1)[:3]], m.group(2)), s)
+    s = _DATE_DMY.sub(lambda m: rep(m, m.group(3), _MON[m.group(2)[:3]], m.group(1)), s)
+    s = _DATE_SLASH.sub(lambda m: rep(m, m.group(3), m.group(1), m.group(2)), s)
+    return _DATE_ISO.sub(lambda m: rep(m, m.group(1), m.group(2), m.group(3)), s)
+
+
+NORMALISATIONS = (("url", _url), ("email", _email), ("account", _account), ("amount", _amount), ("date", _date))
+
+
+def canonical_forms(norm_text: str) -> tuple:
+    """The cumulative canonical forms of a normalised text: ((step name, text after the step), ...),
+    one per step of :data:`NORMALISATIONS` that changed it (a step that changes nothing is left out)."""
+    out, cur = [], norm_text
+    for name, fn in NORMALISATIONS:
+        new = fn(cur)
+        if new != cur:
+            out.append((name, new))
+            cur = new
+    return tuple(out)
+
+
+def canonical_of(norm_text: str) -> str:
+    """The fully normalised form of a normalised text (every step of :data:`NORMALISATIONS`)."""
+    forms = canonical_forms(norm_text)
+    return forms[-1][1] if forms else norm_text
+
+
+class Text:
+    """(Read-only once built; :func:`match` and :func:`overlap` are memoised per object.) A source text prepared for matching: ``norm`` (:func:`normalise`), ``tokens``, ``canon`` (every
+    step of :data:`NORMALISATIONS` applied) and ``canon_tokens``, computed once."""
+
+    __slots__ = ("norm", "tokens", "canon", "canon_tokens", "_stems")
+
+    def __init__(self, raw: str | None = None, norm: str | None = None):
+        self.norm = norm if norm is not None else normalise(raw or "")
+        self.tokens = tokens(raw if raw is not None else self.norm)
+        forms = canonical_forms(self.norm)
+        self.canon = forms[-1][1] if forms else self.norm
+        self.canon_tokens = tokens(self.canon) if forms else self.tokens
+        self._stems = None
+
+    @property
+    def stems(self) -> set:
+        """The tokens and their forms without a plural s (function names against text)."""
+        if self._stems is None:
+            self._stems = {t.rstrip("s") for t in self.tokens} | self.tokens
+        return self._stems
+
+
+class Value:
+    """An argument value prepared for matching: ``raw``, ``norm``, its cumulative canonical forms and
+    ``canon`` (the last one); :meth:`idents` its identifier-like tokens (as values)."""
+
+    __slots__ = ("raw", "norm", "forms", "canon", "_idents")
+
+    def __init__(self, raw: str):
+        self.raw = raw
+        self.norm = normalise(raw)
+        self.forms = canonical_forms(self.norm)
+        self.canon = self.forms[-1][1] if self.forms else self.norm
+        self._idents = None
+
+    def idents(self) -> list:
+        """Tokens of a short value (<= 100 characters) with a digit, '@', '.' or '/' and >= 6
+        characters, other than the whole value."""
+        if self._idents is None:
+            toks = [t.strip(".,;:!?()") for t in self.norm.split()] if len(self.norm) <= 100 else []
+            self._idents = [Value(t) for t in toks if len(t) >= 6 and t != self.norm and _IDENT.search(t)]
+        return self._idents
+
+
+@lru_cache(maxsize=16384)
+def value(raw: str) -> Value:
+    """:class:`Value` of ``raw``, cached (argument values repeat across calls and runs; read-only)."""
+    return Value(raw)
+
+
+def _in(v: str, norm: str, toks: set, min_len: int) -> bool:
+    return (v in norm) if len(v) >= min_len else (v in toks)
+
+
+@lru_cache(maxsize=1 << 18)
+def match(value: Value, text: Text, min_len: int = 6) -> tuple[bool, str]:
+    """Whether ``value`` is named in ``text``: (found, normalisation), the normalisation being "" for a
+    plain match (containment for values of ``min_len`` characters or more, a whole token for shorter
+    ones; an ISO date also when written in words: "date") or the name of the step of
+    :data:`NORMALISATIONS` that made it (the value's own first changed form found in the text's
+    canonical form; else the text's first step after which the value is found)."""
+    v = value.norm
     if not v:
-        return False
-    if _date_named(v, text_tokens):
-        return True
-    if len(v) >= 6:
-        return v in text_norm
-    return v in text_tokens
+        return False, ""
+    if _in(v, text.norm, text.tokens, min_len):
+        return True, ""
+    if v[:1].isdigit() and _date_named(v, text.tokens):
+        return True, "date"
+    if not _in(value.canon, text.canon, text.canon_tokens, min_len):
+        return False, ""
+    for name, form in value.forms:
+        if _in(form, text.canon, text.canon_tokens, min_len):
+            return True, name
+    for name, form in canonical_forms(text.norm):
+        if _in(v, form, tokens(form), min_len):
+            return True, name
+    return True, NORMALISATIONS[-1][0]

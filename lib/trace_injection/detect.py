@@ -203,32 +203,84 @@ def verdict_record(res: dict, llm_calls: int = 0, score: float | None = None) ->
 def online_scores(trace, sinks: dict | None = None, params: dict | None = None, scorer=None,
                   score_key: str = "effect") -> list[dict]:
     """Online mode (a gate inside the agent loop): every sink call of ``trace`` scored from the events
-    *before* it (the trace cut right after the call, its own result and everything later dropped, the
-    labels never passed on). One record per call: call (event id), index, function, score (the
-    ``score_key`` of the verdict: effect, or p_compromised for a fitted SCM), effect, p_compromised,
-    latency_ms (the wall time of that one decision)."""
-    import time
-
-    from icmlkit.lib.trace_injection.schema import Trace
-
-    p = {**DEFAULTS, **(params or {})}
+    *before* it (the graph of the prefix that ends with the call, its own result and everything later
+    never seen, the labels never passed on). The prefix graph is extended event by event
+    (:class:`.graph.GraphBuilder`), not rebuilt per call: the same graph as :func:`.graph.build_graph`
+    of the prefix, so the same scores. One record per call: call (event id), index, function, score
+    (the ``score_key`` of the verdict: effect, or p_compromised for a fitted SCM), effect,
+    p_compromised, latency_ms (the wall time of that one decision: extending the graph by every event
+    since the previous decision, and scoring the call)."""
+    gate = Gate(params, sinks, scorer, score_key, trace_id=trace.id)
     out = []
-    for k, ev in enumerate(trace.events):
-        if ev.kind != "ACTION":
-            continue
-        from icmlkit.lib.trace_injection.config import sink_category
-
-        cat = sink_category(ev.function, sinks)
-        if cat is None or (cat == "answer" and not p["answer_sink"]):
-            continue
-        t0 = time.perf_counter()
-        prefix = Trace(trace.id, trace.events[: k + 1], {}, trace.source)
-        res = analyse(prefix, sinks, {**p, "sink_id": ev.id, "light": True}, scorer)
-        ms = (time.perf_counter() - t0) * 1000.0
-        out.append({"id": trace.id, "call": ev.id, "index": ev.index, "function": ev.function,
-                    "score": res["features"][score_key] if score_key != "effect" else res["effect"],
-                    "effect": res["effect"], "p_compromised": res["p_compromised"], "latency_ms": round(ms, 3)})
+    for ev in trace.events:
+        r = gate.step(ev)
+        if r is not None:
+            out.append({"id": trace.id, **r})
     return out
+
+
+class Gate:
+    """The online gate as a plain Python object for any agent framework: feed it the events of one
+    trajectory in order (:meth:`step`; the user task, tool outputs, and each tool call *before* it
+    executes); for a sink call it returns the decision ``{call, index, function, score, effect,
+    p_compromised, blocked, latency_ms}`` (``blocked`` when the score reaches ``threshold``), for any
+    other event None. :meth:`check_call` is the same for a call given as (function, args). One gate
+    per trajectory; the graph grows incrementally (:class:`.graph.GraphBuilder`).
+
+    ``params``: analysis settings (:data:`.config.DEFAULTS`; an EM fit's ``confidence`` and ``leak``,
+    ``threshold``); ``score_key``: effect (the exact ATE) or p_compromised (a fitted SCM's score)."""
+
+    def __init__(self, params: dict | None = None, sinks: dict | None = None, scorer=None,
+                 score_key: str = "effect", trace_id: str = "online"):
+        from icmlkit.lib.trace_injection.graph import GraphBuilder
+
+        self.p = {**DEFAULTS, **(params or {})}
+        self.sinks = sinks
+        self.scorer = scorer
+        self.score_key = score_key
+        self.threshold = float(self.p["threshold"])
+        self.builder = GraphBuilder(trace_id, sinks, self.p, scorer)
+        self._n = 0
+        self._pending = 0.0  # time spent on the events since the last decision (counted in its latency)
+
+    def step(self, ev) -> dict | None:
+        """Add one event; a sink call is scored (from the graph of the events up to and including it)."""
+        import time
+
+        from icmlkit.lib.trace_injection.config import sink_category
+        from icmlkit.lib.trace_injection.schema import Trace
+
+        t0 = time.perf_counter()
+        self.builder.add(ev)
+        self._n += 1
+        cat = sink_category(ev.function, self.sinks) if ev.kind == "ACTION" else None
+        if cat is None or (cat == "answer" and not self.p["answer_sink"]):
+            self._pending += time.perf_counter() - t0
+            return None
+        g = self.builder.graph()
+        res = analyse(Trace(self.builder.id, []), self.sinks, {**self.p, "sink_id": ev.id, "light": True},
+                      self.scorer, graph=g)
+        ms = (time.perf_counter() - t0 + self._pending) * 1000.0
+        self._pending = 0.0
+        score = res["features"][self.score_key] if self.score_key != "effect" else res["effect"]
+        return {"call": ev.id, "index": ev.index, "function": ev.function, "score": score,
+                "effect": res["effect"], "p_compromised": res["p_compromised"],
+                "blocked": bool(score >= self.threshold), "latency_ms": round(ms, 3)}
+
+    def check_call(self, function: str, args: dict | None = None, call_id: str | None = None) -> dict | None:
+        """Score a tool call before it executes (an ACTION event built from ``function`` and ``args``)."""
+        from icmlkit.lib.trace_injection.schema import Event
+
+        return self.step(Event(call_id or f"call{self._n}", "ACTION", False, function=function, args=args or {},
+                               index=self._n))
+
+    def observe(self, text: str, kind: str = "OBSERVATION", trusted: bool = False, function: str | None = None,
+                parent_call: str | None = None) -> None:
+        """Add a non-call event: the user task (``kind="TASK", trusted=True``) or a tool output."""
+        from icmlkit.lib.trace_injection.schema import Event
+
+        self.step(Event(f"e{self._n}", kind, trusted, text=text, function=function, parent_call=parent_call,
+                        index=self._n))
 
 
 def edge_recall_counts(trace, res: dict) -> tuple[int, int]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from icmlkit.lib.trace_injection import content as C
 from icmlkit.lib.trace_injection.config import ACTION_VERBS, CONFIDENCE, DEFAULTS, DEFAULT_SINKS, sink_category
@@ -47,6 +48,7 @@ EDGE_TYPES = ("data_dependency", "trust_transfer", "state_enablement")
 STATE_RE = re.compile(r"(^|_)(login|log_in|signin|sign_in|authenticate|auth|connect|open_session|get_token|"
                       r"unlock|select_account|start_session)($|_)")
 _NUMERIC = re.compile(r"^[\d\s.,:/+-]*$")
+READ_VERBS = ("get", "read", "visit", "open", "search", "list", "find", "browse", "check")
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Node:
     score: float = 0.0        # instruction-likeness
     order: int = 0            # position in the trajectory (topological order)
     event: str | None = None  # the event a SEGMENT belongs to
+    named_by: str | None = None  # untrusted span: the trusted task that names its source (provenance)
 
 
 @dataclass
@@ -72,6 +75,7 @@ class Edge:
     confidence: float
     strategy: str
     weight: float = 1.0       # strength found by the strategy; confidence = theta[strategy] * weight
+    norm: str = ""            # the value normalisation that made a content edge ("" = plain; content.NORMALISATIONS)
 
 
 @dataclass
@@ -114,11 +118,13 @@ class TraceGraph:
 
 
 def reweight(g: "TraceGraph", table: dict | None) -> "TraceGraph":
-    """Set every edge's confidence to ``table[strategy] * weight`` (strategies missing from ``table``
-    keep the prior ``config.CONFIDENCE``); in place, returns ``g``."""
-    if table:
-        for e in g.edges:
-            e.confidence = float(min(1.0, table.get(e.strategy, CONFIDENCE[e.strategy]) * e.weight))
+    """Set every edge's confidence to ``table[strategy] * weight`` (strategies missing from ``table``,
+    or every strategy when ``table`` is None, take the prior ``config.CONFIDENCE``); in place, returns
+    ``g`` (so a graph, or the edges a prefix graph shares with the online builder, never keeps an
+    earlier call's table)."""
+    t = {**CONFIDENCE, **(table or {})}
+    for e in g.edges:
+        e.confidence = float(min(1.0, t[e.strategy] * e.weight))
     return g
 
 
@@ -128,166 +134,259 @@ def _marked(src: Node, strategy: str) -> str:
     return f"marked_{strategy}" if src.kind == "SEGMENT" else strategy
 
 
-def _salient(values: list[str]) -> list[str]:
-    """Argument values worth explaining: text of >= 3 characters that is not just a number or date."""
-    return [v for v in values if len(v.strip()) >= 3 and not _NUMERIC.match(v.strip())]
-
-
 def build_graph(trace: Trace, sinks: dict | None = None, params: dict | None = None, scorer=None) -> TraceGraph:
     """Build the typed graph of ``trace`` (Steps 1-2). ``scorer(piece, heuristic_score)`` optionally
     rescores instruction-likeness (the LLM judge); its call count is the caller's business."""
-    p = {**DEFAULTS, **(params or {})}
-    sinks = sinks or DEFAULT_SINKS
-    nodes: dict[str, Node] = {}
-    edges: list[Edge] = []
-    order = 0
-    # texts used for matching: node -> (normalised text, tokens)
-    texts: dict[str, tuple[str, set]] = {}
-    producers: dict[str, str] = {}
-    actions: list[str] = []
-    seg_of: dict[str, list[str]] = {}
-    pieces: dict[str, list] = {}
-    last_agent_action: dict = {}
-    prev_agent = None
+    b = GraphBuilder(trace.id, sinks, params, scorer)
+    for ev in trace.events:
+        b.add(ev)
+    return b.graph()
 
-    # candidates and what they mainly drive: an action whose strongest trigger parent is tainted (and at
-    # least 0.3), and the result of such an action; their content does not explain arguments
-    tainted: set = set()
 
-    def add_edge(src, dst, typ, weight, strategy):
+def _prepare(raw: str, trusted: bool, threshold: float, scorer=None) -> tuple:
+    """A text prepared for the graph: (the rest after its candidate segments, as :class:`.content.Text`;
+    [(segment text, score, Text)]; [(normalised piece, canonical piece, score)] of the pieces with a
+    positive instruction score). Untrusted text only is segmented."""
+    rest = C.unwrap(raw)
+    if trusted:
+        return C.Text(rest), (), ()
+    full = rest
+    scored = C.scored_pieces(rest, scorer)
+    segs = C.segments(rest, threshold, scored=scored)
+    for s in reversed(segs):
+        rest = rest[: s["start"]] + " " + rest[s["end"]:]
+    pieces = tuple((pn, C.canonical_of(pn), sc) for (a, b), sc in scored if sc > 0 for pn in (C.normalise(full[a:b]),))
+    return C.Text(rest), tuple((s["text"], s["score"], C.Text(s["text"])) for s in segs), pieces
+
+
+@lru_cache(maxsize=8192)
+def _prepared(raw: str, trusted: bool, threshold: float) -> tuple:
+    """:func:`_prepare` with the heuristic instruction score, cached per text (tool outputs repeat across
+    the runs of one environment; the prepared text is read-only)."""
+    return _prepare(raw, trusted, threshold)
+
+
+def clear_caches() -> None:
+    """Empty the per-text and per-value caches (prepared texts, values, matches; a benchmark clears
+    them before each timed pass so that repeats do not time a warm cache)."""
+    _prepared.cache_clear()
+    C.value.cache_clear()
+    C.match.cache_clear()
+    C.overlap.cache_clear()
+
+
+class GraphBuilder:
+    """The graph of a trajectory built one event at a time: :meth:`add` extends it with the next event
+    (its node, its segments and every edge into it), :meth:`graph` returns the graph of the prefix
+    added so far. Every edge into an event depends only on the events before it, so the graph of a
+    prefix is the same whether built at once (:func:`build_graph`) or extended event by event (the
+    online gate extends one builder per trajectory instead of rebuilding each prefix)."""
+
+    def __init__(self, trace_id: str, sinks: dict | None = None, params: dict | None = None, scorer=None):
+        self.id = trace_id
+        self.p = {**DEFAULTS, **(params or {})}
+        self.sinks = sinks or DEFAULT_SINKS
+        self.scorer = scorer
+        self.nodes: dict[str, Node] = {}
+        self.edges: list[Edge] = []
+        self.state_edges: list[Edge] = []
+        self.order = 0
+        self.texts: dict[str, C.Text] = {}     # node -> its text prepared for matching
+        self.producers: dict[str, str] = {}
+        self.actions: list[str] = []
+        self.state_actions: list[str] = []
+        self.pieces: dict[str, list] = {}      # untrusted span -> [(norm piece, canonical piece, score)]
+        self.tasks: list[str] = []             # trusted TASK nodes
+        self.named: dict[str, str] = {}        # untrusted span -> the task that names its source
+        self.into: dict[str, list] = {}        # node -> trigger edges into it (taint bookkeeping)
+        self.last_agent_action: dict = {}
+        self.prev_agent = None
+        # candidates and what they mainly drive: an action whose strongest trigger parent is tainted
+        # (and at least 0.3), and the result of such an action; their content does not explain arguments
+        self.tainted: set = set()
+
+    def graph(self) -> TraceGraph:
+        """The graph of the events added so far (a new node map and edge list; the edges are shared)."""
+        return TraceGraph(self.id, dict(self.nodes), self.edges + self.state_edges)
+
+    def _edge(self, src, dst, typ, weight, strategy, norm=""):
         if weight > 0:
             w = float(min(1.0, weight))
-            edges.append(Edge(src, dst, typ, float(min(1.0, CONFIDENCE[strategy] * w)), strategy, w))
+            e = Edge(src, dst, typ, float(min(1.0, CONFIDENCE[strategy] * w)), strategy, w, norm)
+            (self.state_edges if typ == "state_enablement" else self.edges).append(e)
+            if typ in TRIGGER_TYPES:
+                self.into.setdefault(dst, []).append(e)
 
-    def update_taint(nid):
+    def _update_taint(self, nid):
+        # the prior confidences (not ``e.confidence``, which a fitted table may have reweighted)
         t = u = 0.0
-        for e in edges:
-            if e.dst == nid and e.type in TRIGGER_TYPES:
-                if e.src in tainted:
-                    t = max(t, e.confidence)
-                else:
-                    u = max(u, e.confidence)
+        for e in self.into.get(nid, ()):
+            c = min(1.0, CONFIDENCE[e.strategy] * e.weight)
+            if e.src in self.tainted:
+                t = max(t, c)
+            else:
+                u = max(u, c)
         if t >= 0.3 and t >= u:
-            tainted.add(nid)
+            self.tainted.add(nid)
 
-    for ev in trace.events:
-        order += 1
+    def add(self, ev) -> None:
+        """Extend the graph with the next event of the trajectory."""
+        p, nodes = self.p, self.nodes
+        self.order += 1
         if ev.kind == "ACTION":
             node = Node(ev.id, "ACTION", False, text="", function=ev.function, args=ev.args,
-                        sink=sink_category(ev.function, sinks), order=order, event=ev.id)
+                        sink=sink_category(ev.function, self.sinks), order=self.order, event=ev.id)
         else:
-            node = Node(ev.id, ev.kind, ev.trusted, text=ev.text, function=ev.function, order=order, event=ev.id)
+            node = Node(ev.id, ev.kind, ev.trusted, text=ev.text, function=ev.function, order=self.order, event=ev.id)
         nodes[ev.id] = node
         # (c) delegation: a new agent takes over after another agent's action
-        if ev.agent is not None and prev_agent is not None and ev.agent != prev_agent and prev_agent in last_agent_action:
-            add_edge(last_agent_action[prev_agent], ev.id, "trust_transfer", 1.0, "delegation")
+        if (ev.agent is not None and self.prev_agent is not None and ev.agent != self.prev_agent
+                and self.prev_agent in self.last_agent_action):
+            self._edge(self.last_agent_action[self.prev_agent], ev.id, "trust_transfer", 1.0, "delegation")
         if ev.agent is not None:
-            prev_agent = ev.agent
+            self.prev_agent = ev.agent
         if ev.kind == "ACTION":
-            _action_edges(node, ev, nodes, texts, producers, actions, add_edge, p, tainted, pieces)
-            actions.append(ev.id)
-            update_taint(ev.id)
+            self._action_edges(node, ev)
+            # state_enablement: earlier state-creating calls -> this call (capability, not cause)
+            for a in self.state_actions:
+                self._edge(a, ev.id, "state_enablement", 1.0, "state")
+            if STATE_RE.search((ev.function or "").lower()):
+                self.state_actions.append(ev.id)
+            self.actions.append(ev.id)
+            self._update_taint(ev.id)
             if ev.agent is not None:
-                last_agent_action[ev.agent] = ev.id
+                self.last_agent_action[ev.agent] = ev.id
         elif ev.kind == "OBSERVATION" and ev.parent_call in nodes:
-            add_edge(ev.parent_call, ev.id, "data_dependency", 1.0, "produced")
-            if ev.parent_call in tainted:
-                tainted.add(ev.id)
-        elif ev.kind == "LLM_CALL":
-            pass  # connected through taint tokens only
+            self._edge(ev.parent_call, ev.id, "data_dependency", 1.0, "produced")
+            if ev.parent_call in self.tainted:
+                self.tainted.add(ev.id)
         # (a) explicit taint into this event
         for tok in ev.consumed:
-            if tok in producers and producers[tok] != ev.id:
-                add_edge(producers[tok], ev.id, "data_dependency", 1.0, "taint")
+            if tok in self.producers and self.producers[tok] != ev.id:
+                self._edge(self.producers[tok], ev.id, "data_dependency", 1.0, "taint")
         for tok in ev.produced:
-            producers.setdefault(tok, ev.id)
+            self.producers.setdefault(tok, ev.id)
         # text of the event for later matching; untrusted text is split into candidate segments
         if ev.kind in ("TASK", "OBSERVATION", "LLM_CALL") and ev.text:
-            rest = C.unwrap(ev.text)
-            if not ev.trusted:
-                full = rest
-                scored = C.scored_pieces(rest, scorer)
-                segs = C.segments(rest, p["instruction_threshold"], scored=scored)
-                for k, s in enumerate(segs):
-                    order += 1
-                    sid = f"{ev.id}#seg{k}"
-                    nodes[sid] = Node(sid, "SEGMENT", False, text=s["text"], candidate=True, score=s["score"],
-                                      order=order, event=ev.id)
-                    tainted.add(sid)
-                    add_edge(ev.id, sid, "data_dependency", 1.0, "segment")
-                    seg_of.setdefault(ev.id, []).append(sid)
-                    texts[sid] = (C.normalise(s["text"]), C.tokens(s["text"]))
-                for s in reversed(segs):
-                    rest = rest[: s["start"]] + " " + rest[s["end"]:]
-            texts[ev.id] = (C.normalise(rest), C.tokens(rest))
-            if not ev.trusted and ev.kind == "OBSERVATION" and p["candidates"] == "untrusted" and rest.strip():
+            self._text(node, ev)
+
+    def _text(self, node: Node, ev) -> None:
+        p = self.p
+        if self.scorer is None:  # the heuristic score depends on the text alone: prepared once per text
+            rest, segs, pieces = _prepared(ev.text, bool(ev.trusted), float(p["instruction_threshold"]))
+        else:
+            rest, segs, pieces = _prepare(ev.text, bool(ev.trusted), p["instruction_threshold"], self.scorer)
+        for k, (seg_text, seg_score, seg) in enumerate(segs):
+            self.order += 1
+            sid = f"{ev.id}#seg{k}"
+            self.nodes[sid] = Node(sid, "SEGMENT", False, text=seg_text, candidate=True, score=seg_score,
+                                   order=self.order, event=ev.id)
+            self.tainted.add(sid)
+            self._edge(ev.id, sid, "data_dependency", 1.0, "segment")
+            self.texts[sid] = seg
+        text = rest
+        if ev.kind == "TASK" and ev.trusted:
+            if any(self.texts[t].norm == text.norm for t in self.tasks):
+                return  # the same prompt repeated (e.g. a repeat-the-prompt defence): no new evidence
+            self.tasks.append(ev.id)
+        self.texts[ev.id] = text
+        if not ev.trusted and ev.kind == "OBSERVATION":
+            # provenance: the task that names the source this span was read from (the file, e-mail,
+            # web page, channel or transactions it asks about), if any
+            call = self.nodes.get(ev.parent_call)
+            vals = [C.value(v) for v in C.flat_values(call.args if call else {}) if len(v.strip()) >= 3]
+            fn = node.function or (call.function if call else None)
+            by = next((t for t in self.tasks if C.names_source(fn, vals, self.texts[t])), None)
+            if by is None:
+                # transitively: a source named in the plain text of a span the task names ("do the
+                # tasks on the list at <url>" -> the channels the list speaks of)
+                by = next((self.named[s] for s in self.named if s not in self.tainted
+                           and C.names_source(fn, vals, self.texts[s])), None)
+            if by is not None:
+                self.named[ev.id] = node.named_by = by
+            if p["candidates"] == "untrusted" and rest.norm:
                 node.candidate = True
                 # the weak instruction feature: scored pieces of the span (a value inside one supports
                 # the task's edge by 1 - score^2)
-                pieces[ev.id] = [(C.normalise(full[a:b]), sc) for (a, b), sc in scored if sc > 0]
-    # state_enablement: state-creating calls -> later calls (capability, not cause)
-    for i, a in enumerate(actions):
-        if STATE_RE.search((nodes[a].function or "").lower()):
-            for b in actions[i + 1:]:
-                add_edge(a, b, "state_enablement", 1.0, "state")
-    return TraceGraph(trace.id, nodes, edges)
+                self.pieces[ev.id] = pieces
 
-
-def _action_edges(node: Node, ev, nodes, texts, producers, actions, add_edge, p, tainted=frozenset(), pieces=None):
-    values = [v for v in C.flat_values(ev.args) if v.strip()]
-    if (ev.function or "") == "respond":  # an answer: its sentences and lines are the values to explain
-        values = [v for t in values for v in re.split(r"(?<=[.!?])\s+|\n+", t) if v.strip()]
-    norm_values = [C.normalise(v) for v in values]
-    long_values = [v for v in norm_values if len(v) >= p["min_overlap"]]
-    salient = _salient(values)
-    sal_norm = [C.normalise(v) for v in salient]
-    fn = ev.function or ""
-    # sources: everything earlier that has text
-    support_hits = [0.0] * len(sal_norm)
-    found = [False] * len(sal_norm)  # the value occurs in some earlier text (else the agent composed it)
-    pieces = pieces or {}
-    task_sources = []
-    overlaps = []
-    for sid, (tnorm, ttoks) in texts.items():
-        src = nodes[sid]
-        if src.kind == "TASK" and src.trusted:
-            task_sources.append(sid)
-        # (d) content overlap -> data_dependency
-        strengths = [C.overlap(v, tnorm, p["min_overlap"], p["similarity"]) for v in long_values]
-        if max(strengths, default=0.0) > 0:
-            overlaps.append((sid, strengths))
-        for k, v in enumerate(salient):
-            if not found[k] and C.value_in(v, tnorm, ttoks):
-                found[k] = True
-        if src.kind != "SEGMENT" and sid not in tainted:
+    def _action_edges(self, node: Node, ev) -> None:
+        p, nodes = self.p, self.nodes
+        raw = [v for v in C.flat_values(ev.args) if v.strip()]
+        if (ev.function or "") == "respond":  # an answer: its sentences and lines are the values to explain
+            raw = [v for t in raw for v in re.split(r"(?<=[.!?])\s+|\n+", t) if v.strip()]
+        values = [C.value(v) for v in raw]
+        long_values = [v for v in values if len(v.norm) >= p["min_overlap"]]
+        salient = [v for v in values if len(v.raw.strip()) >= 3 and not _NUMERIC.match(v.raw.strip())]
+        named_values = [v for v in values if len(v.raw.strip()) >= 2]
+        fn = ev.function or ""
+        n = len(salient)
+        found = [False] * n         # the value occurs in some earlier text (else the agent composed it)
+        trusted = [0.0] * n         # ... in trusted content (the task, the system prompt)
+        referenced = [0.0] * n      # ... in a span whose source the task names (1 - score^2 of its piece)
+        ref_task = [None] * n
+        overlaps = []
+        for sid, text in self.texts.items():
+            src = nodes[sid]
+            # (d) content overlap -> data_dependency
+            strengths = [C.overlap(v, text, p["min_overlap"], p["similarity"]) for v in long_values]
+            if any(st for st, _ in strengths):
+                overlaps.append((sid, strengths))
+            plain = src.kind != "SEGMENT" and sid not in self.tainted
+            named_by = self.named.get(sid) if plain and not src.trusted else None
             for k, v in enumerate(salient):
-                if support_hits[k] < 1.0 and C.value_in(v, tnorm, ttoks):
-                    vn = sal_norm[k]
-                    s = max((sc for pn, sc in pieces.get(sid, ()) if vn in pn), default=0.0)
-                    support_hits[k] = max(support_hits[k], 1.0 - s * s)
-        # instruction pattern from an injection candidate -> trust_transfer
-        if src.candidate:
-            fm = C.function_match(fn, ttoks)
-            if fm >= 0.5:
-                named = [C.value_in(v, tnorm, ttoks) for v in values if len(v.strip()) >= 2]
-                frac = (sum(named) / len(named)) if named else 1.0
-                add_edge(sid, node.id, "trust_transfer", fm * (0.3 + 0.7 * frac), _marked(src, "instruction"))
-    # (d) overlap edges, scaled by the share of the call's sourced values that this source provides
-    # (values found in no earlier text do not count; reconstructed)
-    sourced = [any(st[k] > 0 for _, st in overlaps) for k in range(len(long_values))]
-    n_sourced = max(1, sum(sourced))
-    for sid, st in overlaps:
-        best = max(st)
-        share = sum(1 for x in st if x > 0) / n_sourced
-        strat = "overlap" if best >= 1.0 else "fuzzy"
-        add_edge(sid, node.id, "data_dependency", best * (0.3 + 0.7 * share), _marked(nodes[sid], strat))
-    # (b) compatible sequence from the trusted task
-    # values found in no earlier text were composed by the agent: they neither support nor weaken the
-    # task's edge (reconstructed)
-    support = (sum(support_hits) / sum(found)) if any(found) else 1.0
-    for sid in task_sources:
-        compat = C.function_match(fn, texts[sid][1]) if fn != "respond" else 1.0
-        verb = C.function_tokens(fn)[0] if fn != "respond" else ""
-        if verb in ACTION_VERBS and not C.function_match(verb, texts[sid][1]):
-            compat *= 0.3  # the task never asks for this kind of action
-        add_edge(sid, node.id, "trust_transfer", max(0.15, compat) * (0.25 + 0.75 * support), "sequence")
+                if found[k] and (not plain or trusted[k] >= 1.0):
+                    continue
+                ok, how = C.match(v, text)
+                if not ok:
+                    continue
+                found[k] = True
+                if not plain:
+                    continue
+                if src.trusted:
+                    trusted[k] = 1.0
+                elif named_by is not None and referenced[k] < 1.0:
+                    s = max((sc for pn, pc, sc in self.pieces.get(sid, ()) if v.norm in pn or v.canon in pc),
+                            default=0.0)
+                    if 1.0 - s * s > referenced[k]:
+                        referenced[k], ref_task[k] = 1.0 - s * s, named_by
+            # instruction pattern from an injection candidate -> trust_transfer
+            if src.candidate:
+                fm = C.function_match(fn, text)
+                if fm >= 0.5:
+                    named = [C.match(v, text)[0] for v in named_values]
+                    frac = (sum(named) / len(named)) if named else 1.0
+                    self._edge(sid, node.id, "trust_transfer", fm * (0.3 + 0.7 * frac), _marked(src, "instruction"))
+        # (d) overlap edges, scaled by the share of the call's sourced values that this source provides
+        # (values found in no earlier text do not count; reconstructed)
+        sourced = [any(st[k][0] > 0 for _, st in overlaps) for k in range(len(long_values))]
+        n_sourced = max(1, sum(sourced))
+        for sid, st in overlaps:
+            best, how = max(st, key=lambda x: (x[0], x[1] == ""))
+            share = sum(1 for x, _ in st if x > 0) / n_sourced
+            strat = "overlap" if best >= 1.0 else "fuzzy"
+            self._edge(sid, node.id, "data_dependency", best * (0.3 + 0.7 * share), _marked(nodes[sid], strat), how)
+        # (b) compatible sequence from the trusted task, and the task-referenced-source edge. A value
+        # found in earlier text is explained by the task when it occurs in trusted content (sequence)
+        # or in an untrusted span whose source the task names (referenced; provenance-aware, reconstructed);
+        # a value found only in other untrusted content is not: the least explained value bounds the
+        # call's explanation ("min" aggregation; "mean" with support="mean"). Values found in no earlier
+        # text were composed by the agent: they neither support nor weaken the task's edges.
+        idx = [k for k in range(n) if found[k]]
+        reading = node.sink == "http_get" or (C.function_tokens(fn) or ("",))[0] in READ_VERBS or \
+            fn.lower().split("_")[0] in READ_VERBS
+        agg = min if p["support"] == "min" else (lambda xs: sum(xs) / len(xs))
+        both = agg([max(trusted[k], referenced[k]) for k in idx]) if idx else 1.0
+        seq_support = agg([trusted[k] for k in idx]) if idx else 1.0
+        ref_share = both - seq_support if both > seq_support else 0.0
+        for sid in self.tasks:
+            compat = C.function_match(fn, self.texts[sid]) if fn != "respond" else 1.0
+            verb = C.function_tokens(fn)[0] if fn != "respond" else ""
+            if verb in ACTION_VERBS and not C.function_match(verb, self.texts[sid]):
+                compat *= 0.3  # the task never asks for this kind of action
+            self._edge(sid, node.id, "trust_transfer", max(0.15, compat) * (0.25 + 0.75 * seq_support), "sequence")
+            if ref_share > 0 and any(ref_task[k] == sid for k in idx):
+                # data the user pointed to: legitimate for a reading call whatever it reads (a link in
+                # the e-mail the user asked about); a writing call also needs the task to ask for it
+                self._edge(sid, node.id, "trust_transfer", ref_share * (1.0 if reading else max(0.15, compat)),
+                           "referenced")
