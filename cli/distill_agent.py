@@ -308,12 +308,21 @@ def eval_cmd(run, model, bench, output, shard, search_file, cfg, agent_cfg):
 
 add_demo(
     cli, "icmlkit.lib.distill_agent.demo:run_demo", device=True,
-    doc="""The whole pipeline on the synthetic toy in about a minute: BC init, MPS, SCoRe-SFT, RL, eval.
+    options=[click.option("--train-bc", is_flag=True,
+                          help="Train B (BC init, 30 epochs, about 20 s more) instead of copying the shipped "
+                               "data/distill_agent/demo_bc_init (with --seed 0 it gives that folder's bytes: "
+                               "how it was made). Other seeds always train it.")],
+    doc="""The pipeline on the synthetic toy within the demo budget (60 s of CPU): B = BC init (the
+    shipped seed-0 student; --train-bc or another --seed trains it), MPS with B on 50 tasks, C =
+    SCoRe-SFT, A = imitation SFT with C's teacher tokens, D = SCoRe-RL (3 GRPO steps), each scored
+    on 40 held-out longer tasks (accuracy and hallucination rate). E (outcome-only GRPO) and the
+    larger sizes are the benchmark's (bench/distill_agent.py, `--quick` for a short run).
 
-    Writes the data files, the models' eval rows, summary.json and manifest.json into OUTDIR.
+    Writes the data files, the models, summary.json and manifest.json into OUTDIR.
 
     \b
-    JSON keys: headline, accuracy (run -> held-out accuracy), hallucination_rate, mps, outdir.
+    JSON keys: headline, accuracy (run -> held-out accuracy), hallucination_rate, mps, bc_student
+    (shipped or trained here), outdir.
     Example:  distill-agent demo --outdir outputs/demo/distill-agent --json
     """,
 )
