@@ -282,8 +282,8 @@ def pretrain_toy(run, output, cfg):
 
 add_demo(
     cli, "icmlkit.lib.finetune_lime.demo:run_demo", device=True,
-    options=[click.option("--steps", type=click.IntRange(min=1), default=150, show_default=True,
-                          help="Fine-tuning steps per method.")],
+    options=[click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True,
+                          help="Fine-tuning steps per method (the toy backbone: 200 pretraining steps).")],
     doc="""Pretrain a toy backbone, make 4 conflicting tasks, train LiME-LoRA and LoRA (r = 2), evaluate.
 
     Writes the toy model folder, tasks.jsonl, both adapters, summary.json and manifest.json into OUTDIR.

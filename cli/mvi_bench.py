@@ -197,7 +197,7 @@ cli.alias("make-synth", "generate")
 
 add_demo(
     cli, "icmlkit.lib.mvi_bench.demo:run_demo", device=True,
-    options=[click.option("--pairs", type=click.IntRange(min=6), default=60, show_default=True,
+    options=[click.option("--pairs", type=click.IntRange(min=6), default=36, show_default=True,
                           help="Synthetic pairs (a multiple of 6).")],
     doc="""Make synthetic pairs; run oracle, random, the EfficientNet scorer and the same scorer behind a
     loopback OpenAI-compatible server (127.0.0.1); score them and FILM when present.
@@ -208,7 +208,7 @@ add_demo(
     \b
     JSON keys: headline, models (per model: acc_normal, acc_misleading, mvi_sensitivity,
     mvi_sensitivity_ci, flip_rate, mcnemar_p), http_equals_local, film (or null), outdir.
-    Example:  mvi-bench demo --outdir outputs/demo/mvi-bench --pairs 60 --json
+    Example:  mvi-bench demo --outdir outputs/demo/mvi-bench --pairs 60 --json   # more pairs than the default
     """,
 )
 

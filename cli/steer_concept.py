@@ -424,8 +424,9 @@ def generate(run, output, cfg):
 
 add_demo(cli, "icmlkit.lib.steer_concept.demo:run_demo", device=True, doc="""Switch horses -> motorcycles in the real MiniLM-L6 encoder with the four methods.
 
-    Uses the bundled texts (data/concepts): neutral statistics from 200 COCO captions, concept
-    means from 80 + 80 questions, attention output of all six layers; writes the four
+    Uses the bundled texts (data/concepts): neutral statistics from 150 COCO captions, concept
+    means from 80 + 80 questions, attention output of all six layers; scored on 25 + 25 held-out
+    questions, 30 captions and 20 unrelated texts; writes the four
     .safetensors files, table.csv, pareto.png, summary.json and manifest.json into OUTDIR.
 
     \b

@@ -6,7 +6,10 @@ from pathlib import Path
 from icmlkit.lib.core.io import write_json, write_safetensors
 
 
-def run_demo(folder: Path, *, seed: int = 0, device=None, steps: int = 150) -> dict:
+PRETRAIN_STEPS = 200  # with 2 x 100 fine-tuning steps, within the demo budget of 60 s of CPU time
+
+
+def run_demo(folder: Path, *, seed: int = 0, device=None, steps: int = 100) -> dict:
     from icmlkit.lib.hf.models import load_causal_lm
     from icmlkit.lib.finetune_lime.config import AdapterConfig, EvalConfig, TasksConfig, ToyConfig, TrainConfig
     from icmlkit.lib.finetune_lime.data import make_tasks, write_task_rows
@@ -14,7 +17,7 @@ def run_demo(folder: Path, *, seed: int = 0, device=None, steps: int = 150) -> d
     from icmlkit.lib.finetune_lime.train import evaluate, train
 
     folder = Path(folder)
-    toy = pretrain_toy(ToyConfig(steps=300, layers=2), seed=seed, device=device)
+    toy = pretrain_toy(ToyConfig(steps=PRETRAIN_STEPS, layers=2), seed=seed, device=device)
     save_toy(folder / "toy", toy)
     tasks = TasksConfig(tasks=["sort_asc", "sort_desc", "caesar1", "caesar_m1"], n_per_task=150, min_len=3, max_len=4)
     rows = make_tasks(tasks, seed=seed)

@@ -27,7 +27,7 @@ def _score_run(folder: Path, name: str, cfg: RunConfig, ds, seed: int, device, m
     return sc
 
 
-def run_demo(folder: Path, seed: int = 0, device="cpu", pairs: int = 60) -> dict:
+def run_demo(folder: Path, seed: int = 0, device="cpu", pairs: int = 36) -> dict:
     folder = Path(folder)
     syn = folder / "synth"
     make_synth(SynthConfig(pairs=pairs - pairs % 6 or 6), syn, seed=seed)
