@@ -262,7 +262,8 @@ add_demo(
     Writes the series, the poisoned CSV, the attack record, the three models and summary.json into OUTDIR.
 
     \b
-    JSON keys: headline, rows (one per defence: defense, mae_clean, mae_poison, pool_purity),
+    JSON keys: headline, rows (one per defence: defense, mae_clean, mae_poison, mae_poison_no_effect,
+    pool_purity),
     mae_poison_ratio_timeguard_vs_none, mae_clean_ratio_timeguard_vs_none, outdir.
     Example:  defend-tsf demo --outdir outputs/demo/defend-tsf --json
     """,
