@@ -587,7 +587,8 @@ class ToolCommand(click.Command):
         run = Run(ctx, self.tool, shared)
         run.manifest.set_params(params, sources)
         run.manifest.threads = threads
-        with limit_threads(threads):  # before any torch work (resolving the device imports torch)
+        # before any torch work (resolving the device imports torch); other libraries' bars off unless ours show
+        with limit_threads(threads), console.library_bars():
             return self._invoke(ctx, run)
 
     def _invoke(self, ctx: click.Context, run: "Run"):

@@ -523,3 +523,33 @@ def test_load_npz_and_npy_give_one_line_for_every_bad_file(kind, tmp_path):
     path = tmp_path / "ok.npz"
     path.write_bytes(good.getvalue())
     assert load_npz(path, required=("a",))["a"].tolist() == [0.0, 1.0, 2.0]
+
+
+def _bar_group():
+    grp = ToolGroup("toy-bars")
+
+    @grp.command(seed=False)
+    def bar(run):
+        """A library's own tqdm bar, imported inside the command. JSON keys: n."""
+        from tqdm import tqdm
+
+        return {"n": sum(1 for _ in tqdm(range(50), desc="library bar"))}
+
+    return grp
+
+
+def test_library_bars_stay_off_a_terminal(tmp_path):
+    """Off a terminal (cron, a log) a library's tqdm bar (transformers' "Writing model shards") draws
+    nothing; the command still runs."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from tests.test_core import _bar_group; from icmlkit.cli._common import run_cli; "
+            "sys.exit(run_cli(_bar_group(), 't', ['bar', '--json']))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "ICMLKIT_NO_PROGRESS")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=str(Path(__file__).parents[1]), env={**env, "PYTHONPATH": "."})
+    assert r.returncode == 0 and json.loads(r.stdout)["n"] == 50, r.stderr
+    assert r.stderr == "", r.stderr

@@ -11,6 +11,7 @@ A loop reports its loss (or any number) with :func:`report`. The CLI sets the ve
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -45,6 +46,42 @@ def progress_enabled() -> bool:
     if _state["progress"] is False or os.environ.get("ICMLKIT_NO_PROGRESS", "") not in ("", "0"):
         return False
     return sys.stderr.isatty()
+
+
+# other libraries' bars (transformers' "Writing model shards", hub downloads, any tqdm) follow ours
+_LIBRARY_BAR_VARS = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+@contextlib.contextmanager
+def library_bars():
+    """Run a command with other libraries' progress bars off unless :func:`progress_enabled` (a
+    terminal, no ``--no-progress``): sets ``TQDM_DISABLE`` and ``HF_HUB_DISABLE_PROGRESS_BARS``, which
+    tqdm and Hugging Face read when they are imported (inside the command: the CLI imports them
+    lazily), and turns transformers' bars off when it is already imported; restored afterwards."""
+    if progress_enabled():
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in _LIBRARY_BAR_VARS}
+    os.environ.update(_LIBRARY_BAR_VARS)
+    hf_logging = None
+    if "transformers" in sys.modules:
+        try:
+            from transformers.utils import logging as hf_logging
+
+            was_on = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+        except Exception:  # noqa: BLE001 - an old or broken transformers: its bars stay as they are
+            hf_logging = None
+    try:
+        yield
+    finally:
+        if hf_logging is not None and was_on:
+            hf_logging.enable_progress_bar()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _clock() -> float:
