@@ -664,7 +664,7 @@ def test_em_recovers_planted_confidences():
 
     planted = dict(zip(STRATEGIES, (0.7, 0.5, 0.85, 0.3, 0.6, 0.4, 0.8, 0.55, 0.9, 0.65)))
     assert len(planted) == len(STRATEGIES)
-    f, y = simulate(np.random.default_rng(0), planted, 0.1, 5000)
+    f, y = simulate(np.random.default_rng(0), planted, 0.1, 10000)  # 10 strategies: more traces per strategy
     fit = fit_em(f, y, strength=1.0)
     for s in STRATEGIES:
         assert abs(fit.theta[s] - planted[s]) < 0.12, (s, fit.theta[s], planted[s])
