@@ -30,11 +30,14 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/icmlkit demo
 
+# the suite runs in TEST_WORKERS processes (pytest-xdist; 0 = in this process)
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not cuda" $(PYTEST_ARGS)
 
 test-all: install
-	$(BIN)/python -m pytest -q -m "not cuda" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not cuda" $(PYTEST_ARGS)
 
 # make bench                     -> every part of every bench/<tool>.py (hours: the parts are resumable)
 # make bench TOOL=name            -> every part of one tool (dashes or underscores)
