@@ -144,9 +144,8 @@ def test_k1_rho0_is_the_plain_target(base):
         torch.testing.assert_close(y2, b["rew"] + 0.99 * (1 - b["done"]) * v, rtol=0, atol=0)
 
 
-def test_ams_target_differs_and_is_one_batched_forward(monkeypatch):
-    b = _batch(n=8)
-    agent = Agent(3, 2, AgentConfig(hidden=16, ams_k=4, ams_rho=0.15), "ams-td3", seed=0)
+def _count_target_rows(agent, monkeypatch) -> list:
+    """The batch sizes the target critic is called on, appended as it is called."""
     calls = []
     orig = agent.critic_targ.q_min
 
@@ -155,6 +154,13 @@ def test_ams_target_differs_and_is_one_batched_forward(monkeypatch):
         return orig(s, a)
 
     monkeypatch.setattr(agent.critic_targ, "q_min", spy)
+    return calls
+
+
+def test_ams_target_differs_and_is_one_batched_forward(monkeypatch):
+    b = _batch(n=8)
+    agent = Agent(3, 2, AgentConfig(hidden=16, ams_k=4, ams_rho=0.15), "ams-td3", seed=0)
+    calls = _count_target_rows(agent, monkeypatch)
     agent.td_target(b, {"target": gen(), "ams": gen()})
     assert calls == [8 * 2 * 4]
 
@@ -173,14 +179,8 @@ def test_k_above_d_is_capped_in_one_dimension_with_a_warning(monkeypatch, caplog
     b = _batch(act_dim=1, n=8)
     agent = Agent(3, 1, AgentConfig(hidden=16, ams_k=8, ams_rho=0.15), "ams-td3", seed=0)
     assert agent.ams_k == 1 and len(agent.k_notes()) == 1 and "--ams-k 8" in agent.k_notes()[0]
-    calls = []
     orig = agent.critic_targ.q_min
-
-    def spy(s, a):
-        calls.append(s.shape[0])
-        return orig(s, a)
-
-    monkeypatch.setattr(agent.critic_targ, "q_min", spy)
+    calls = _count_target_rows(agent, monkeypatch)
     y = agent.td_target(b, {"target": gen(), "ams": gen()})
     assert calls == [8 * 2]
     with torch.no_grad():  # the uncapped 2K = 16 neighbours give the same value
