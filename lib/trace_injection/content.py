@@ -306,10 +306,10 @@ _DATE_SLASH = re.compile(r"(?<![\d/.])(\d{1,2})[/.](\d{1,2})[/.](\d{4})(?![\d/.]
 _DATE_ISO = re.compile(r"(?<!\d)(\d{4})[/.](\d{1,2})[/.](\d{1,2})(?!\d)")
 _DIGIT = re.compile(r"\d")
 _AMOUNT_HINT = re.compile(r"[$€£]|\d,\d{3}|\d\.\d*0\b|\d\s?(?:usd|eur|gbp|chf)\b")
-_DATE_HINT = re.compile(r"\d[/.]\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?\s+\d|\d\s+(?:of\s+)?"
-                        r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
-_MON = {m: k + 1 for k, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
-                                       "dec"))}
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH_ALT = "|".join(_MONTHS)
+_DATE_HINT = re.compile(r"\d[/.]\d|\b(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d|\d\s+(?:of\s+)?(?:" + _MONTH_ALT + ")")
+_MON = {m: k + 1 for k, m in enumerate(_MONTHS)}
 
 
 def _url(s: str) -> str:
