@@ -225,3 +225,17 @@ def test_agentdojo_element_aborts_the_planted_attack_and_passes_the_benign_turns
     assert "send_money" in str(err.value)
     el = run(BILL)  # the same calls without the injection in the bill: nothing blocked
     assert [d["blocked"] for d in el.decisions] == [False, False]
+
+
+def test_agent_pipeline_imports_after_the_suites_are_read():
+    """Reading the suites stands in for agentdojo.agent_pipeline (its __init__ imports every vendor SDK);
+    the stand-in must not outlive the read, or an agent pipeline built later in the same process (the
+    gate element, the user's own ToolsExecutionLoop) finds none of the package's names."""
+    pytest.importorskip("agentdojo")
+    import subprocess
+    import sys
+    code = ("from icmlkit.lib.agentdojo import load_suites; assert len(load_suites()) == 4\n"
+            "from agentdojo.agent_pipeline import BasePipelineElement, ToolsExecutor\n"
+            "from icmlkit.lib.trace_injection.agentdojo_gate import make_element; make_element()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]

@@ -23,27 +23,34 @@ SUITES = ("workspace", "travel", "banking", "slack")
 INSTALL = "pip install 'icmlkit[trace-injection]' (or pip install agentdojo==0.1.35)"
 
 
-def _stub_pipeline_package() -> None:
+def _stub_pipeline_package() -> types.ModuleType | None:
     """Import agentdojo.task_suite without running agentdojo/agent_pipeline/__init__.py (which imports
-    every LLM vendor SDK): register a stand-in package whose __path__ is the real folder."""
+    every LLM vendor SDK): register a stand-in package whose __path__ is the real folder. Returns the
+    stand-in (None when the real package is already imported)."""
     if "agentdojo.agent_pipeline" in sys.modules:
-        return
+        return None
     spec = importlib.util.find_spec("agentdojo")
     if spec is None or spec.origin is None:
         raise EnvironmentProblem(f"agentdojo is not installed; install it with: {INSTALL}")
     stub = types.ModuleType("agentdojo.agent_pipeline")
     stub.__path__ = [os.path.join(os.path.dirname(spec.origin), "agent_pipeline")]
     sys.modules["agentdojo.agent_pipeline"] = stub
+    return stub
 
 
 def load_suites(version: str = BENCHMARK_VERSION) -> dict:
     """AgentDojo's task suites of ``version`` (name -> TaskSuite); exit 4 with the install hint without
     a usable agentdojo."""
+    stub = _stub_pipeline_package()
     try:
-        _stub_pipeline_package()
         from agentdojo.task_suite.load_suites import get_suites
     except ImportError as exc:
         raise EnvironmentProblem(f"agentdojo is not usable ({exc}); install it with: {INSTALL}") from None
+    finally:
+        # the stand-in served the task-suite imports; a later ``import agentdojo.agent_pipeline``
+        # (an agent pipeline in the same process) must get the real package and its names
+        if stub is not None and sys.modules.get("agentdojo.agent_pipeline") is stub:
+            del sys.modules["agentdojo.agent_pipeline"]
     return get_suites(version)
 
 

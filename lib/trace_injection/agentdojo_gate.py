@@ -37,7 +37,7 @@ def make_element(params: dict | None = None, sinks: dict | None = None, score_ke
     """A ``BasePipelineElement`` that gates tool calls (see the module doc). ``params``: the analysis
     settings and ``threshold`` (an EM fit's ``confidence``/``leak`` with ``score_key="p_compromised"``).
     The element's ``decisions`` list keeps every decision of the current run."""
-    from agentdojo.agent_pipeline import BasePipelineElement
+    from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
     from agentdojo.agent_pipeline.errors import AbortAgentError
 
     from icmlkit.lib.trace_injection.readers import ReadOptions, _Where, from_messages
