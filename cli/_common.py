@@ -14,6 +14,12 @@
 - :class:`Run`: what a subcommand's function receives first: the seed, the device, the torchrun
   rank, output registration (``--overwrite`` checks, removal of this run's outputs when it fails),
   checkpoints, and the manifest, written last (on rank 0 only).
+- No accepted flag is silently ignored (issue 59). ``--json``, ``-q/-v``, ``--no-progress``,
+  ``--overwrite``, ``--no-manifest``, ``--config`` and ``--debug`` change only presentation or
+  bookkeeping, and ``--threads`` only speed (recorded in the manifest); ``--device`` is offered only
+  where honoured (``cuda`` without a GPU exits 4); ``--seed`` only where something is random
+  (``seed=False`` drops it), and a ``--seed`` / ``ICMLKIT_SEED`` given explicitly to a run that finishes
+  without reading ``run.seed`` is a usage error (exit 2, outputs removed).
 - :func:`make_main`: maps errors to exit codes (0 ok, 1 runtime/data error, 2 usage, 3 a check the
   user asked for failed, 4 environment problem, 130 interrupted) and prints one-line messages; the
   traceback only with ``--debug`` or ``ICMLKIT_DEBUG=1``.
@@ -129,7 +135,9 @@ SHARED = ("seed", "device", "threads", "config", "quiet", "verbose", "debug", "o
           "json_out", "no_progress")
 # A command leaves out shared options (csvkit's override_flags) through ToolCommand: ``--device`` is
 # offered only where the command runs torch on a device and honours it (``device=True``), ``--seed``
-# only where something is random (``seed=False`` drops it).
+# only where something is random (``seed=False`` drops it; an explicit seed the run never read is a
+# usage error, Run.seed_unread). The others change no number: json_out, quiet, verbose, no_progress
+# (presentation), overwrite, no_manifest, config, debug (bookkeeping), threads (speed; in the manifest).
 
 
 def _shared_params(omit: tuple[str, ...] = ()) -> list[click.Parameter]:
@@ -382,19 +390,38 @@ class Run:
 
         self.tool = tool
         self.command = ctx.info_name
-        self.seed: int = shared.get("seed", 0)
+        self._seed: int = shared.get("seed", 0)
+        # --seed / ICMLKIT_SEED given and never read: a usage error after the command (see seed_unread)
+        self._seed_explicit = "seed" in shared and ctx.get_parameter_source("seed") in (
+            ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        self._seed_read = False
         self.device_spec: str | None = shared.get("device")
         self.json: bool = shared["json_out"]
         self.overwrite: bool = shared["overwrite"]
         self.is_main = env_rank() == 0
         self.write_manifest: bool = not shared["no_manifest"] and self.is_main
         self.manifest = Manifest(tool, self.command, _state["argv"])
-        self.manifest.seed = self.seed if "seed" in shared else None
+        self.manifest.seed = self._seed if "seed" in shared else None  # the manifest's copy is no read
         self.stdout_is_data = False
         self._outputs: list[str] = []
+        self._dirs: list[str] = []  # run folders (run_dir): rolled back too, but no manifest beside them
         self._device = None
         self._dist = None
         self._check_failure: str | None = None
+
+    @property
+    def seed(self) -> int:
+        """The seed (``--seed``); reading it marks the seed as used. A command that was given
+        ``--seed`` (or ``ICMLKIT_SEED``) explicitly and finished without reading it fails with a usage
+        error (its outputs removed): an accepted flag must change the output (issue 59)."""
+        self._seed_read = True
+        return self._seed
+
+    def seed_unread(self) -> str | None:
+        """The usage error of an explicit seed the command never read, or None."""
+        if self._seed_explicit and not self._seed_read:
+            return f"--seed has no effect on `{self.tool} {self.command}` (it draws no random numbers)"
+        return None
 
     @property
     def device(self):
@@ -483,6 +510,8 @@ class Run:
                     if p.is_file():
                         self.manifest.add_output(p, recorded_as=Path(path) / p.relative_to(tmp))
                 self.manifest.write(tmp / "manifest.json")
+        if self.is_main:
+            self._dirs.append(str(path))  # removed again if the run fails after the folder is built
 
     def fail_check(self, message: str) -> None:
         """Finish normally (outputs and manifest kept) but exit 3 with ``message``."""
@@ -492,7 +521,7 @@ class Run:
     def _rollback(self) -> None:
         import shutil
 
-        for p in self._outputs:
+        for p in [*self._outputs, *self._dirs]:
             path = Path(p)
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
@@ -596,6 +625,9 @@ class ToolCommand(click.Command):
             run.device  # noqa: B018 - resolve now: --device cuda without a GPU exits 4 before any work
         try:
             summary = ctx.invoke(self.callback, run, **ctx.params)
+            unread = run.seed_unread()
+            if unread:  # before the manifest and the summary: rolled back below like any failure
+                raise UsageError(unread)
             run._finish(summary)
         except BrokenPipeError:
             # click would turn this into exit 1; the reader closing the pipe is no failure.

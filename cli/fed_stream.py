@@ -157,7 +157,7 @@ def run(run, stream, output, cfg, checkpoint_every, resume):
     return {**res.summary, "outdir": output}
 
 
-@cli.command(device=True)
+@cli.command(device=True, seed=False)  # seeds 0..N-1 (--seeds), not --seed
 @click.argument("stream")
 @output_option("Run directory: runs.csv, paired.csv, compare.png, summary.json, manifest.json.", directory=True,
                required=True)

@@ -178,6 +178,113 @@ def test_device_is_offered_only_where_it_is_honoured(tool, capsys):
         assert code == 4 and "no GPU" in err, (name, code, err)
 
 
+# ----------------------------------------------------------------------------- --seed: honoured or absent
+
+
+def _reads_seed(fn, module, seen: set) -> bool:
+    """Whether ``fn`` (a subcommand's function or a cli helper it calls) reads ``<run>.seed``: an
+    attribute ``.seed`` of one of its parameters (or a name bound to one), or a call of a function
+    of its module that does, given one of them."""
+    import ast
+    import inspect
+    import textwrap
+
+    fn = inspect.unwrap(fn)
+    if fn in seen:
+        return False
+    seen.add(fn)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    node = tree.body[0]
+    names = {a.arg for a in [*node.args.posonlyargs, *node.args.args]}
+    for n in ast.walk(node):  # runner = run
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in names:
+            names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr == "seed" and isinstance(n.value, ast.Name) and n.value.id in names:
+            return True
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and any(
+                isinstance(a, ast.Name) and a.id in names for a in [*n.args, *(k.value for k in n.keywords)]):
+            helper = getattr(module, n.func.id, None)
+            if inspect.isfunction(helper) and helper.__module__ == module.__name__ and _reads_seed(helper, module, seen):
+                return True
+    return False
+
+
+def _tool_names() -> list[str]:
+    from icmlkit.lib.core.tools import tools
+
+    return [t.name for t in tools()]
+
+
+@pytest.mark.parametrize("tool", _tool_names())
+def test_seed_is_offered_only_where_it_is_read(tool):
+    """Issue 59: a subcommand that offers --seed reads it (``run.seed``, in its function or a cli helper
+    it hands the Run to); one that draws no random numbers declares ``seed=False``, so click refuses
+    --seed up front. The runtime guard (test_an_unread_seed_is_a_usage_error) catches a path that skips it."""
+    import sys
+    from importlib import import_module
+
+    group = _group(tool)
+    unread = []
+    for name, cmd in sorted(group.commands.items()):
+        if not any(p.name == "seed" for p in cmd.params):
+            continue
+        fn = cmd.callback
+        module = sys.modules[getattr(fn, "__module__", None) or import_module(f"icmlkit.cli.{tool.replace('-', '_')}").__name__]
+        if not _reads_seed(fn, module, set()):
+            unread.append(name)
+    assert not unread, f"{tool}: --seed offered but never read by {unread} (declare seed=False)"
+
+
+def test_an_unread_seed_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """The runtime guard: --seed (or ICMLKIT_SEED) given to a command that finishes without reading it
+    exits 2 with one line and no output left (never a silently ignored seed); the default seed, or a
+    command that reads it, runs as before; a command declared seed=False refuses --seed in click."""
+    from icmlkit.cli._common import ToolGroup, run_cli
+
+    group = ToolGroup("seed-probe")
+
+    @group.command()
+    @click.option("-o", "--output", required=True)
+    @click.option("--use-seed", is_flag=True)
+    def write(run, output, use_seed):
+        """JSON keys: n."""
+        run.output(output)
+        with open(output, "w") as fh:
+            fh.write(str(run.seed) if use_seed else "fixed")
+        run.wrote(output)
+        return {"n": 1}
+
+    @group.command(seed=False)
+    def fixed(run):
+        """JSON keys: n."""
+        return {"n": 1}
+
+    out = tmp_path / "x.txt"
+
+    def call(*argv):
+        capsys.readouterr()
+        code = run_cli(group, "seed-probe", [str(a) for a in argv])
+        cap = capsys.readouterr()
+        return code, cap.out, cap.err
+
+    code, stdout, err = call("write", "-o", out, "--seed", 3)
+    assert code == 2 and stdout == "", (code, stdout, err)
+    assert err.strip() == "Error: --seed has no effect on `seed-probe write` (it draws no random numbers)"
+    assert not out.exists() and not (tmp_path / "x.txt.manifest.json").exists()
+    monkeypatch.setenv("ICMLKIT_SEED", "4")
+    assert call("write", "-o", out)[0] == 2 and not out.exists()
+    monkeypatch.delenv("ICMLKIT_SEED")
+    assert call("write", "-o", out)[0] == 0 and out.read_text() == "fixed"  # the default seed: not given
+    code, _, err = call("write", "-o", out, "--use-seed", "--seed", 3, "--overwrite")
+    assert code == 0 and out.read_text() == "3", err
+    manifest = json.loads((tmp_path / "x.txt.manifest.json").read_text())
+    assert manifest["seed"] == 3
+    code, _, err = call("fixed", "--seed", 3)
+    assert code == 2 and "No such option '--seed'" in err
+
+
 def _demo_row(tool: str, outdir) -> dict:
     """``icmlkit demo --only TOOL --json``'s row (stopped at twice the budget, so a demo far over it
     fails in two minutes, not five)."""
