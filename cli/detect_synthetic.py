@@ -289,11 +289,18 @@ def probe(run, images, real, model, cfg, output, skip_bad):
     Example:
       detect-synthetic probe test/1_fake/ddpm --real test/0_real --json | jq .mann_whitney.p_value
     """
+    from click.core import ParameterSource
+
     from icmlkit.lib.detect_synthetic.model import load_model
+    from icmlkit.lib.detect_synthetic.pipeline import GAUSSIAN_PROBE, MODEL_SETTINGS, check_probe_options
     from icmlkit.lib.detect_synthetic.pipeline import probe as probe_drift
 
     run.output(output)
     det = load_model(run.input(model), device=run.device) if model else None
+    if det is not None:  # options given with --model: the model's own setting, or refused
+        ctx = click.get_current_context()
+        check_probe_options(det, {k: getattr(cfg, k) for k in (*MODEL_SETTINGS, *GAUSSIAN_PROBE)
+                                  if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}, model)
     size = det.config.image_size if det is not None else cfg.image_size
     crop = (det.config if det is not None else cfg).preprocess == "crop"
     xs = _images(run, images, size, skip_bad, "images", crop)

@@ -109,10 +109,11 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
 
 
 def _adapted(run, model, adapter):
-    from icmlkit.lib.finetune_lime.adapter import load_adapted, read_adapter
+    from icmlkit.lib.finetune_lime.adapter import check_adapter_model, load_adapted, read_adapter
 
     read_adapter(run.input(adapter))  # a bad adapter fails before the model loads
     loaded = _model(run, model)
+    check_adapter_model(adapter, model)  # an adapter of another base model: refused before any row is scored
     return load_adapted(loaded.model, adapter), loaded.tokenizer
 
 

@@ -137,7 +137,8 @@ def eval_(run, run_dir, env, output, cfg):
 
 @cli.command(device=True)
 @click.argument("run_dir", metavar="RUN")
-@click.option("--env", "env", default=None, help="Environment (default: the run's own).")
+@click.option("--env", "env", default=None, help="Environment (default: the run's own; another one is "
+              "refused, as in eval).")
 @output_option("The diagnostics as one JSON object.", suffixes=(".json",))
 @config_options(DiagnoseConfig)
 def diagnose(run, run_dir, env, output, cfg):
@@ -181,8 +182,7 @@ def collect(run, env, output, actor_run, cfg):
     from icmlkit.lib.train_control.priors import with_prior
     from icmlkit.lib.train_control.replay import collect as collect_buffer
     from icmlkit.lib.train_control.replay import write_replay
-    from icmlkit.lib.train_control.train import load_run, run_prior
-    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.train_control.train import check_run_env, load_run, run_prior
 
     run.output(output)
     actor = None
@@ -190,9 +190,7 @@ def collect(run, env, output, actor_run, cfg):
     if actor_run:
         agent, rc = load_run(run.input(actor_run))
         e = with_prior(e, run_prior(rc))  # a run with an action prior acts (and is stored) in its latent z
-        if (agent.obs_dim, agent.act_dim) != (e.obs_dim, e.act_dim):
-            raise UsageError(f"--actor {actor_run}: its obs/action dims {agent.obs_dim}/{agent.act_dim} differ "
-                             f"from {env}'s {e.obs_dim}/{e.act_dim}")
+        check_run_env(agent, rc, e)  # the run's own environment only (and its dims)
         actor = agent.actor.mean_action
     res = collect_buffer(e, cfg, run.seed, actor=actor)
     run.save(output, write_replay, res)

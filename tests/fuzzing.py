@@ -188,3 +188,46 @@ def check_kinds(tool: str, case: FuzzCase, tmp_path: Path, capsys, kinds=SWEEP_K
         if why:
             problems.append(f"{tool} {' '.join(case.argv)} [{kind}]: {', '.join(why)}: {stderr.strip()[:300]!r}")
     return problems
+
+
+# ----------------------------------------------------------------------------- issue 59: mismatched inputs
+
+
+@dataclass
+class MismatchCase:
+    """A subcommand given a model (or another artefact) made under one recorded setting and an input
+    made under another (system, environment, grid, layer, width, columns, ...): it must be refused
+    before any number is printed (tests/test_mismatch_sweep.py).
+
+    ``build(base) -> {name: path}`` writes the model (setting A) and the input (setting B) under
+    ``base``; ``argv`` names them as ``{name}`` (``{out}``: an output folder that must stay empty).
+    ``expect``: what the one error line must hold: the file's name and both settings."""
+
+    command: str
+    argv: list[str]
+    build: Callable[[Path], dict]
+    expect: tuple[str, ...]
+    label: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.command}:{self.label or 'mismatch'}"
+
+
+def check_mismatch(tool: str, case: MismatchCase, tmp_path: Path, capsys) -> list[str]:
+    """Run ``case`` and return what breaks the contract: exit 1 or 2, one ``Error:`` line that names
+    everything in ``case.expect`` (and no library's text), nothing on stdout, no output file."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    files = {k: str(v) for k, v in case.build(tmp_path).items()}
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [a.format(out=out, **files) for a in case.argv]
+    code, stdout, stderr = run_inprocess(tool, [*argv, "-q"], capsys)
+    left = sorted(p.name for p in out.iterdir())
+    why = contract_problems(code, stderr, left)
+    if stdout.strip():
+        why.append(f"printed {stdout.strip()[:80]!r}")
+    line = next((ln for ln in stderr.splitlines() if ln.startswith("Error:")), "")
+    missing = [e for e in case.expect if e not in line]
+    if missing:
+        why.append(f"the error line does not name {missing}")
+    return [f"{tool} {case} {' '.join(case.argv)}: {', '.join(why)}: {stderr.strip()[:300]!r}"] if why else []

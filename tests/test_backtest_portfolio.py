@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import run_tool
-from fuzzing import FuzzCase, check_malformed
+from fuzzing import FuzzCase, MismatchCase, check_malformed
 from icmlkit.lib.backtest_portfolio import estimators as E
 from icmlkit.lib.backtest_portfolio.backtest import rebalance_indices, run_backtest, simulate
 from icmlkit.lib.backtest_portfolio.data import Market, read_market
@@ -455,6 +455,20 @@ def _valid_inputs(base):
     (base / "r.csv").write_text("date,gross,net\n2016-01-04,0.01,0.009\n2016-01-05,-0.02,-0.02\n")
     return {"prices": p, "model": base / "m.pt", "rets": base / "r.csv"}
 
+
+def _prices_of_five(base):
+    """The files of :func:`_valid_inputs` (a model of tickers S0..S5) and prices of S0..S4."""
+    return {**_valid_inputs(base), "five": _write_prices(base / "five.csv", n=5, days=300)}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): prices of other tickers than the model's are refused
+_TICKERS = ("m.pt", "trained on tickers ['S0', 'S1', 'S2', 'S3', 'S4', 'S5']", "'S4']")
+MISMATCH = [
+    MismatchCase("weights", ["weights", "{model}", "{five}", "--date", "2015-10-01", "-o", "{out}/w.csv"],
+                 _prices_of_five, _TICKERS, "tickers"),
+    MismatchCase("backtest", ["backtest", "{five}", "-s", "dfl", "--model", "{model}", "-o", "{out}/run"],
+                 _prices_of_five, _TICKERS, "tickers"),
+]
 
 CSV_KINDS = ("missing", "empty", "binary", "folder", "wrong_csv", "nan_csv")
 PT_KINDS = ("missing", "empty", "binary", "folder", "garbage_pt")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import BIN, run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 from icmlkit.lib.defend_tsf import attack as atk
 from icmlkit.lib.defend_tsf import timeguard as tg
 from icmlkit.lib.defend_tsf.config import DataConfig, ModelConfig, SynthConfig, TrainConfig
@@ -449,6 +449,27 @@ def _setup_all(base: Path) -> dict:
     write_model(base / "m.pt", res)
     return {"series": base / "s.csv", "record": base / "a.json", "model": base / "m.pt"}
 
+
+def _series_of_two_channels(base: Path) -> dict:
+    """The files of :func:`_setup_all` (a model of a 3-channel series) and a 2-channel series."""
+    from icmlkit.lib.defend_tsf.api import write_series
+
+    files = _setup_all(base)
+    write_series(base / "two.csv", synthetic_series(SynthConfig(rows=300, channels=2), 0))
+    rec = json.loads(Path(files["record"]).read_text())
+    (base / "r.json").write_text(json.dumps({**rec, "channels": ["nope"]}))
+    return {**files, "two": base / "two.csv", "other_record": base / "r.json"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): a series (or an attack record) of other channels than the model's
+_CH = ("two.csv", "differ from the model", "m.pt")
+MISMATCH = [
+    MismatchCase("eval", ["eval", "{model}", "{two}"], _series_of_two_channels, _CH, "series"),
+    MismatchCase("forecast", ["forecast", "{model}", "{two}", "-o", "{out}/f.csv"], _series_of_two_channels, _CH,
+                 "series"),
+    MismatchCase("eval", ["eval", "{model}", "{series}", "--attack-record", "{other_record}"], _series_of_two_channels,
+                 ("r.json", "'nope'"), "record"),
+]
 
 CSV_KINDS = ("missing", "empty", "binary", "folder", "wrong_csv", "nan_csv")
 JSON_KINDS = ("missing", "empty", "binary", "folder", "truncated_json")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import run_tool
-from fuzzing import FuzzCase, check_malformed
+from fuzzing import FuzzCase, MismatchCase, check_malformed
 from icmlkit.lib.causal import ADMG, parse_dagitty, parse_json_graph, parse_query, rule1, rule2, rule3, z_of_w
 from icmlkit.lib.causal.parse import Query
 from icmlkit.lib.core.errors import InputError
@@ -505,6 +505,22 @@ def _graph_and_data(base):
     (base / "d.csv").write_text("a,b,c\n" + "".join(f"{x},{y},{z}\n" for x, y, z in rng.integers(0, 2, (50, 3))))
     return {"graph": base / "g.dag", "data": base / "d.csv"}
 
+
+def _data_of_other_columns(base):
+    """The graph a -> b -> c, a -> c and data of it with b renamed q (another graph's variables)."""
+    files = _graph_and_data(base)
+    head, _, rest = files["data"].read_text().partition("\n")
+    (base / "q.csv").write_text("a,q,c\n" + rest)
+    return {**files, "other": base / "q.csv"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): data without a column for each of the graph's variables are refused
+_COLS = ("q.csv", "column 'b': missing", "found a, q, c")
+MISMATCH = [
+    MismatchCase("estimate", ["estimate", "{graph}", "P(c|do(a))", "{other}", "-o", "{out}/r.csv"],
+                 _data_of_other_columns, _COLS, "columns"),
+    MismatchCase("falsify", ["falsify", "{graph}", "P(c|do(a))", "{other}"], _data_of_other_columns, _COLS, "columns"),
+]
 
 GRAPH_KINDS = ("missing", "empty", "binary", "folder")
 CSV_KINDS = ("missing", "empty", "binary", "folder", "wrong_csv", "nan_csv")

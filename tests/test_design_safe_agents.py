@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from conftest import run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 
 pytest.importorskip("pydantic")
 
@@ -482,6 +482,25 @@ def _setup(tmp_path):
 
 
 JSONK = ("missing", "empty", "binary", "folder", "truncated_json")
+def _other_env(tmp_path):
+    """The travel design and attack of :func:`_setup`, and the assistant environment's own design."""
+    from icmlkit.lib.design_safe_agents import load_env
+    from icmlkit.lib.design_safe_agents.schema import design_json
+
+    files = _setup(tmp_path)
+    (tmp_path / "assistant.json").write_text(json.dumps(design_json(load_env("assistant").base_design)))
+    return {**files, "assistant_design": tmp_path / "assistant.json"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): a design or an attack made for one environment is refused in another
+MISMATCH = [
+    MismatchCase(cmd, [cmd, "{design}", "assistant", *extra], _other_env,
+                 ("design.json", "unknown action 'search_flights'", "environment 'assistant'"), "design-env")
+    for cmd, extra in (("eval", ["--episodes", "1"]), ("attack", ["-o", "{out}/a.jsonl"]),
+                       ("run", ["-o", "{out}/t.jsonl"]))
+] + [MismatchCase("run", ["run", "{assistant_design}", "assistant", "--attack", "{attack}", "-o", "{out}/t.jsonl"],
+                  _other_env, ("attack.json", "'travel-01'", "environment 'assistant'"), "attack-env")]
+
 CASES = [
     FuzzCase("search", ["search", "{bad}", "-o", "{out}/run", "--iterations", "1"], ".json", JSONK, _setup, "env"),
     FuzzCase("search", ["search", "travel", "-o", "{out}/run", "--iterations", "1", "--replay", "{bad}",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fuzzing import DEFAULT_KINDS, FuzzCase, check_malformed, run_inprocess
+from fuzzing import DEFAULT_KINDS, FuzzCase, MismatchCase, check_malformed, run_inprocess
 
 TOOL = "detect-synthetic"
 IMAGE_KINDS = (*DEFAULT_KINDS, "garbage_png")
@@ -73,6 +73,18 @@ CASES = [
              "model"),
     FuzzCase("probe", ["probe", "{fake}", "--backbone-weights", "{bad}", "-o", "{out}/p.csv"], ".pth", TORCH_KINDS,
              _valid, "backbone-weights"),
+]
+
+
+# issue 59 (tests/test_mismatch_sweep.py): `probe --model` uses the model's backbone, sizes and probe; an
+# option given with it that disagrees (or that sets the Gaussian probe it does not use) is refused
+MISMATCH = [
+    MismatchCase("probe", ["probe", "{fake}", "--model", "{model}", "--image-size", "64", "-o", "{out}/p.csv"],
+                 _valid, ("rigid.pt", "--image-size 112", "not 64"), "image-size"),
+    MismatchCase("probe", ["probe", "{fake}", "--model", "{model}", "--preprocess", "resize"], _valid,
+                 ("rigid.pt", "--preprocess crop", "not resize"), "preprocess"),
+    MismatchCase("probe", ["probe", "{fake}", "--model", "{model}", "--noise", "0.2"], _valid,
+                 ("rigid.pt", "--noise", "own probe"), "gaussian-probe"),
 ]
 
 

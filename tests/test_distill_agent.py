@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, exe, run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 
 TOOL = "distill-agent"
 SHARED = Path(__file__).resolve().parents[1] / "data" / "score"
@@ -672,6 +672,27 @@ def _valid_model(base: Path) -> dict:
                                  "env": {"keys": ["k1", "k2"], "ops": ["+"], "table": {"k1": 1, "k2": 2}}}) + "\n")
     return {"model": m, "tasks": tasks}
 
+
+def _tasks_beyond_the_vocabulary(base: Path) -> dict:
+    """Tasks of `generate --key-pool 200` (keys k64.. are outside the tiny student's vocabulary) and the
+    shipped tiny student (data/distill_agent/demo_bc_init, read in place)."""
+    from icmlkit.cli._common import run_cli
+    from icmlkit.cli.distill_agent import cli
+
+    tasks = base / "wide.jsonl"
+    assert run_cli(cli, "distill-agent", ["generate", "--n-tasks", "30", "--key-pool", "200", "--max-keys", "3",
+                                          "-o", str(tasks), "-q", "--no-manifest"]) == 0
+    return {"tasks": tasks, "model": Path(__file__).resolve().parents[1] / "data" / "distill_agent" / "demo_bc_init"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): a tiny student is refused tasks in words outside its vocabulary
+MISMATCH = [
+    MismatchCase("eval", ["eval", "{model}", "{tasks}", "-o", "{out}/e.jsonl"], _tasks_beyond_the_vocabulary,
+                 ("demo_bc_init", "vocabulary has no 'k", "k0..k63"), "vocabulary"),
+    MismatchCase("mps", ["mps", "{tasks}", "--student", "{model}", "--teacher", "oracle", "--judge", "oracle", "-o",
+                         "{out}/m.jsonl"], _tasks_beyond_the_vocabulary,
+                 ("demo_bc_init", "vocabulary has no 'k", "k0..k63"), "vocabulary"),
+]
 
 JSONL_KINDS = ("missing", "empty", "binary", "folder", "truncated_jsonl", "truncated_json")
 CASES = [

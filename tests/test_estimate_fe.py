@@ -579,7 +579,7 @@ def test_cli_demo_writes_its_run_folder(tmp_path):
 
 # ----------------------------------------------------------------------------------- malformed inputs
 
-from fuzzing import FuzzCase, check_malformed  # noqa: E402
+from fuzzing import FuzzCase, MismatchCase, check_malformed  # noqa: E402
 
 _VALID: dict = {}
 
@@ -610,6 +610,27 @@ def _valid_files(base):
         out[k] = base / p.name
     return out
 
+
+def _dw4_frames(base):
+    """The tiny trap4 model and frames of dw4 (the same 4 atoms): the model is of another system."""
+    from icmlkit.lib.core.io import write_npz
+    from icmlkit.lib.estimate_fe import api
+
+    files = _valid_files(base)
+    write_npz(base / "dw.npz", **api.sample(api.SampleConfig(frames=20), builtin("dw4"), seed=0).arrays)
+    return {**files, "dw": base / "dw.npz"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): a model or frames of another system are refused before any estimate
+MISMATCH = [
+    MismatchCase("estimate", ["estimate", "dw4", "{model}", "{dw}", "--samples", "10"], _dw4_frames,
+                 ("m.pt", "name 'trap4', not 'dw4'"), "model-system"),
+    MismatchCase("estimate", ["estimate", "dw4", "{model}", "{frames}", "--samples", "10"], _dw4_frames,
+                 ("f.npz", "system 'trap4', not 'dw4'"), "frames-system"),
+    MismatchCase("solvation", ["solvation", "dw4", "--samples", "10", "--vacuum-model", "{model}", "--vacuum-frames",
+                               "{dw}", "--solvent-model", "{model}", "--solvent-frames", "{dw}"], _dw4_frames,
+                 ("m.pt", "name 'trap4', not 'dw4'"), "model-system"),
+]
 
 _NPZ = ("missing", "empty", "binary", "folder", "garbage_npz")
 _PT = ("missing", "empty", "binary", "folder", "garbage_pt")

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from conftest import BIN, run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 from icmlkit.lib.finetune_lime.adapter import apply_adapter, count_parts, load_adapted, read_adapter
 from icmlkit.lib.finetune_lime.config import AdapterConfig, EvalConfig, TasksConfig, TrainConfig
 from icmlkit.lib.finetune_lime.data import char_tokenizer, make_tasks, write_task_rows
@@ -598,6 +598,21 @@ def _setup_adapter(base):
     return {**named, "adapter": a}
 
 
+def _adapter_of_another_model(base):
+    """An adapter trained on the tiny model of :func:`_setup_model` and a copy of that model in another folder
+    (the same shapes: the shape check alone accepted it)."""
+    import shutil
+
+    named = _setup_adapter(base)
+    shutil.copytree(named["model"], base / "other")
+    return {**named, "other": base / "other"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): an adapter meets only the base model it was trained on
+_OTHER = ("a.safetensors", "trained on model", "other'")
+MISMATCH = [MismatchCase(cmd, [cmd, "{other}", "{adapter}", "{data}", "-o", "{out}/x" + ext], _adapter_of_another_model,
+                         _OTHER, "model") for cmd, ext in (("eval", ".jsonl"), ("predict", ".jsonl"), ("routing", ".csv"))]
+
 DATA_KINDS = ("missing", "empty", "binary", "folder", "truncated_jsonl")
 CASES = [
     FuzzCase("train", ["train", "{model}", "{bad}", "-o", "{out}/a.safetensors", "--steps", "1"], suffix=".jsonl",
@@ -641,6 +656,14 @@ def test_adapter_for_another_model_is_an_input_error(tmp_path, capsys, adapter_f
     tok.save_pretrained(str(d))
     code, _, err = _cli(["eval", str(d), str(adapter_file), str(tasks_file), "-o", str(tmp_path / "p.jsonl")],
                         capsys)
+    assert code == 2 and "the adapter was trained on model" in err and not (tmp_path / "p.jsonl").exists()
+    # a file without the record of its model: the shapes still refuse it
+    from icmlkit.lib.core.io import read_safetensors, write_safetensors
+
+    tensors, meta = read_safetensors(adapter_file)
+    write_safetensors(tmp_path / "old.safetensors", tensors, {k: v for k, v in meta.items() if k != "model"})
+    code, _, err = _cli(["eval", str(d), str(tmp_path / "old.safetensors"), str(tasks_file), "-o",
+                         str(tmp_path / "p.jsonl")], capsys)
     assert code == 1 and "does not fit" in err and not (tmp_path / "p.jsonl").exists()
 
 

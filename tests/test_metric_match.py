@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import BIN, Interrupted, exe, run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 from icmlkit.lib.core.io import write_npz
 from icmlkit.lib.metric_match.api import evaluate, interpolate, knn_query, query
 from icmlkit.lib.metric_match.config import (EvalConfig, GenerateConfig, InterpolateConfig, KnnConfig, QueryConfig,
@@ -421,6 +421,28 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_malformed_inputs(case, tmp_path, capsys):
     check_malformed(TOOL, case, tmp_path, capsys)
+
+
+def _points_of_other_d(base: Path) -> dict:
+    """The tiny model of a plane in D = 4 and points, a test set and data in D = 5."""
+    x, _ = plane(10, D=5)
+    write_npz(base / "d5.npz", points=x)
+    write_npz(base / "test5.npz", points=x, dim=np.full(10, 2))
+    return {**_model(base), "d5": base / "d5.npz", "test5": base / "test5.npz"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): points of another ambient dimension than the model's are refused
+_D = ("the model was trained on D = 4", "D = 5")
+MISMATCH = [
+    MismatchCase("query", ["query", "{model}", "{d5}", "--h", "0.1", "-o", "{out}/q.npz"], _points_of_other_d,
+                 ("d5.npz", *_D), "points"),
+    MismatchCase("interpolate", ["interpolate", "{model}", "{d5}", "{pts}", "--h", "0.1", "-o", "{out}/p.npz"],
+                 _points_of_other_d, ("d5.npz", *_D), "a"),
+    MismatchCase("eval", ["eval", "{model}", "{test5}", "-o", "{out}/e.csv"], _points_of_other_d,
+                 ("test5.npz", *_D), "testset"),
+    MismatchCase("eval", ["eval", "{model}", "{test}", "--data", "{d5}", "-o", "{out}/e.csv"], _points_of_other_d,
+                 ("d5.npz", *_D), "data"),
+]
 
 
 def test_wrong_shapes_are_refused(tmp_path, capsys):

@@ -112,7 +112,7 @@ def test_brain_through_the_cli():
 
 # --------------------------------------------------------------------------- malformed inputs
 
-from fuzzing import DEFAULT_KINDS, FuzzCase, check_malformed  # noqa: E402
+from fuzzing import DEFAULT_KINDS, FuzzCase, MismatchCase, check_malformed  # noqa: E402
 
 TEXT_KINDS = DEFAULT_KINDS + ("wrong_csv", "nan_csv")
 JSON_KINDS = DEFAULT_KINDS + ("truncated_json", "truncated_jsonl")
@@ -145,6 +145,28 @@ def _brain_folder(base):
 def _lp_case(suffix, kinds):
     return FuzzCase("lp", ["lp", "{bad}", "-o", "{out}/l.npz"], suffix=suffix, kinds=kinds)
 
+
+def _lp_of_another_instance(base):
+    """The LP of :func:`_instance` and two other instances: one with another colour on an edge (other
+    (vertex, colour) pairs), one with the same pairs and another weight."""
+    from icmlkit.cli._common import run_cli
+    from icmlkit.cli.solve_maxecc import cli
+
+    files = _instance(base)
+    assert run_cli(cli, TOOL, ["lp", str(files["inst"]), "-o", str(base / "lp.npz"), "-q", "--no-manifest"]) == 0
+    text = files["inst"].read_text()
+    (base / "recoloured.txt").write_text(text.replace("40,50 3", "40,50 2"))
+    (base / "reweighted.txt").write_text(text.replace("10,20 1", "10,20 1 5"))
+    return {"lp": base / "lp.npz", "recoloured": base / "recoloured.txt", "reweighted": base / "reweighted.txt"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): an LP solution of another instance is refused before any rounding
+MISMATCH = [
+    MismatchCase("solve", ["solve", "{recoloured}", "--lp", "{lp}", "-o", "{out}/c.csv", "-t", "5"],
+                 _lp_of_another_instance, ("lp.npz", "do not match the instance"), "pairs"),
+    MismatchCase("solve", ["solve", "{reweighted}", "--lp", "{lp}", "-o", "{out}/c.csv", "-t", "5"],
+                 _lp_of_another_instance, ("lp.npz",), "weights"),
+]
 
 FUZZ = [
     _lp_case(".txt", TEXT_KINDS),

@@ -12,6 +12,7 @@ from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.steer_concept import (Steering, Whitening, concept_mean, fit_from_arrays, fit_step, ledoit_wolf_coefficient,
                                neutral_stats)
 from icmlkit.lib.steer_concept.synthetic import unequal_norm_gaussians
+from fuzzing import MismatchCase
 
 TOOL = "steer-concept"
 
@@ -233,12 +234,16 @@ def test_dimension_mismatch_and_bad_files_are_clear_errors(tmp_path):
 def tiny_model(tmp_path_factory):
     """A 2-layer, 32-d BERT with random weights and MiniLM's tokenizer files (fast hook tests)."""
     pytest.importorskip("transformers")
+    return _tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+def _tiny_bert(folder):
+    """Write the tiny BERT of :func:`tiny_model` into ``folder``."""
     from transformers import BertConfig, BertModel
 
     from icmlkit.lib.steer_concept.model import minilm_path
 
     src = minilm_path()
-    folder = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=128)
@@ -562,6 +567,61 @@ def _valid_inputs(base):
     Steering([step], {"site": "attn", "pool": "mean", "model": "none"}).save(base / "st.safetensors")
     (base / "t.txt").write_text("a horse\nA motorcycle\n")
     return {k: base / f"{k}.npz" for k in ("n", "s", "t")} | {"st": base / "st.safetensors", "txt": base / "t.txt"}
+
+
+def _steers_of_other_models(base):
+    """The tiny BERT (32-d, 2 layers) and steers it cannot take: one recorded as fitted on another model
+    (same width and layer), one of 4-d activations and one at layer 5 (both fitted on plain arrays)."""
+    rng = np.random.default_rng(0)
+    out = {"model": _tiny_bert(base / "tiny"), "txt": base / "t.txt"}
+    out["txt"].write_text("a horse\nA motorcycle\n")
+    for key, d, layer, model in (("other", 32, 1, "other-model"), ("narrow", 4, 0, "none"), ("deep", 32, 5, "none")):
+        step = fit_from_arrays(rng.standard_normal((20, d)) + 1, rng.standard_normal((20, d)),
+                               rng.standard_normal((80, d)), layer=layer)
+        Steering([step], {"site": "attn", "pool": "mean", "model": model}).save(base / f"{key}.safetensors")
+        out[key] = base / f"{key}.safetensors"
+    return out
+
+
+def _embed_of_other_model(base):
+    """A steer fitted on `embed` output of model 'tiny' at site attn, layers 0 and 1, and embed files of
+    another model, another site and fewer layers."""
+    from icmlkit.lib.steer_concept.io import save_activations
+
+    rng = np.random.default_rng(0)
+    meta = {"model": "tiny", "site": "attn", "pool": "mean", "layers": [0, 1]}
+    for name, shift in (("n", 0.0), ("s", 1.0), ("t", -1.0)):
+        save_activations(base / f"{name}.npz", {f"layer_{L}": rng.standard_normal((30, 4)) + shift for L in (0, 1)},
+                         None, meta)
+    steps = [fit_from_arrays(np.load(base / "s.npz")[f"layer_{L}"], np.load(base / "t.npz")[f"layer_{L}"],
+                             np.load(base / "n.npz")[f"layer_{L}"], layer=L) for L in (0, 1)]
+    Steering(steps, meta).save(base / "e.safetensors")
+    for name, m in (("other", {**meta, "model": "another"}), ("site", {**meta, "site": "block"})):
+        save_activations(base / f"{name}.npz", {f"layer_{L}": rng.standard_normal((3, 4)) for L in (0, 1)}, None, m)
+    save_activations(base / "layer.npz", {"layer_0": rng.standard_normal((3, 4))}, None, {**meta, "layers": [0]})
+    return {k: base / f"{k}.npz" for k in ("other", "site", "layer")} | {"steer": base / "e.safetensors"}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): a steer meets only the model, site, layers and width it was fitted on
+_EV = ["--source", "{txt}", "--target", "{txt}", "--neutral", "{txt}", "--unrelated", "{txt}"]
+MISMATCH = [
+    MismatchCase("run", ["run", "{model}", "{other}", "{txt}", "-o", "{out}/r.npz"], _steers_of_other_models,
+                 ("other.safetensors", "'other-model'", "tiny'"), "model"),
+    MismatchCase("run", ["run", "{model}", "{narrow}", "{txt}", "-o", "{out}/r.npz"], _steers_of_other_models,
+                 ("narrow.safetensors", "4-d", "width 32"), "width"),
+    MismatchCase("run", ["run", "{model}", "{deep}", "{txt}", "-o", "{out}/r.npz"], _steers_of_other_models,
+                 ("deep.safetensors", "layer 5", "has 2 layers"), "layer"),
+    MismatchCase("eval", ["eval", "{other}", "--model", "{model}", *_EV, "-o", "{out}/e.csv"], _steers_of_other_models,
+                 ("other.safetensors", "'other-model'", "tiny'"), "model"),
+    MismatchCase("complete", ["complete", "{model}", "{narrow}", "{txt}", "-o", "{out}/c.jsonl"],
+                 _steers_of_other_models, ("narrow.safetensors", "4-d", "width 32"), "width"),
+    MismatchCase("apply", ["apply", "{steer}", "{other}", "-o", "{out}/a.npz"], _embed_of_other_model,
+                 ("other.npz", "model 'another'", "'tiny'"), "model"),
+    MismatchCase("apply", ["apply", "{steer}", "{site}", "-o", "{out}/a.npz"], _embed_of_other_model,
+                 ("site.npz", "site 'block'", "'attn'"), "site"),
+    MismatchCase("apply", ["apply", "{steer}", "{layer}", "-o", "{out}/a.npz"], _embed_of_other_model,
+                 ("layer.npz", "layer_1"), "layer"),
+]
 
 
 def _steer_fuzz_cases():

@@ -527,6 +527,39 @@ def _traces(base):
     return {"traces": write_jsonl(base / "ok.jsonl", all_examples())}
 
 
+def _heads(base):
+    """Labelled traces, a sink table, a learned instruction score and three heads fitted on them: with the
+    defaults (heuristic score, default sinks), with the learned score, and with the sink table."""
+    from icmlkit.cli._common import run_cli
+    from icmlkit.cli.trace_injection import cli
+
+    files = _traces(base)
+    t = str(files["traces"])
+    (base / "sinks.json").write_text(json.dumps({"^send_money$": "payment", "^delete_file$": "delete"}))
+    for argv in (["fit-instruction", t, "-o", str(base / "instr.json")],
+                 ["fit", t, "--head", "logreg", "-o", str(base / "plain.json")],
+                 ["fit", t, "--head", "logreg", "--instruction-model", str(base / "instr.json"), "-o",
+                  str(base / "learned.json")],
+                 ["fit", t, "--sinks", str(base / "sinks.json"), "-o", str(base / "tabled.json")]):
+        assert run_cli(cli, TOOL, [*argv, "-q", "--no-manifest"]) == 0, argv
+    return {**files, **{k: base / f"{k}.json" for k in ("sinks", "instr", "plain", "learned", "tabled")}}
+
+
+_MM = __import__("fuzzing").MismatchCase
+# issue 59 (tests/test_mismatch_sweep.py): a fitted model meets only the instruction score and sink table its
+# features were computed with (recorded in the model file by `fit`)
+MISMATCH = [
+    _MM("detect", ["detect", "{traces}", "--model", "{learned}", "-o", "{out}/v.jsonl"], _heads,
+        ("learned.json", "instruction_score 'learned:", "not 'heuristic'"), "instruction-score"),
+    _MM("eval", ["eval", "{traces}", "--model", "{plain}", "--instruction-model", "{instr}", "-o", "{out}/r.csv"],
+        _heads, ("plain.json", "instruction_score 'heuristic', not 'learned:"), "instruction-score"),
+    _MM("detect", ["detect", "{traces}", "--model", "{tabled}", "-o", "{out}/v.jsonl"], _heads,
+        ("tabled.json", "sinks 'table:", "not 'default'"), "sinks"),
+    _MM("eval", ["eval", "{traces}", "--model", "{plain}", "--sinks", "{sinks}"], _heads,
+        ("plain.json", "sinks 'default', not 'table:"), "sinks"),
+]
+
+
 def _fuzz_cases():
     from fuzzing import DEFAULT_KINDS, FuzzCase
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import BIN, exe, run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 from icmlkit.lib.train_control.agent import Agent
 from icmlkit.lib.train_control.ams import neighbourhood_mean, neighbours, orthonormal_directions
 from icmlkit.lib.train_control.config import AgentConfig, TrainConfig
@@ -554,14 +554,14 @@ def test_collect_and_critic_study(tmp_path, capsys):
 # --------------------------------------------------------------------------- malformed inputs
 
 
-def _valid_run(base: Path) -> dict:
-    """A run directory of an untrained agent (written by the library, no training)."""
+def _valid_run(base: Path, spec: str = "Pendulum-v1") -> dict:
+    """A run directory of an untrained agent on ``spec`` (written by the library, no training)."""
     from icmlkit.lib.train_control.train import TrainResult, write_run
 
     cfg = TrainConfig(hidden=8)
-    env = make_env("Pendulum-v1")
+    env = make_env(spec)
     agent = Agent(env.obs_dim, env.act_dim, cfg, "td3", 0)
-    rc = {"format": "icmlkit.control.run/1", "env": "Pendulum-v1", "algo": "td3", "seed": 0,
+    rc = {"format": "icmlkit.control.run/1", "env": spec, "algo": "td3", "seed": 0,
           "config": __import__("dataclasses").asdict(cfg), "env_info": env.info()}
     run = base / "goodrun"
     run.mkdir()
@@ -592,6 +592,22 @@ def test_malformed_inputs(case, tmp_path, capsys):
     check_malformed(TOOL, case, tmp_path, capsys)
 
 
+# issue 59 (tests/test_mismatch_sweep.py): a run acts only in the environment it was trained on; a run on
+# dmc:lqr-1 (obs 2, action 1) given MountainCarContinuous-v0 (the same dims) is refused, not evaluated
+_LQR1 = lambda base: _valid_run(base, "dmc:lqr-1")  # noqa: E731
+_ENV_NAMES = ("goodrun", "trained on dmc:lqr-1", "not MountainCarContinuous-v0")
+MISMATCH = [
+    MismatchCase("eval", ["eval", "{run}", "MountainCarContinuous-v0", "--episodes", "1", "-o", "{out}/r.csv"],
+                 _LQR1, _ENV_NAMES, "env"),
+    MismatchCase("diagnose", ["diagnose", "{run}", "--env", "MountainCarContinuous-v0", "-o", "{out}/d.json"],
+                 _LQR1, _ENV_NAMES, "env"),
+    MismatchCase("collect", ["collect", "MountainCarContinuous-v0", "--actor", "{run}", "--steps", "5", "-o",
+                             "{out}/b.npz"], _LQR1, _ENV_NAMES, "actor-env"),
+    MismatchCase("eval", ["eval", "{run}", "MountainCarContinuous-v0", "--episodes", "1"], _valid_run,
+                 ("goodrun", "trained on Pendulum-v1", "not MountainCarContinuous-v0"), "env-dims"),
+]
+
+
 @pytest.mark.parametrize("target,content", [
     ("config.json", b'{"format": "icmlkit.control.run/1", "env": '),
     ("config.json", b'{"format": "other"}'),
@@ -613,7 +629,7 @@ def test_wrong_shaped_actor_and_mismatched_env(tmp_path, capsys):
 
     run = _valid_run(tmp_path)["run"]
     code, _, err = run_inprocess(TOOL, ["eval", str(run), "dmc:lqr-6"], capsys)
-    assert code == 2 and "dims" in err
+    assert code == 2 and "trained on Pendulum-v1, not dmc:lqr-6" in err
     write_safetensors(run / "actor.safetensors", {"net.0.weight": np.zeros((2, 2), np.float32)},
                       {"format": "icmlkit.control.actor/1"})
     code, _, err = run_inprocess(TOOL, ["eval", str(run), "Pendulum-v1"], capsys)

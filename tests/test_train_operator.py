@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import BIN, REPO, Interrupted, exe, run_tool
-from fuzzing import FuzzCase, check_malformed, run_inprocess
+from fuzzing import FuzzCase, MismatchCase, check_malformed, run_inprocess
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.train_operator.config import DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
 from icmlkit.lib.train_operator.data import fieldset, grid_coords, read_fields
@@ -560,6 +560,24 @@ FUZZ = [
                           "--resolution", "5", "--config", "{bad}"], ".toml", ("missing", "binary", "folder"),
              label="config"),
 ]
+
+
+def _other_grid(base):
+    """The 2-D, one-channel tiny model and data it was not trained on: a 1-D grid and a 2-channel 2-D grid."""
+    rng = np.random.default_rng(0)
+    line, chan = base / "line.npz", base / "chan.npz"
+    np.savez(line, x=rng.random((4, 16)), y=rng.random((4, 16)))
+    np.savez(chan, x=rng.random((4, 2, 8, 8)), y=rng.random((4, 1, 8, 8)))
+    return {"model": _tiny_model(base), "line": line, "chan": chan}
+
+
+# issue 59 (tests/test_mismatch_sweep.py): data on another grid dimension or with other channels than the
+# model's recorded ones are refused (another resolution of the same grid is superres, not a mismatch)
+MISMATCH = [
+    MismatchCase(cmd, [cmd, "{model}", "{line}", *out], _other_grid, ("line.npz", "1-D", "2-D"), "grid-dim")
+    for cmd, out in (("eval", []), ("predict", ["-o", "{out}/p.npz"]), ("superres", ["-o", "{out}/t.csv"]))
+] + [MismatchCase("eval", ["eval", "{model}", "{chan}"], _other_grid, ("chan.npz", "x has 2 channels", "trained on 1"),
+                  "channels")]
 
 
 @pytest.mark.parametrize("case", FUZZ, ids=str)

@@ -156,6 +156,24 @@ def probe_detector(cfg: ProbeConfig, device="cpu", encoder=None) -> Detector:
     return Detector(cfg.detector_config(), encoder=encoder, device=device)
 
 
+MODEL_SETTINGS = ("backbone", "backbone_weights", "image_size", "input_size", "preprocess")
+GAUSSIAN_PROBE = ("noise", "noise_space", "draws")
+
+
+def check_probe_options(model: Detector, given: dict, where: str) -> None:
+    """``probe --model``: the model's recorded backbone, sizes and preprocessing are used, so an option given
+    explicitly (``given``: name -> value) that disagrees with them is refused, and the Gaussian probe's own
+    options have no effect (issue 59: both were silently ignored). A UsageError naming ``where``."""
+    for k, v in given.items():
+        flag = "--" + k.replace("_", "-")
+        if k in MODEL_SETTINGS and getattr(model.config, k) != v:
+            raise UsageError(f"{where}: the model was trained with {flag} {getattr(model.config, k)}, not {v}; "
+                             f"leave {flag} out (the model's setting is used)")
+        if k in GAUSSIAN_PROBE:
+            raise UsageError(f"{flag} sets the Gaussian probe; with --model {where} the model's own probe (its "
+                             "recorded setting) is used")
+
+
 def probe(cfg: ProbeConfig, images: ImageSet, real: ImageSet | None = None, *, model: Detector | None = None,
           model_name: str = "", seed: int = 0, device="cpu", encoder=None) -> TableResult:
     """The raw robustness-asymmetry signal: for each image cos(f(x), f(x + δ)), drift = 1 − cos and

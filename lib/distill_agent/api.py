@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError, UsageError
 from icmlkit.lib.distill_agent.backends import Counter, check_model_spec, make_judge, make_student, make_teacher
+from icmlkit.lib.distill_agent.model import check_vocabulary
 
 
 @dataclass
@@ -57,6 +58,7 @@ def mps(tasks: list[dict], student: str, teacher: str, judge: str, cfg, agent_cf
     tt = make_teacher(teacher, counter, cfg, agent_cfg, seed)
     st = make_student(student, counter, agent_cfg, seed, temperature=cfg.temperature, top_p=cfg.top_p,
                       top_k=cfg.top_k, device=device)
+    check_vocabulary(st, tasks, student)
     res = loop.mps(tasks, st, tt, tj, cfg, agent_cfg, seed=seed, counter=counter, search=search)
     return Result(res.records, res.summary)
 
@@ -100,6 +102,7 @@ def evaluate(model: str, tasks: list[dict], cfg, agent_cfg, *, seed: int, device
         raise UsageError("no tasks to evaluate (the benchmark or shard is empty)")
     counter = Counter()
     policy = make_student(model, counter, agent_cfg, seed, temperature=cfg.temperature, device=device)
+    check_vocabulary(policy, tasks, model)
     res = loop.evaluate(tasks, policy, agent_cfg, seed=seed, search=search)
     res.summary["llm_calls"] = counter.llm_calls
     return Result(res.records, res.summary)

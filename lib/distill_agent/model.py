@@ -149,6 +149,25 @@ class Codec:
         return self.tok.decode(ids, skip_special_tokens=False)
 
 
+def check_vocabulary(policy, tasks: list[dict], where: str) -> None:
+    """A WordLevel (tiny) student reads only the words of its vocabulary (the toy's keys k0..k63 and
+    integers -100..100, plus its training data's words): a task question holding another word (tasks of
+    a larger --key-pool or --max-value) is refused before any rollout, naming the model folder, the
+    word and the task (issue 59: the word became [UNK] and the accuracy was silently wrong)."""
+    codec = getattr(policy, "codec", None)
+    if codec is None or not codec.word:
+        return
+    unk = codec.tok.unk_token_id
+    for i, task in enumerate(tasks):
+        q = str(task.get("question", ""))
+        enc = codec.tok(q, add_special_tokens=False, return_offsets_mapping=True)
+        if unk in enc["input_ids"]:
+            a, b = enc["offset_mapping"][enc["input_ids"].index(unk)]
+            raise UsageError(f"{where}: the student's vocabulary has no {q[a:b]!r} (task {task.get('id', i + 1)}: "
+                             f"{q[:60]!r}); it reads the words it was trained on (toy keys k0..k63, integers "
+                             "-100..100)")
+
+
 # --------------------------------------------------------------------------- sampling
 
 

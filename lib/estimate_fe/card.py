@@ -334,6 +334,7 @@ def load(path) -> dict:
     """A model file, read with ``weights_only=True``; its fields are checked (:func:`check_bundle`)."""
     bundle = read_torch(path, "CARD model file", FORMAT)
     check_bundle(bundle, str(path))
+    bundle["_file"] = str(path)  # for the errors of check_system (never written: train builds a new bundle)
     return bundle
 
 
@@ -355,14 +356,26 @@ def check_bundle(bundle: dict, where: str) -> None:
 
 
 def check_system(bundle: dict, system, where: str) -> None:
-    n = bundle["system"]["n_atoms"]
+    """Refuse a model trained for another system: the atoms and atomic numbers, then the recorded name,
+    environment and temperature (issue 59: a model of trap4 used for dw4, or of vacuum used in obc2, was a
+    silent wrong answer), then the constraints."""
+    rec = bundle["system"]
+    n = rec["n_atoms"]
     if system.n_atoms != n:
         raise InputError(f"the model was trained for {n} atoms but the system {system.name} has {system.n_atoms}", where)
     if [int(v) for v in np.asarray(system.z)] != list(bundle["z"]):
         raise InputError(f"the model's atomic numbers differ from the system {system.name}'s", where)
+    diffs = [f"{k} {rec[k]!r}, not {v!r}" for k, v in (("name", system.name), ("env", getattr(system, "env", None)))
+             if k in rec and rec[k] != v]
+    t = system.temperature
+    if rec.get("temperature") is not None and t is not None and abs(float(rec["temperature"]) - float(t)) > 1e-9:
+        diffs.append(f"temperature {float(rec['temperature']):g} K, not {float(t):g} K")
+    if diffs:
+        raise UsageError(f"{bundle.get('_file', where)}: the model was trained for another system ({'; '.join(diffs)}); "
+                         "give the system, --env and --temperature it was trained with")
     from icmlkit.lib.estimate_fe.mm import check_constraints
 
-    check_constraints(bundle["system"].get("constraints", "none"), system, "the model", where)
+    check_constraints(rec.get("constraints", "none"), system, "the model", where)
 
 
 def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: int = 2000, seed: int = 0,

@@ -287,6 +287,19 @@ def read_adapter(path) -> tuple[AdapterConfig, dict, dict]:
     return cfg, tensors, meta
 
 
+def check_adapter_model(path, model_spec) -> None:
+    """Refuse an adapter trained on another base model than ``model_spec`` (issue 59: on a model of the same
+    shapes it loaded silently): a UsageError naming the file and both models. Files without the record pass."""
+    from icmlkit.lib.core.io import display_name
+    from icmlkit.lib.hf.models import same_model
+
+    _, _, meta = read_adapter(path)
+    rec = meta.get("model")
+    if rec and not same_model(rec, model_spec):
+        raise UsageError(f"{display_name(path)}: the adapter was trained on model {rec!r}, not {str(model_spec)!r}; "
+                         "give that model")
+
+
 def load_adapted(model: nn.Module, path) -> Adapted:
     """The model with the adapter of file ``path`` inserted and loaded."""
     from icmlkit.lib.core.io import display_name

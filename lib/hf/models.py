@@ -119,6 +119,15 @@ def model_name(spec) -> str:
     return str(spec)
 
 
+def same_model(a, b) -> bool:
+    """Whether two model specs name one model: the same canonical name (:func:`model_name`), or two
+    paths to one folder (a recorded model and the one given again, issue 59)."""
+    if model_name(a) == model_name(b):
+        return True
+    pa, pb = Path(str(a)), Path(str(b))
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+
+
 # -------------------------------------------------------------------------------------- GGUF cache
 
 def gguf_cache_key(gguf: str | os.PathLike) -> str:

@@ -271,6 +271,7 @@ def evaluate(cfg: EvaluateConfig, loaded, steerings: list, *, source: list[str],
     for label, st in steerings:
         if st.layers == [None]:
             raise UsageError(f"STEER: {label} was fitted on plain arrays (no layers)")
+        st.check_model(loaded)
     sites = {st.config.get("site", "attn") for _, st in steerings}
     if len(sites) > 1:
         raise UsageError(f"STEER: the steering files hook different sites {sorted(sites)}")

@@ -274,6 +274,7 @@ def run_steered(cfg: RunConfig, loaded, steering: Steering, texts: list[str], *,
 
     if steering.layers == [None]:
         raise UsageError("STEER: the steering file was fitted on plain arrays (no layers); use `apply`")
+    steering.check_model(loaded)
     t0 = time.perf_counter()
     sc = steering.config
     kw = dict(site=sc.get("site", "attn"), pool=cfg.pool or sc.get("pool", "mean"), batch_size=cfg.batch_size,
@@ -322,6 +323,7 @@ def complete_steered(cfg: CompleteConfig, loaded, steering: Steering, prompts: l
 
     if steering.layers == [None]:
         raise UsageError("STEER: the steering file was fitted on plain arrays (no layers); use `apply`")
+    steering.check_model(loaded)
     t0 = time.perf_counter()
     site = steering.config.get("site", "attn")
     modules = site_modules(loaded.model, list(steering.layers), site)

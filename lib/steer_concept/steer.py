@@ -294,7 +294,35 @@ class Steering:
                 raise InputError(f"step {i}: metadata field {exc} is missing", name) from None
         if not steps:
             raise InputError("holds no steering step", name)
-        return cls(steps=steps, config=config)
+        out = cls(steps=steps, config=config)
+        out.source = name  # named by the errors of check_model
+        return out
+
+    def check_model(self, loaded) -> None:
+        """Refuse, before any text is embedded, a model other than the one the steer was fitted on
+        (issue 59: hooked into another model of the same width it steered silently): the recorded model
+        name (the same folder by another path is the same model), a layer the model lacks, or another
+        activation width at a built-in site. A UsageError naming the steering file and both settings."""
+        from icmlkit.lib.hf.hooks import SITE_PATHS, find_layers
+        from icmlkit.lib.hf.models import same_model
+
+        name = getattr(self, "source", "STEER")
+        rec, given = self.config.get("model"), str(loaded.name)
+        if rec not in (None, "none") and not same_model(rec, given):
+            raise UsageError(f"{name}: the steer was fitted on model {rec!r}, not {given!r}; give that model")
+        layers = [L for L in self.layers if L is not None]
+        if layers:
+            n = len(find_layers(loaded.model))
+            bad = [L for L in layers if not 0 <= L < n]
+            if bad:
+                raise UsageError(f"{name}: the steer was fitted at layer {bad[0]}; the model {given!r} has {n} "
+                                 f"layers (0..{n - 1})")
+        width = getattr(getattr(loaded.model, "config", None), "hidden_size", None)
+        if isinstance(width, int) and self.config.get("site", "attn") in SITE_PATHS:
+            for st in self.steps:
+                if st.layer is not None and st.dim != width:
+                    raise UsageError(f"{name}: the steer was fitted on {st.dim}-d activations at layer {st.layer}; "
+                                     f"the model {given!r} has width {width}")
 
     def summary(self) -> dict:
         return {"methods": self.methods, "layers": self.layers, "steps": len(self.steps),

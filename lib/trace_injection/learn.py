@@ -70,6 +70,8 @@ class Head:
         self.threshold = threshold
         self.seed = seed
         self.params = params or {}
+        self.setting: dict = {}  # what the features were computed with (pipeline.score_setting), checked on use
+        self.source = "MODEL"  # the file it was read from (errors name it)
 
     def _X(self, feats: list[dict]) -> np.ndarray:
         return np.array([[float(f[k]) for k in self.features] for f in feats], dtype=np.float64)
@@ -137,7 +139,8 @@ class Head:
 
     def to_json(self) -> dict:
         return {"format": "icmlkit-trace-head/1", "kind": self.kind, "features": self.features,
-                "threshold": self.threshold, "seed": self.seed, "params": self.params}
+                "threshold": self.threshold, "seed": self.seed, "params": self.params,
+                **({"setting": self.setting} if self.setting else {})}
 
     @classmethod
     def from_json(cls, data: dict, path: str = "model") -> "Head":
@@ -161,6 +164,10 @@ class Head:
         if not isinstance(params, dict) or any(k not in params for k in need):
             raise InputError(f"field 'params': expected an object with {', '.join(need) or 'any fields'}", path)
         head = cls(data["kind"], feats, float(data["threshold"]), int(data.get("seed", 0) or 0), params)
+        setting = data.get("setting", {})
+        if not isinstance(setting, dict) or not all(isinstance(v, str) for v in setting.values()):
+            raise InputError("field 'setting': expected an object of strings", path)
+        head.setting, head.source = dict(setting), path
         try:  # the arrays must fit the features: score one all-zero sample
             if not np.isfinite(head.score([dict.fromkeys(feats + ["effect", "p_compromised"], 0.0)])).all():
                 raise ValueError("non-finite score")

@@ -77,6 +77,40 @@ def make_scorer(cfg):
     return InstructionJudge(ChatClient(cfg.judge_url, cfg.judge_model))
 
 
+def score_setting(cfg, sinks: dict | None) -> dict:
+    """What a fitted head's features depend on besides the traces: the instruction score (the phrase
+    heuristic, a learned scorer by its file's sha256, or the LLM judge by its model) and the sink table
+    (the default one, or a table by the sha256 of its content). ``fit`` records it in the model file."""
+    import hashlib
+    import json
+
+    path, url = getattr(cfg, "instruction_model", None), getattr(cfg, "judge_url", None)
+    if path:
+        from icmlkit.lib.core.io import read_bytes
+
+        score = "learned:" + hashlib.sha256(read_bytes(path)).hexdigest()[:12]
+    else:
+        score = f"judge:{getattr(cfg, 'judge_model', '')}" if url else "heuristic"
+    table = "default" if sinks is None else "table:" + hashlib.sha256(
+        json.dumps(sinks, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return {"instruction_score": score, "sinks": table}
+
+
+def check_head_setting(head: Head | None, cfg, sinks: dict | None) -> None:
+    """Refuse a model used with another instruction score or sink table than it was fitted with (issue 59:
+    its threshold and weights then score features of another scale, silently): a UsageError naming the
+    model file and both settings. Models written before the record pass."""
+    if head is None or not head.setting:
+        return
+    from icmlkit.lib.core.errors import UsageError
+
+    have = score_setting(cfg, sinks)
+    diffs = [f"{k} {head.setting[k]!r}, not {have[k]!r}" for k in have if k in head.setting and head.setting[k] != have[k]]
+    if diffs:
+        raise UsageError(f"{head.source}: the model was fitted with another feature setting ({'; '.join(diffs)}); "
+                         "give the --instruction-model (or --judge-url) and --sinks it was fitted with")
+
+
 # --------------------------------------------------------------------------- detect
 
 
@@ -95,6 +129,7 @@ def detect(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head |
     causal features decides ``attack`` (an ``em`` head also sets the SCM's confidences); ``progress``
     wraps the loop (e.g. a progress bar). With ``cfg.online`` one record per sink call instead
     (:func:`online`)."""
+    check_head_setting(head, cfg, sinks)
     if cfg.online:
         return online(cfg, traces, sinks=sinks, head=head, progress=progress)
     scorer = make_scorer(cfg)
@@ -201,6 +236,7 @@ def fit(cfg: FitConfig, traces, *, sinks: dict | None = None, seed: int = 0) -> 
         head = Head(cfg.head, seed=seed)
     feats = [analyse(t, sinks, head.analysis_params(), scorer)["features"] for t in traces]
     head.fit(feats, y)
+    head.setting = score_setting(cfg, sinks)
     m = metrics(y, head.score(feats), head.threshold)
     summary = {"n": len(traces), "head": cfg.head, "threshold": head.threshold, "train_macro_f1": m["macro_f1"],
                "train_auroc": m["auroc"], "features": head.features, **extra,
@@ -262,6 +298,7 @@ def evaluate(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head
     """Score labelled traces with the default causal detector (effect >= ``cfg.threshold``) or ``head``."""
     from icmlkit.lib.trace_injection.em import calibration
 
+    check_head_setting(head, cfg, sinks)
     y = labels_of(traces)
     head = head or Head("threshold", threshold=cfg.threshold)
     scorer = make_scorer(cfg)

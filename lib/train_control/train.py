@@ -47,7 +47,7 @@ from icmlkit.lib.train_control.agent import Agent
 from icmlkit.lib.train_control.config import DiagnoseConfig, EvalConfig, TrainConfig  # noqa: F401
 from icmlkit.lib.train_control.diagnostics import (critic_diagnostics, dynamics_sensitivity, pathway_gain,
                                              probe_states)
-from icmlkit.lib.train_control.envs import ControlEnv, make_env
+from icmlkit.lib.train_control.envs import _LQR, ControlEnv, make_env
 from icmlkit.lib.train_control.priors import build_prior, with_prior
 from icmlkit.lib.train_control.replay import ReplayBuffer
 from icmlkit.lib.core.checkpoint import Checkpointer, fingerprint, restore
@@ -372,8 +372,26 @@ def load_run(path, device="cpu") -> tuple[Agent, dict]:
         module.load_state_dict({k: torch.from_numpy(v).to(agent.device) for k, v in arrs.items()})
     agent.actor_targ.load_state_dict(agent.actor.state_dict())
     agent.critic_targ.load_state_dict(agent.critic.state_dict())
-    rc["_env"] = env
+    rc["_env"], rc["_path"] = env, str(path)
     return agent, rc
+
+
+def _env_id(spec: str) -> str:
+    """An environment id as compared between a run and the ENV it is given (``dmc:lqr-N`` is ``dmc:lqr-N-N``)."""
+    spec = str(spec).strip()
+    m = _LQR.match(spec[4:]) if spec.startswith("dmc:") else None
+    return f"dmc:lqr-{m.group(1)}-{m.group(2) or m.group(1)}" if m else spec
+
+
+def check_run_env(agent: Agent, rc: dict, env: ControlEnv) -> None:
+    """Refuse an environment other than the run's own (issue 59: a policy evaluated, diagnosed or
+    collected in another environment is a silent wrong answer, even with the same obs/action dims),
+    before any episode: a UsageError naming the run directory and both environments."""
+    if _env_id(env.spec) != _env_id(rc["_env"]):
+        raise UsageError(f"{rc.get('_path', 'RUN')}: the run was trained on {rc['_env']}, not {env.spec}")
+    if (env.obs_dim, env.act_dim) != (agent.obs_dim, agent.act_dim):
+        raise UsageError(f"{env.spec} has obs/action dims {env.obs_dim}/{env.act_dim}; the run was trained with "
+                         f"{agent.obs_dim}/{agent.act_dim} ({rc['_env']})")
 
 
 def run_prior(rc: dict) -> dict | None:
@@ -395,9 +413,7 @@ def evaluate_run(agent: Agent, rc: dict, env_spec: str, cfg: EvalConfig, seed: i
     env = make_env(env_spec, cfg.max_episode_steps or int(rc["config"].get("max_episode_steps", 0) or 0))
     _check_env_limits(env, cfg)
     env = with_prior(env, run_prior(rc))
-    if (env.obs_dim, env.act_dim) != (agent.obs_dim, agent.act_dim):
-        raise UsageError(f"{env_spec} has obs/action dims {env.obs_dim}/{env.act_dim}; the run was trained with "
-                         f"{agent.obs_dim}/{agent.act_dim} ({rc['_env']})")
+    check_run_env(agent, rc, env)
     ev = evaluate_policy(env, actor_policy(agent), cfg.episodes, seed, optimal=getattr(env, "is_lqr", False))
     env.close()
     summary = {"env": env_spec, "episodes": cfg.episodes, "return_mean": _r(ev["return_mean"]),
@@ -419,8 +435,7 @@ def diagnose_run(agent: Agent, rc: dict, cfg: DiagnoseConfig, seed: int = 0, env
     env = make_env(spec, cfg.max_episode_steps or int(rc["config"].get("max_episode_steps", 0) or 0))
     _check_env_limits(env, cfg)
     env = with_prior(env, run_prior(rc))
-    if (env.obs_dim, env.act_dim) != (agent.obs_dim, agent.act_dim):
-        raise UsageError(f"{spec}: obs/action dims {env.obs_dim}/{env.act_dim} differ from the run's")
+    check_run_env(agent, rc, env)
     pol = agent.actor.mean_action
     col = collect(env, CollectConfig(steps=cfg.diag_batch, noise=0.1), seed, actor=lambda s: pol(s.to(agent.device)).cpu())
     batch = {k: torch.from_numpy(v).to(agent.device) for k, v in col.arrays.items()}
