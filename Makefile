@@ -43,7 +43,8 @@ test-all: install
 # make bench TOOL=name            -> every part of one tool (dashes or underscores)
 # make bench TOOL=name PART=p     -> one part, merged with the stored rest
 # make bench QUICK=1 [TOOL=name]  -> the smoke version of every part, into outputs/bench-quick/
-BENCH_ARGS = $(if $(QUICK),--quick) $(if $(PART),--part $(PART))
+# FRESH=1                         -> ignore the cached items of earlier runs (outputs/bench/)
+BENCH_ARGS = $(if $(QUICK),--quick) $(if $(FRESH),--fresh) $(if $(PART),--part $(PART))
 bench: install
 	@set -e; start=$$(date +%s); if [ -n "$(TOOL)" ]; then \
 	  $(BIN)/python bench/$(subst -,_,$(TOOL)).py $(BENCH_ARGS); \
