@@ -18,7 +18,7 @@
   ``--overwrite``, ``--no-manifest``, ``--config`` and ``--debug`` change only presentation or
   bookkeeping, and ``--threads`` only speed (recorded in the manifest); ``--device`` is offered only
   where honoured (``cuda`` without a GPU exits 4); ``--seed`` only where something is random
-  (``seed=False`` drops it), and a ``--seed`` / ``ICMLKIT_SEED`` given explicitly to a run that finishes
+  (``seed=False`` drops it), and a ``--seed`` given on the command line to a run that finishes
   without reading ``run.seed`` is a usage error (exit 2, outputs removed).
 - :func:`make_main`: maps errors to exit codes (0 ok, 1 runtime/data error, 2 usage, 3 a check the
   user asked for failed, 4 environment problem, 130 interrupted) and prints one-line messages; the
@@ -391,9 +391,10 @@ class Run:
         self.tool = tool
         self.command = ctx.info_name
         self._seed: int = shared.get("seed", 0)
-        # --seed / ICMLKIT_SEED given and never read: a usage error after the command (see seed_unread)
-        self._seed_explicit = "seed" in shared and ctx.get_parameter_source("seed") in (
-            ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        # --seed given on the command line and never read: a usage error after the command (see
+        # seed_unread). ICMLKIT_SEED is not checked: one exported for a whole cron job applies to every
+        # command that draws random numbers and is recorded in each manifest with its source.
+        self._seed_explicit = "seed" in shared and ctx.get_parameter_source("seed") == ParameterSource.COMMANDLINE
         self._seed_read = False
         self.device_spec: str | None = shared.get("device")
         self.json: bool = shared["json_out"]
@@ -412,7 +413,7 @@ class Run:
     @property
     def seed(self) -> int:
         """The seed (``--seed``); reading it marks the seed as used. A command that was given
-        ``--seed`` (or ``ICMLKIT_SEED``) explicitly and finished without reading it fails with a usage
+        ``--seed`` on the command line and finished without reading it fails with a usage
         error (its outputs removed): an accepted flag must change the output (issue 59)."""
         self._seed_read = True
         return self._seed

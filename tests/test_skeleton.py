@@ -238,7 +238,7 @@ def test_seed_is_offered_only_where_it_is_read(tool):
 
 
 def test_an_unread_seed_is_a_usage_error(tmp_path, capsys, monkeypatch):
-    """The runtime guard: --seed (or ICMLKIT_SEED) given to a command that finishes without reading it
+    """The runtime guard: --seed given to a command that finishes without reading it
     exits 2 with one line and no output left (never a silently ignored seed); the default seed, or a
     command that reads it, runs as before; a command declared seed=False refuses --seed in click."""
     from icmlkit.cli._common import ToolGroup, run_cli
@@ -273,8 +273,10 @@ def test_an_unread_seed_is_a_usage_error(tmp_path, capsys, monkeypatch):
     assert code == 2 and stdout == "", (code, stdout, err)
     assert err.strip() == "Error: --seed has no effect on `seed-probe write` (it draws no random numbers)"
     assert not out.exists() and not (tmp_path / "x.txt.manifest.json").exists()
-    monkeypatch.setenv("ICMLKIT_SEED", "4")
-    assert call("write", "-o", out)[0] == 2 and not out.exists()
+    monkeypatch.setenv("ICMLKIT_SEED", "4")  # exported for a whole job: not an error, recorded as "env"
+    assert call("write", "-o", out)[0] == 0 and out.read_text() == "fixed"
+    assert json.loads((tmp_path / "x.txt.manifest.json").read_text())["seed"] == 4
+    out.unlink(); (tmp_path / "x.txt.manifest.json").unlink()
     monkeypatch.delenv("ICMLKIT_SEED")
     assert call("write", "-o", out)[0] == 0 and out.read_text() == "fixed"  # the default seed: not given
     code, _, err = call("write", "-o", out, "--use-seed", "--seed", 3, "--overwrite")

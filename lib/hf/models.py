@@ -121,11 +121,16 @@ def model_name(spec) -> str:
 
 def same_model(a, b) -> bool:
     """Whether two model specs name one model: the same canonical name (:func:`model_name`), or two
-    paths to one folder (a recorded model and the one given again, issue 59)."""
+    paths to one folder (a recorded model and the one given again, issue 59), or a recorded relative
+    folder that does not exist from here and the given one of the same folder name."""
     if model_name(a) == model_name(b):
         return True
     pa, pb = Path(str(a)), Path(str(b))
-    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+    if pa.exists() and pb.exists():
+        return pa.resolve() == pb.resolve()
+    # a recorded relative folder seen from another working folder does not exist here: its folder
+    # name decides (two different checkpoints under one folder name pass; documented in docs/platform.md)
+    return (pa.exists() or pb.exists()) and pa.name == pb.name
 
 
 # -------------------------------------------------------------------------------------- GGUF cache
