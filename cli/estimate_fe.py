@@ -56,12 +56,22 @@ Examples:
 
 def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
             on_device: bool = True, constraints: str = "none"):
-    """The SYSTEM argument on the run's device (else the CPU), its files recorded as inputs."""
+    """The SYSTEM argument on the run's device (else the CPU), its files recorded as inputs.
+
+    --env, --temperature and --inpcrd given on the command line are passed on as ``given``: an
+    analytic system refuses them (exit 2) instead of ignoring them; their defaults pass. (An exported
+    ICMLKIT_ESTIMATE_FE_* variable is not checked, like ICMLKIT_SEED: it applies to every command of
+    a job and the manifest records it with its source.)"""
+    from click.core import ParameterSource
+
     from icmlkit.lib.estimate_fe.api import open_system
 
+    ctx = click.get_current_context()
+    given = [k for k in ("env", "temperature", "inpcrd") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
     strict = on_device and (run.device_spec or "").startswith("cuda")
     sysm = open_system(spec, env=env, temperature=temperature, inpcrd=inpcrd,
-                       device=run.device if on_device else "cpu", strict_device=strict, constraints=constraints)
+                       device=run.device if on_device else "cpu", strict_device=strict, constraints=constraints,
+                       given=given)
     for path in sysm.files:
         run.input(path)
     return sysm
@@ -80,9 +90,9 @@ def _bundle(run, path):
 
 
 env_option = click.option("--env", type=click.Choice(["vacuum", "obc2"]), default="vacuum", show_default=True,
-                          help="Molecules: vacuum or OBC2 implicit solvent (ignored by analytic systems).")
+                          help="Molecules: vacuum or OBC2 implicit solvent (an analytic system refuses it).")
 temp_option = click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=298.15,
-                           show_default=True, help="Kelvin (molecules).")
+                           show_default=True, help="Kelvin (molecules; an analytic system, in kT, refuses it).")
 inpcrd_option = click.option("--inpcrd", default=None, help="Coordinates for a .prmtop (default: beside it).")
 constraints_option = click.option(
     "--constraints", type=click.Choice(["none", "hbonds"]), default="none", show_default=True,

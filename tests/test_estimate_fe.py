@@ -347,6 +347,33 @@ def test_mismatched_model_and_system():
         card.estimate(bundle, s6, s6.sample(20, seed=0, chains=10, burn_in=10, thin=1)["x"], np.zeros(20))
 
 
+def test_molecule_options_on_an_analytic_system_are_refused(tmp_path, capsys):
+    """Issue 59: --env, --temperature and --inpcrd given for an analytic system (in kT, no solvent) were
+    silently ignored; given on the command line they exit 2 with one line naming the option and the
+    system, before any output; their defaults (and the molecule-only commands' fixed environments) pass."""
+    from fuzzing import run_inprocess
+
+    from icmlkit.lib.estimate_fe.api import open_system
+
+    out = tmp_path / "f.npz"
+    for extra, names in ((["--env", "obc2"], ["--env obc2"]), (["--temperature", "300"], ["--temperature 300"]),
+                         (["--env", "vacuum", "--temperature", "298.15"], ["--env vacuum", "--temperature 298.15"]),
+                         (["--inpcrd", "x.inpcrd"], ["--inpcrd x.inpcrd"])):
+        code, stdout, stderr = run_inprocess("estimate-fe", ["sample", "trap4", "--frames", "10", "-o", str(out),
+                                                             *extra], capsys)
+        line = _one_error_line(stderr)
+        assert code == 2 and not stdout.strip() and not out.exists(), (extra, stderr)
+        assert all(n in line for n in names) and "analytic system trap4" in line, line
+    code, _, stderr = run_inprocess("estimate-fe", ["train", "trap4", str(out), "-o", str(tmp_path / "m.pt"),
+                                                    "--temperature", "310"], capsys)
+    assert code == 2 and "--temperature 310" in _one_error_line(stderr)
+    code, _, stderr = run_inprocess("estimate-fe", ["sample", "trap4", "--frames", "10", "-o", str(out)], capsys)
+    assert code == 0 and out.exists(), stderr
+    assert open_system("trap4", env="obc2", temperature=300.0).temperature is None  # the API: only ``given`` refuses
+    with pytest.raises(UsageError, match="--temperature 300: the analytic system trap4"):
+        open_system("trap4", temperature=300.0, given=("temperature",))
+
+
 def _one_error_line(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr

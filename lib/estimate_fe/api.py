@@ -28,10 +28,18 @@ from icmlkit.lib.estimate_fe.frames import check as check_frames_record
 # --------------------------------------------------------------------------- inputs
 
 
+# what an analytic system lacks, per molecule option it cannot honour (its energies are in kT)
+_MOLECULE_ONLY = {"env": "no solvent environment", "temperature": "no temperature (its energies are in kT)",
+                  "inpcrd": "no coordinates file"}
+
+
 def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-                device="cpu", strict_device: bool = False, constraints: str = "none"):
+                device="cpu", strict_device: bool = False, constraints: str = "none", given=()):
     """The system named by ``spec``; ``system.files`` lists the files it was read from. ``constraints``
     ("none" or "hbonds", molecules only) holds bonds to hydrogens at their force-field length.
+    ``given``: the names of the molecule options (env, temperature, inpcrd) the caller set explicitly;
+    an analytic system cannot honour them, so one given for it is a usage error (issue 59: they were
+    silently ignored), while their defaults pass.
 
     OpenMM molecules run on :func:`~icmlkit.lib.estimate_fe.mm.openmm_platform` of ``device`` (``strict_device``:
     a CUDA device without OpenMM's CUDA platform is an environment error instead of the CPU)."""
@@ -42,6 +50,13 @@ def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, 
     is_molecule = named or spec.endswith((".prmtop", ".parm7", ".pdb"))
     if constraints != "none" and not is_molecule:
         raise UsageError(f"--constraints {constraints} is for molecules (a .prmtop, a .pdb or freesolv:<id>), not {spec}")
+    unhonoured = [k for k in _MOLECULE_ONLY if k in given]
+    if unhonoured and (spec in BUILTIN or spec.endswith(".json")):
+        value = {"env": env, "temperature": f"{temperature:g}", "inpcrd": inpcrd}
+        raise UsageError(f"{', '.join(f'--{k} {value[k]}' for k in unhonoured)}: the analytic system {spec} has "
+                         f"{' and '.join(_MOLECULE_ONLY[k] for k in unhonoured)}; "
+                         f"{'this option is' if len(unhonoured) == 1 else 'these options are'} for molecules "
+                         f"(a .prmtop, a .pdb or freesolv:<id>): leave {'it' if len(unhonoured) == 1 else 'them'} out")
     if spec in BUILTIN:
         sysm = builtin(spec)
     elif is_molecule:
