@@ -182,7 +182,7 @@ def backtest(run, prices, model_path, output, is_returns, max_gap, cfg):
     with run.run_dir(output) as folder:
         market = _market(run, prices, is_returns, max_gap)
         trained = _model(run, model_path, market) if model_path is not None else None
-        summary = run_backtest(cfg, market, trained, seed=run.seed).write(folder)
+        summary = run_backtest(cfg, market, trained, seed=run.seed, model_name=model_path).write(folder)
     return {**summary, "outdir": output}
 
 

@@ -468,6 +468,9 @@ MISMATCH = [
                  _prices_of_five, _TICKERS, "tickers"),
     MismatchCase("backtest", ["backtest", "{five}", "-s", "dfl", "--model", "{model}", "-o", "{out}/run"],
                  _prices_of_five, _TICKERS, "tickers"),
+    # a model trained with --loss dfl back-tested as --strategy pfl
+    MismatchCase("backtest", ["backtest", "{prices}", "-s", "pfl", "--model", "{model}", "-o", "{out}/run"],
+                 _valid_inputs, ("m.pt", "--loss dfl", "--strategy pfl"), "loss"),
 ]
 
 CSV_KINDS = ("missing", "empty", "binary", "folder", "wrong_csv", "nan_csv")

@@ -293,10 +293,12 @@ class BacktestRun:
         return summary
 
 
-def backtest(cfg: BacktestConfig, market, trained: TrainedModel | None = None, seed: int = 0) -> BacktestRun:
-    """Walk-forward back-test of ``cfg.strategy`` (pfl/dfl with ``trained``); ``seed`` seeds the
-    bootstrap of the Sharpe CI."""
+def backtest(cfg: BacktestConfig, market, trained: TrainedModel | None = None, seed: int = 0,
+             model_name: str = "the model file") -> BacktestRun:
+    """Walk-forward back-test of ``cfg.strategy`` (pfl/dfl with ``trained``, which must have been trained
+    with that loss: else a UsageError naming ``model_name``); ``seed`` seeds the bootstrap of the Sharpe CI."""
     from icmlkit.lib.backtest_portfolio.backtest import run_backtest
+    from icmlkit.lib.backtest_portfolio.model import check_loss
 
     cfg.check()
     if cfg.strategy in ("pfl", "dfl") and trained is None:
@@ -304,6 +306,8 @@ def backtest(cfg: BacktestConfig, market, trained: TrainedModel | None = None, s
                          f"--loss {cfg.strategy}`)")
     if cfg.strategy not in ("pfl", "dfl") and trained is not None:
         raise UsageError(f"--model is used by the pfl and dfl strategies only, not {cfg.strategy}")
+    if trained is not None:
+        check_loss(trained.config, cfg.strategy, model_name)
     mcfg = trained.config if trained is not None else None
     t0 = time.perf_counter()
     res = run_backtest(market, cfg.strategy, k=cfg.k, start=cfg.start, end=cfg.end, window=cfg.window, cov=cfg.cov,

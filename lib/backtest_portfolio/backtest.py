@@ -135,7 +135,7 @@ def target_weights(strategy: str, market, reb, k: int, window: int = 252, cov: s
 
     from icmlkit.lib.backtest_portfolio import estimators as E
     from icmlkit.lib.backtest_portfolio.layer import SharpeLayer
-    from icmlkit.lib.backtest_portfolio.model import Pipeline, build_samples
+    from icmlkit.lib.backtest_portfolio.model import Pipeline, build_samples, check_loss
     from icmlkit.lib.backtest_portfolio.topk import hard_topk
 
     n = market.n
@@ -147,8 +147,7 @@ def target_weights(strategy: str, market, reb, k: int, window: int = 252, cov: s
         if model is None:
             raise UsageError(f"strategy {strategy} needs --model (make one with `backtest-portfolio train "
                              f"--loss {strategy}`)")
-        if cfg.loss != strategy:
-            raise UsageError(f"the model was trained with --loss {cfg.loss}, not {strategy}; use --strategy {cfg.loss}")
+        check_loss(cfg, strategy)
         s = build_samples(market.returns, reb, cfg.window, cfg.cov, horizon=None)
         pipe = Pipeline(cfg, n)
         with torch.no_grad():

@@ -378,6 +378,16 @@ class TrainedModel(NamedTuple):
                              f"{market.tickers}", source)
 
 
+def check_loss(cfg: Config, strategy: str, source: str = "the model file") -> None:
+    """A pfl/dfl back-test uses a model trained with that loss: another is a UsageError naming
+    ``source`` (the model file) and both settings (issue 59)."""
+    from icmlkit.lib.core.errors import UsageError
+
+    if cfg.loss != strategy:
+        raise UsageError(f"{source}: the model was trained with --loss {cfg.loss}, not --strategy {strategy}; use "
+                         f"--strategy {cfg.loss} or a model trained with --loss {strategy}")
+
+
 def save_model(path, model, cfg: Config, meta: dict) -> None:
     """A .pt file with the state dict, the config and metadata (loadable with weights_only=True)."""
     import dataclasses
