@@ -1237,3 +1237,17 @@ def test_alanine_dipeptide_and_pdb_files(tmp_path):
     bad.write_text("ATOM      1  XX  UNK A   1       0.000   0.000   0.000  1.00  0.00          Xx\nEND\n")
     r = run_tool("estimate-fe", "sample", bad, "--frames", "10", "-o", tmp_path / "b.npz")
     assert r.returncode == 1 and "bad.pdb" in r.stderr and not (tmp_path / "b.npz").exists()
+
+
+@pytest.mark.parametrize("argv", [["solvation", "trap4", "--outdir", "{tmp}/sv"],
+                                  ["train-multi", "trap4", "-o", "{tmp}/m.pt"]])
+def test_molecule_commands_refuse_an_analytic_system_in_one_line(argv, tmp_path, capsys):
+    """Commands only molecules serve named the failure by a TypeError/AttributeError of the analytic
+    system class; now one line naming the command and the system, exit 2, nothing written."""
+    from fuzzing import run_inprocess
+
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    code, stdout, stderr = run_inprocess("estimate-fe", argv, capsys)
+    assert code == 2 and stdout == "", (code, stderr)
+    assert stderr.strip().splitlines()[-1] == f"Error: `{argv[0]}` needs a molecule (a .prmtop, a .pdb or freesolv:<id>), not trap4"
+    assert not any(tmp_path.iterdir())

@@ -34,12 +34,14 @@ _MOLECULE_ONLY = {"env": "no solvent environment", "temperature": "no temperatur
 
 
 def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-                device="cpu", strict_device: bool = False, constraints: str = "none", given=()):
+                device="cpu", strict_device: bool = False, constraints: str = "none", given=(),
+                needs_molecule: str | None = None):
     """The system named by ``spec``; ``system.files`` lists the files it was read from. ``constraints``
     ("none" or "hbonds", molecules only) holds bonds to hydrogens at their force-field length.
     ``given``: the names of the molecule options (env, temperature, inpcrd) the caller set explicitly;
     an analytic system cannot honour them, so one given for it is a usage error (issue 59: they were
-    silently ignored), while their defaults pass.
+    silently ignored), while their defaults pass. ``needs_molecule``: the name of a command that only
+    molecules serve (solvation, train-multi, transfer); an analytic system is refused naming it.
 
     OpenMM molecules run on :func:`~icmlkit.lib.estimate_fe.mm.openmm_platform` of ``device`` (``strict_device``:
     a CUDA device without OpenMM's CUDA platform is an environment error instead of the CPU)."""
@@ -48,6 +50,8 @@ def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, 
 
     named = spec.startswith("freesolv:") or spec in BUILTIN_MOLECULES
     is_molecule = named or spec.endswith((".prmtop", ".parm7", ".pdb"))
+    if needs_molecule and not is_molecule:
+        raise UsageError(f"`{needs_molecule}` needs a molecule (a .prmtop, a .pdb or freesolv:<id>), not {spec}")
     if constraints != "none" and not is_molecule:
         raise UsageError(f"--constraints {constraints} is for molecules (a .prmtop, a .pdb or freesolv:<id>), not {spec}")
     unhonoured = [k for k in _MOLECULE_ONLY if k in given]
