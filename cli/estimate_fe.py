@@ -55,7 +55,7 @@ Examples:
 
 
 def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, inpcrd: str | None = None,
-            on_device: bool = True, constraints: str = "none", needs_molecule: bool = False):
+            on_device: bool = True, constraints: str = "none", needs_molecule: str | None = None):
     """The SYSTEM argument on the run's device (else the CPU), its files recorded as inputs.
 
     --env, --temperature and --inpcrd given on the command line are passed on as ``given``: an
@@ -71,7 +71,7 @@ def _system(run, spec: str, env: str = "vacuum", temperature: float = 298.15, in
     strict = on_device and (run.device_spec or "").startswith("cuda")
     sysm = open_system(spec, env=env, temperature=temperature, inpcrd=inpcrd,
                        device=run.device if on_device else "cpu", strict_device=strict, constraints=constraints,
-                       given=given, needs_molecule=ctx.info_name if needs_molecule else None)
+                       given=given, needs_molecule=needs_molecule)
     for path in sysm.files:
         run.input(path)
     return sysm
@@ -233,7 +233,7 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
     if all(files.values()):
         if outdir is not None:
             raise UsageError("--outdir is for pipeline mode; with the four model/frames files leave it out")
-        systems = {env: _system(run, system, env, temperature, inpcrd, constraints=constraints, needs_molecule=True)
+        systems = {env: _system(run, system, env, temperature, inpcrd, constraints=constraints)
                    for env in ("vacuum", "obc2")}
         bundles = {"vacuum": _bundle(run, vacuum_model), "obc2": _bundle(run, solvent_model)}
         frames = {"vacuum": _frames(run, vacuum_frames, systems["vacuum"]),
@@ -247,7 +247,8 @@ def solvation(run, system, vacuum_model, vacuum_frames, solvent_model, solvent_f
         if constraints != "none":
             raise UsageError("pipeline mode trains Cartesian CARD models; with --constraints hbonds give the four files "
                              "(sample and train --coords internal with the same --constraints)")
-        _system(run, system, "vacuum", temperature, inpcrd, needs_molecule=True)  # bad SYSTEM fails before the run folder exists
+        # bad SYSTEM fails before the run folder exists (an analytic one: give the four files)
+        _system(run, system, "vacuum", temperature, inpcrd, needs_molecule="solvation --outdir")
         with run.run_dir(outdir) as folder:
             result = solvation_pipeline(cfg, system, lambda env: _system(run, system, env, temperature, inpcrd),
                                         folder, seed=run.seed, device=run.device)
@@ -337,7 +338,7 @@ def train_multi(run, molecules, output, env, temperature, constraints, cfg, chec
         raise UsageError("train-multi runs in one process (not under torchrun)")
     ck = run.checkpointer(output, checkpoint_every, resume)
     run.output(output)
-    systems = [_system(run, m, env, temperature, constraints=constraints, needs_molecule=True) for m in molecules]
+    systems = [_system(run, m, env, temperature, constraints=constraints, needs_molecule="train-multi") for m in molecules]
     bundle, summary = fit(systems, md_frames=cfg.md_frames, md_interval=cfg.md_interval, md_equil=cfg.md_equil,
                           seed=run.seed, checkpointer=ck, device=run.device, **cfg.train_kwargs())
     run.save(output, card.save, bundle)
@@ -376,7 +377,7 @@ def transfer(run, molecule, vacuum_model, obc2_model, temperature, inpcrd, const
     bundles = {env: read_torch(run.input(path), "multi-molecule CARD model", FORMAT)
                for env, path in (("vacuum", vacuum_model), ("obc2", obc2_model))}
     systems = {env: _system(run, molecule, env, temperature, inpcrd, on_device=False, constraints=constraints,
-                            needs_molecule=True)
+                            needs_molecule="transfer")
                for env in ("vacuum", "obc2")}
     out = hydration(bundles, systems, n_samples=cfg.samples, seed=run.seed)
     for k in ("boot_independent_kcal", "boot_paired_kcal"):

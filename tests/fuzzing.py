@@ -95,6 +95,20 @@ def _tool_cli(tool: str):
     return module.cli
 
 
+def tool_test_modules(tool: str) -> list:
+    """The imported test modules of ``tool``: ``tests/test_<module>.py`` and ``tests/test_<module>_fuzz.py``
+    (where they exist), in which the sweeps look for a tool's declared cases."""
+    module = tool.replace("-", "_")
+    mods = []
+    for name in (f"test_{module}", f"test_{module}_fuzz"):
+        try:
+            mods.append(import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return mods
+
+
 def run_inprocess(tool: str, argv: list[str], capsys) -> tuple[int, str, str]:
     """``tool argv`` through the contract's ``run_cli``; returns (exit code, stdout, stderr)."""
     from icmlkit.cli._common import run_cli

@@ -25,7 +25,7 @@ from importlib import import_module
 
 import click
 import pytest
-from fuzzing import SWEEP_KINDS, FuzzCase, check_kinds, contract_problems, run_inprocess
+from fuzzing import SWEEP_KINDS, FuzzCase, check_kinds, contract_problems, run_inprocess, tool_test_modules
 from test_steer_concept import tiny_model  # noqa: F401 - the fixture steer-concept's cases need
 
 from icmlkit.lib.core.tools import tools
@@ -42,15 +42,8 @@ def _cli(tool: str) -> click.Group:
 
 def tool_cases(tool: str) -> list[FuzzCase]:
     """The FuzzCases of ``tests/test_<module>.py`` and ``tests/test_<module>_fuzz.py``."""
-    module = tool.replace("-", "_")
     cases: list[FuzzCase] = []
-    for name in (f"test_{module}", f"test_{module}_fuzz"):
-        try:
-            mod = import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
+    for mod in tool_test_modules(tool):
         for key, value in vars(mod).items():
             if isinstance(value, list) and value and all(isinstance(c, FuzzCase) for c in value):
                 cases.extend(value)

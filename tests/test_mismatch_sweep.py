@@ -16,10 +16,9 @@ Everything runs in-process (``run_cli``); the whole sweep takes well under a min
 """
 from __future__ import annotations
 
-from importlib import import_module
 
 import pytest
-from fuzzing import MismatchCase, check_mismatch
+from fuzzing import MismatchCase, check_mismatch, tool_test_modules
 
 from icmlkit.lib.core.tools import tools
 
@@ -38,18 +37,8 @@ NO_PAIRS = {
 
 def mismatch_cases(tool: str) -> list[MismatchCase]:
     """The MismatchCases of ``tests/test_<module>.py`` and ``tests/test_<module>_fuzz.py``."""
-    module = tool.replace("-", "_")
-    cases = []
-    for name in (f"test_{module}", f"test_{module}_fuzz"):
-        try:
-            mod = import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        cases += [c for value in vars(mod).values() if isinstance(value, list) and value
-                  and all(isinstance(c, MismatchCase) for c in value) for c in value]
-    return cases
+    return [c for mod in tool_test_modules(tool) for value in vars(mod).values()
+            if isinstance(value, list) and value and all(isinstance(c, MismatchCase) for c in value) for c in value]
 
 
 def test_every_tool_declares_its_mismatches():

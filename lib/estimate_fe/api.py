@@ -40,8 +40,8 @@ def open_system(spec: str, *, env: str = "vacuum", temperature: float = 298.15, 
     ("none" or "hbonds", molecules only) holds bonds to hydrogens at their force-field length.
     ``given``: the names of the molecule options (env, temperature, inpcrd) the caller set explicitly;
     an analytic system cannot honour them, so one given for it is a usage error (issue 59: they were
-    silently ignored), while their defaults pass. ``needs_molecule``: the name of a command that only
-    molecules serve (solvation, train-multi, transfer); an analytic system is refused naming it.
+    silently ignored), while their defaults pass. ``needs_molecule``: the command (and mode) that only
+    molecules serve (solvation --outdir, train-multi, transfer); an analytic system is refused naming it.
 
     OpenMM molecules run on :func:`~icmlkit.lib.estimate_fe.mm.openmm_platform` of ``device`` (``strict_device``:
     a CUDA device without OpenMM's CUDA platform is an environment error instead of the CPU)."""
