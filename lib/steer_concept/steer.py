@@ -202,6 +202,7 @@ class Steering:
 
     steps: list[SteerStep]
     config: dict = field(default_factory=dict)
+    source: str = "STEER"  # where it was read from (named by the errors of check_model)
 
     @property
     def layers(self) -> list:
@@ -294,9 +295,7 @@ class Steering:
                 raise InputError(f"step {i}: metadata field {exc} is missing", name) from None
         if not steps:
             raise InputError("holds no steering step", name)
-        out = cls(steps=steps, config=config)
-        out.source = name  # named by the errors of check_model
-        return out
+        return cls(steps=steps, config=config, source=name)
 
     def check_model(self, loaded) -> None:
         """Refuse, before any text is embedded, a model other than the one the steer was fitted on
@@ -306,7 +305,7 @@ class Steering:
         from icmlkit.lib.hf.hooks import SITE_PATHS, find_layers
         from icmlkit.lib.hf.models import same_model
 
-        name = getattr(self, "source", "STEER")
+        name = self.source
         rec, given = self.config.get("model"), str(loaded.name)
         if rec not in (None, "none") and not same_model(rec, given):
             raise UsageError(f"{name}: the steer was fitted on model {rec!r}, not {given!r}; give that model")
