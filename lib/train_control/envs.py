@@ -32,6 +32,14 @@ LQR_CONTROL_COST = 0.1
 _LQR = re.compile(r"^lqr-(\d+)(?:-(\d+))?$")
 
 
+def env_id(spec: str) -> str:
+    """An environment spec in one spelling, for comparing a run's environment with the one it is given
+    (``dmc:lqr-N`` is ``dmc:lqr-N-N``)."""
+    spec = str(spec).strip()
+    m = _LQR.match(spec[4:]) if spec.startswith("dmc:") else None
+    return f"dmc:lqr-{m.group(1)}-{m.group(2) or m.group(1)}" if m else spec
+
+
 @contextlib.contextmanager
 def _quiet():
     with warnings.catch_warnings():

@@ -47,7 +47,7 @@ from icmlkit.lib.train_control.agent import Agent
 from icmlkit.lib.train_control.config import DiagnoseConfig, EvalConfig, TrainConfig  # noqa: F401
 from icmlkit.lib.train_control.diagnostics import (critic_diagnostics, dynamics_sensitivity, pathway_gain,
                                              probe_states)
-from icmlkit.lib.train_control.envs import _LQR, ControlEnv, make_env
+from icmlkit.lib.train_control.envs import ControlEnv, env_id, make_env
 from icmlkit.lib.train_control.priors import build_prior, with_prior
 from icmlkit.lib.train_control.replay import ReplayBuffer
 from icmlkit.lib.core.checkpoint import Checkpointer, fingerprint, restore
@@ -376,18 +376,11 @@ def load_run(path, device="cpu") -> tuple[Agent, dict]:
     return agent, rc
 
 
-def _env_id(spec: str) -> str:
-    """An environment id as compared between a run and the ENV it is given (``dmc:lqr-N`` is ``dmc:lqr-N-N``)."""
-    spec = str(spec).strip()
-    m = _LQR.match(spec[4:]) if spec.startswith("dmc:") else None
-    return f"dmc:lqr-{m.group(1)}-{m.group(2) or m.group(1)}" if m else spec
-
-
 def check_run_env(agent: Agent, rc: dict, env: ControlEnv) -> None:
     """Refuse an environment other than the run's own (issue 59: a policy evaluated, diagnosed or
     collected in another environment is a silent wrong answer, even with the same obs/action dims),
     before any episode: a UsageError naming the run directory and both environments."""
-    if _env_id(env.spec) != _env_id(rc["_env"]):
+    if env_id(env.spec) != env_id(rc["_env"]):
         raise UsageError(f"{rc.get('_path', 'RUN')}: the run was trained on {rc['_env']}, not {env.spec}")
     if (env.obs_dim, env.act_dim) != (agent.obs_dim, agent.act_dim):
         raise UsageError(f"{env.spec} has obs/action dims {env.obs_dim}/{env.act_dim}; the run was trained with "
