@@ -221,7 +221,7 @@ def _solve_common(run, problem, output, trace, setup_out, require_converged, cfg
 
 
 _trace_option = output_option("Per-iteration trace (iteration, communications, a_mults, grad_calls, rel_error, "
-                              "constraint_residual, suboptimality).", suffixes=(".csv", ".jsonl", ".parquet"),
+                              "constraint_residual, suboptimality, floats_sent, oracle_calls).", suffixes=(".csv", ".jsonl", ".parquet"),
                               flags=("--trace",), name="trace", stdout=False)
 _setup_option = output_option("Write the setup constants (spectral bounds of W and K, alpha, beta, gamma, r, tau, "
                               "eta, theta, Chebyshev degrees) as JSON.", suffixes=(".json",), flags=("--setup",),
@@ -243,9 +243,11 @@ def solve(run, problem, output, trace, setup_out, require_converged, cfg):
 
     \b
     JSON keys: method, backend, n_nodes, chi, kappa_f, kappa_ac, kappa_ct, iterations, communications,
-    a_mults, grad_calls, rel_error, constraint_residual, suboptimality, converged, seconds, loop_seconds; for
-    apapc-cheb / apapc also deg_w, deg_k, predicted_communications_scale (sqrt(kappa_f)(sqrt(kappa_ac) +
-    sqrt(kappa_ct)) sqrt(chi)) and predicted_communications (times log(1/tol)).
+    floats_sent (floats over all directed links), floats_per_link_round, a_mults, grad_calls, prox_calls,
+    local_solves, oracle_calls (their sum, per node), rel_error, constraint_residual, suboptimality, converged,
+    seconds, loop_seconds; for apapc-cheb / apapc also practical, consensus_rows, eta, deg_w, deg_k,
+    predicted_communications_scale (sqrt(kappa_f)(sqrt(kappa_ac) + sqrt(kappa_ct)) sqrt(chi)) and
+    predicted_communications (times log(1/tol)); for tracking-admm local_steps, local_step.
     Examples:
       solve-decentralized solve prob/problem.json -o sol.npz --trace trace.csv --json
       solve-decentralized solve prob/problem.json -m tracking-admm --rho 2 --tol 1e-6 --json
@@ -272,9 +274,11 @@ def launch(run, problem, nproc, output, trace, setup_out, require_converged, cfg
 
     \b
     JSON keys: method, backend, n_nodes, chi, kappa_f, kappa_ac, kappa_ct, iterations, communications,
-    a_mults, grad_calls, rel_error, constraint_residual, suboptimality, converged, seconds, loop_seconds; for
-    apapc-cheb / apapc also deg_w, deg_k, predicted_communications_scale (sqrt(kappa_f)(sqrt(kappa_ac) +
-    sqrt(kappa_ct)) sqrt(chi)) and predicted_communications (times log(1/tol)).
+    floats_sent (floats over all directed links), floats_per_link_round, a_mults, grad_calls, prox_calls,
+    local_solves, oracle_calls (their sum, per node), rel_error, constraint_residual, suboptimality, converged,
+    seconds, loop_seconds; for apapc-cheb / apapc also practical, consensus_rows, eta, deg_w, deg_k,
+    predicted_communications_scale (sqrt(kappa_f)(sqrt(kappa_ac) + sqrt(kappa_ct)) sqrt(chi)) and
+    predicted_communications (times log(1/tol)); for tracking-admm local_steps, local_step.
     Example:  solve-decentralized launch prob/problem.json --nproc 4 --iterations 200 -o sol.npz --json
     """
     import dataclasses

@@ -119,7 +119,10 @@ def test_dpmm_reaches_the_planted_optimum_and_counts_two_rounds_per_iteration():
     assert np.abs(res.xt - prob.solution["xt"][None]).max() < 1e-6
     # accounting: one round for K u^0, then K^T (multipliers) and K u+ (residual): 2 rounds per iteration
     k = s["iterations"]
-    assert (s["communications"], s["a_mults"], s["grad_calls"]) == (2 * k + 1, 2 * k + 1, k)
+    assert (s["communications"], s["a_mults"], s["prox_calls"], s["grad_calls"]) == (2 * k + 1, 2 * k + 1, k, 0)
+    # floats: every round carries the node's coupled + consensus rows (m + p = 7 floats) on each link
+    links = 2 * len(prob.edges)
+    assert s["floats_sent"] == (2 * k + 1) * (prob.m + prob.p) * links and s["oracle_calls"] == k
     assert all(r["communications"] == 2 * r["iteration"] + 1 for r in res.trace)
     assert res.setup["dpmm_prox"] == "exact" and res.setup["dpmm_c"] * res.setup["dpmm_rho"] * res.setup["L_k"] < 1
     # a fixed iteration count gives exactly the predicted counters, and a tiny penalty does not converge
@@ -304,7 +307,8 @@ def test_generate_solve_reference_through_the_cli(problem_dir, tmp_path, capsys)
     s = _js(capsys, "solve", spec, "-o", tmp_path / "sol.npz", "--trace", tmp_path / "tr.csv",
             "--setup", tmp_path / "setup.json")
     for key in ("method", "backend", "n_nodes", "chi", "kappa_f", "kappa_ac", "kappa_ct", "iterations",
-                "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual", "converged", "seconds"):
+                "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual", "converged", "seconds",
+                "floats_sent", "prox_calls", "local_solves", "oracle_calls"):
         assert key in s
     assert s["converged"] and s["rel_error"] <= 1e-6 and s["constraint_residual"] <= 1e-6
     sol = np.load(tmp_path / "sol.npz")
@@ -326,7 +330,7 @@ def test_require_converged_exits_3_and_usage_errors_exit_2(problem_dir, tmp_path
     assert code == 3 and "not converged" in err and (tmp_path / "s.npz").exists()
     # EXTRA on a constrained problem runs on the dual (one round per iteration)
     s = _js(capsys, "solve", spec, "-m", "extra", "--iterations", 5)
-    assert s["communications"] == 5 and s["grad_calls"] == 5
+    assert s["communications"] == 5 and s["local_solves"] == 5 and s["grad_calls"] == 0
     code, _, err = _cli(capsys, "solve", spec, "-m", "dpmm", "--backend", "dist")
     assert code == 2 and "simulator" in err
     s = _js(capsys, "solve", spec, "-m", "dpmm", "--rho", 30)
@@ -579,3 +583,71 @@ def test_torchrun_two_processes_equal_the_simulator(tmp_path, capsys):
     assert r.returncode == 0, r.stderr[-2000:]
     a, b = np.load(tmp_path / "sim.npz"), np.load(tmp_path / "d.npz")
     assert np.abs(a["x"] - b["x"]).max() < 1e-10 and np.abs(a["xt_copies"] - b["xt_copies"]).max() < 1e-10
+
+
+def test_counters_floats_and_oracle_calls_of_every_method():
+    """Floats sent = message width x directed links per round; the local oracle split into gradient
+    calls, prox steps and exact local solves, for every method."""
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
+
+    prob = _mixed(4, "ring", kappa=10.0, seed=5)
+    ref = reference(prob)
+    links, n, m, p = 2 * len(prob.edges), prob.n, prob.m, prob.p
+    got = {}
+    for method, kw in (("apapc-cheb", {}), ("apapc", {}), ("centralized", {}), ("tracking-admm", {}),
+                       ("tracking-admm", {"local_steps": 3}), ("dpmm", {}), ("extra", {}),
+                       ("gradient-tracking", {}), ("sliding", {})):
+        s = solve(SolveConfig(method=method, iterations=4, **kw), prob, ref=ref).summary
+        got[(method, kw.get("local_steps"))] = s
+        assert s["oracle_calls"] == s["grad_calls"] + s["prox_calls"] + s["local_solves"] > 0, (method, s)
+        assert s["floats_sent"] > 0, method
+    ta = got[("tracking-admm", None)]   # one round of (tracker, multiplier): 2 (m + n p) floats per link
+    assert ta["floats_sent"] == 4 * 2 * (m + n * p) * links and ta["local_solves"] == 4 and ta["grad_calls"] == 0
+    tg = got[("tracking-admm", 3)]
+    assert tg["grad_calls"] == 12 and tg["local_solves"] == 0 and tg["floats_sent"] == ta["floats_sent"]
+    assert got[("extra", None)]["local_solves"] == 4   # one dual gradient (exact local solve) per iteration
+    assert got[("extra", None)]["floats_sent"] == 4 * (m + n * p) * links
+    ap = got[("apapc-cheb", None)]
+    assert ap["grad_calls"] == 4 and ap["floats_per_link_round"] <= m + p
+
+
+def test_oracle_matched_tracking_admm_and_the_practical_apapc_mode_converge():
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
+
+    prob = _mixed(5, "ring", kappa=30.0, seed=2)
+    ref = reference(prob)
+    s = solve(SolveConfig(method="tracking-admm", local_steps=4, rho=3.0, tol=1e-7, max_iter=20000), prob, ref=ref)
+    assert s.summary["converged"] and s.summary["grad_calls"] == 4 * s.summary["iterations"], s.summary
+    theory = solve(SolveConfig(tol=1e-7), prob, ref=ref).summary
+    prac = solve(SolveConfig(practical=True, deg_k=2, step=1.0, tol=1e-7), prob, ref=ref)
+    ps = prac.summary
+    assert ps["converged"] and ps["practical"] and ps["consensus_rows"] == "sqrt" and ps["deg_k"] == 2, ps
+    assert not theory["practical"] and theory["consensus_rows"] == "wprime"
+    assert np.abs(prac.x - ref.x).max() < 1e-5
+    # practical K^T K = the dense K's (consensus rows gamma W'^{1/2})
+    from icmlkit.lib.solve_decentralized.methods import NodeOps
+    from icmlkit.lib.solve_decentralized.spectral import dense_K, make_setup, sqrt_psd, wprime_dense
+
+    st = make_setup(prob, "cheb", practical=True)
+    W = prob.laplacian()
+    ops = NodeOps(prob.A, prob.b, prob.C, prob.c, prob.Ct, prob.ct, prob.grad, st, lambda V: W @ V)
+    W1 = wprime_dense(W, st.lam_min, st.lam_max, st.deg_w)
+    K, _ = dense_K(prob, W1, st.alpha, st.beta, st.gamma, st.s2, sqrt_psd(W1))
+    u = np.random.default_rng(0).standard_normal((prob.n, ops.N))
+    perm = np.concatenate([np.arange(prob.n * ops.dm).reshape(prob.n, ops.dm),
+                           prob.n * ops.dm + np.arange(prob.n * prob.m).reshape(prob.n, prob.m),
+                           prob.n * (ops.dm + prob.m) + np.arange(prob.n * prob.p).reshape(prob.n, prob.p)], 1)
+    flat = np.zeros(K.shape[1])
+    flat[perm.reshape(-1)] = u.reshape(-1)
+    want = (K.T @ (K @ flat))[perm.reshape(-1)].reshape(prob.n, ops.N)
+    got = ops.residual_grad(u) - ops.residual_grad(np.zeros_like(u))
+    assert np.abs(got - want).max() < 1e-8 * np.abs(want).max()
+    with pytest.raises(UsageError):
+        SolveConfig(method="dpmm", practical=True).check()
+    with pytest.raises(UsageError):
+        SolveConfig(method="apapc-cheb", local_steps=3).check()

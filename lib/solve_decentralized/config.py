@@ -40,7 +40,22 @@ class SolveConfig:
                           "convex).", choices=("auto", "coupled", "all"))
     step: float | None = option(None, "extra / gradient-tracking: step in units of 1/L_f (on the dual: of "
                                 "1/L of the dual) (default 1 for extra, 0.25 for gradient-tracking); sliding: "
-                                "penalty R in units of L_f/lambda_max(K^T K) (default 30).", min=0, min_open=True)
+                                "penalty R in units of L_f/lambda_max(K^T K) (default 30); apapc-cheb / apapc: "
+                                "APAPC's eta in units of the theory's 1/(4 tau L_G) (default 1; theta = 1/(eta L_K) "
+                                "follows; a value other than 1 is the practical mode, not the theory constants).",
+                                min=0, min_open=True)
+    practical: bool = option(False, "apapc-cheb / apapc, the PRACTICAL mode (not the theory constants; our "
+                             "choice): the consensus rows of K are gamma W'^{1/2} instead of gamma W' (K^T K holds "
+                             "W', not W'^2, on the copies of x~: one W' product fewer per K^T K product and the "
+                             "square root of that block's condition number); pair with --deg-k and --step chosen "
+                             "by a tuning run (the bench's grid part tunes them with the same budget as every "
+                             "baseline). Dense problems only.")
+    deg_k: int | None = option(None, "apapc-cheb: the inner Chebyshev degree in K^T K (default: the theory's "
+                               "ceil(sqrt(kappa_K)); a given value is the practical mode).", min=1)
+    local_steps: int | None = option(None, "tracking-admm: T accelerated projected-gradient steps per local "
+                                     "problem instead of its exact solve (the oracle-matched variant, "
+                                     "[reconstructed]: T gradient calls per node and iteration; any smooth loss). "
+                                     "Default: the exact local KKT solve (quadratic losses).", min=1)
     rho: float | None = option(None, "tracking-admm penalty rho (default 1); dpmm [reconstructed]: penalty (dual "
                                "step) in units of sqrt(mu_f L_f)/lambda_max(K^T K) (default 30), proximal step "
                                "c = 0.99/(rho lambda_max(K^T K)).", min=0, min_open=True)
@@ -54,6 +69,10 @@ class SolveConfig:
     def check(self) -> None:
         if self.backend == "dist" and self.method not in ("apapc-cheb", "apapc"):
             raise UsageError("--backend dist runs --method apapc-cheb or apapc; the baselines run in the simulator")
+        if (self.practical or self.deg_k is not None) and self.method not in ("apapc-cheb", "apapc"):
+            raise UsageError("--practical and --deg-k belong to --method apapc-cheb or apapc")
+        if self.local_steps is not None and self.method != "tracking-admm":
+            raise UsageError("--local-steps belongs to --method tracking-admm")
 
 
 @dataclass

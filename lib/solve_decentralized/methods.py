@@ -18,8 +18,37 @@ from icmlkit.lib.solve_decentralized.spectral import Setup, cheb_T, chebyshev_so
 
 
 class Counters(dict):
+    """What a run costs, counted where it happens (vectorised: one increment per operation on all the
+    nodes held here, never per message). rounds: rounds of neighbour exchanges; msg_floats: floats
+    each node sends to EACH neighbour, summed over rounds (every node sends the same width, so the total
+    traffic is msg_floats x the number of directed links, :func:`floats_sent`); floats: traffic counted
+    directly (centralized APAPC's server links); a_mults: products by A, C, Ct; the local oracle, per
+    node: grads (gradient calls of f_i), prox (prox of f_i, exact for quadratics), solves (exact local
+    (KKT) solves)."""
+
     def __init__(self):
-        super().__init__(rounds=0, a_mults=0, grads=0)
+        super().__init__(rounds=0, msg_floats=0, floats=0, a_mults=0, grads=0, prox=0, solves=0)
+
+    def exchange(self, width: int, rounds: int = 1) -> None:
+        """``rounds`` rounds in which every node sends ``width`` floats to each neighbour."""
+        self["rounds"] += rounds
+        self["msg_floats"] += int(width) * rounds
+
+
+def n_links(W) -> int:
+    """Directed links of the graph (2 |E|): the messages of one round."""
+    W = np.asarray(W)
+    return int(np.count_nonzero(W) - np.count_nonzero(np.diag(W)))
+
+
+def floats_sent(cnt, links: int) -> int:
+    """Total floats sent over all links."""
+    return int(cnt.get("floats", 0)) + int(cnt.get("msg_floats", 0)) * int(links)
+
+
+def oracle_calls(cnt) -> int:
+    """Local-oracle calls per node: gradients + prox steps + exact local solves."""
+    return int(cnt.get("grads", 0)) + int(cnt.get("prox", 0)) + int(cnt.get("solves", 0))
 
 
 class NodeOps:
@@ -45,7 +74,7 @@ class NodeOps:
         return np.zeros((self.nl, self.N))
 
     def mix(self, V):
-        self.cnt["rounds"] += 1
+        self.cnt.exchange(V.shape[1])
         return self._mix(V)
 
     def split(self, u):
@@ -96,8 +125,24 @@ class NodeOps:
         return np.concatenate([x, y, X], 1)
 
     def residual_grad(self, u):
-        """K^T (K u - b')."""
-        return self.KT(self.K(u) - self.bprime)
+        """K^T (K u - b'). Practical mode (consensus rows gamma W'^{1/2}): the consensus part of
+        K^T K is (s2 gamma)^2 W' X, formed from the W' X of the first exchange, so the second exchange
+        carries only the coupled residual (m floats, not m + p) and W'^{1/2} is never applied."""
+        if getattr(self.s, "consensus", "wprime") != "sqrt":
+            return self.KT(self.K(u) - self.bprime)
+        s = self.s
+        m, rr = self.m, self.rr
+        x, y, X = self.split(u)
+        self.cnt["a_mults"] += 2
+        WyX = self.wprime(np.concatenate([y, X], 1))
+        Wy, WX = WyX[:, :m], WyX[:, m:]
+        r1 = a_mul(self.A, x) + s.alpha * Wy - self.b
+        r2 = s.beta * np.einsum("nrd,nd->nr", self.C, x) - self.bprime[:, m:m + rr]
+        r3 = s.s2 * np.einsum("nsp,np->ns", self.Ct, X) - self.bprime[:, m + rr:m + rr + self.ss]
+        gx = a_tmul(self.A, r1) + s.beta * np.einsum("nrd,nr->nd", self.C, r2)
+        gy = s.alpha * self.wprime(r1)
+        gX = s.s2 * np.einsum("nsp,ns->np", self.Ct, r3) + (s.s2 * s.gamma) ** 2 * WX
+        return np.concatenate([gx, gy, gX], 1)
 
     def precond(self, u):
         """Algorithm 1's dual direction: Chebyshev iteration of degree deg_k in K^T K (variant cheb),
@@ -187,7 +232,8 @@ class CentralOps:
     def grad(self, u):
         prob = self.prob
         self.cnt["grads"] += 1
-        self.cnt["rounds"] += 2
+        self.cnt["rounds"] += 2   # broadcast x~ to the n nodes, gather their gradients
+        self.cnt["floats"] += 2 * self.prob.n * self.prob.p + self.nx
         x, xt = self.unpack(u[0])
         w = np.concatenate([x, np.repeat(xt[None], prob.n, 0)], 1)
         G = prob.grad(w)
@@ -202,6 +248,7 @@ class CentralOps:
     def residual_grad(self, u):
         self.cnt["a_mults"] += 2
         self.cnt["rounds"] += 2
+        self.cnt["floats"] += 2 * self.N   # the vector out to the nodes and back
         return (self.E.T @ (self.E @ u[0] - self.e))[None]
 
     def precond(self, u):
@@ -260,7 +307,7 @@ class ConsensusOps:
 
     def mixing(self, V):
         """W_mix V with W_mix = I - W/lambda_max(W) on the X columns (identity on x)."""
-        self.cnt["rounds"] += 1
+        self.cnt.exchange(V.shape[1] - self.dm)
         out = V.copy()
         X = V[:, self.dm:]
         out[:, self.dm:] = X - self._mix(X) / self.lam_max
@@ -323,63 +370,117 @@ class TrackingADMM:
       d_i+ = dbar_i + Ab_i v_i+ - Ab_i v_i;   l_i+ = lbar_i + rho d_i+
     with dbar, lbar the W_mix-averages (one round). The shared variable enters as the coupled
     constraint sum_i (W[:, i] (x) I_p) x~_i = 0 (consensus), the local C_i, Ct_i as E_i.
-    Quadratic f_i only (the x-step is an exact local KKT solve)."""
 
-    def __init__(self, prob, mix, lam_max, rho: float):
+    ``local_steps = None``: the v-step is an exact local KKT solve (quadratic f_i only; one local
+    solve per node and iteration). ``local_steps = T`` (oracle-matched, [reconstructed]: our variant,
+    so that its local-oracle count is comparable with the first-order methods): the v-step is T steps
+    of Nesterov's accelerated projected gradient on the same local problem, warm-started at v_i,
+    step 1/L_i with L_i = L(f_i) + rho lambda_max(Ab_i^T Ab_i) and momentum from mu(f_i); the
+    projection onto {E_i v = e_i} is local linear algebra (no oracle call); T gradient calls per
+    node and iteration. Any smooth loss."""
+
+    def __init__(self, prob, mix, lam_max, rho: float, local_steps: int | None = None):
         n, dm, p, m = prob.n, prob.dmax, prob.p, prob.m
         W = prob.laplacian()
         self.prob, self._mix, self.lam_max, self.rho = prob, mix, lam_max, rho
+        self.local_steps = local_steps
         self.cnt = Counters()
         D = dm + p
+        self.D = D
         self.Ab = np.zeros((n, m + n * p, D))
         self.bb = np.zeros((n, m + n * p))
         self.Ab[:, :m, :dm] = prob.A
         self.bb[:, :m] = prob.b
         for i in range(n):
             self.Ab[i, m:, dm:] = np.kron(W[:, i:i + 1], np.eye(p))
-        self.inv, self.Erows = [], []
         mask = prob.mask()
+        Es, es = [], []
         for i in range(n):
             E = np.zeros((prob.C.shape[1] + prob.Ct.shape[1], D))
             E[:prob.C.shape[1], :dm] = prob.C[i]
             E[prob.C.shape[1]:, dm:] = prob.Ct[i]
             e = np.concatenate([prob.c[i], prob.ct[i]])
             keep = np.abs(E).sum(1) > 0
-            E, e = E[keep], e[keep]
-            H = prob.Q[i] + rho * self.Ab[i].T @ self.Ab[i]
-            pad = np.concatenate([~mask[i], np.zeros(p, bool)])
-            H = H + np.diag(pad.astype(float))
-            k = E.shape[0]
-            KKT = np.block([[H, E.T], [E, np.zeros((k, k))]])
-            self.inv.append(np.linalg.pinv(KKT))
-            self.Erows.append(e)
-        self.D = D
+            Es.append(E[keep])
+            es.append(e[keep])
+        pads = [np.concatenate([~mask[i], np.zeros(p, bool)]) for i in range(n)]
+        if local_steps is None:
+            self.inv, self.Erows = [], []
+            for i in range(n):
+                E, k = Es[i], Es[i].shape[0]
+                H = prob.Q[i] + rho * self.Ab[i].T @ self.Ab[i] + np.diag(pads[i].astype(float))
+                KKT = np.block([[H, E.T], [E, np.zeros((k, k))]])
+                self.inv.append(np.linalg.pinv(KKT))
+                self.Erows.append(es[i])
+            same = len({M.shape for M in self.inv}) == 1
+            # one batched product for all nodes when their KKT systems have one size (vectorised)
+            self.inv_stack = np.stack(self.inv) if same else None
+            self.e_stack = np.stack(self.Erows) if same else None
+        else:
+            if local_steps < 1:
+                raise ValueError("local_steps must be >= 1")
+            P = np.zeros((n, D, D))
+            v0 = np.zeros((n, D))
+            for i in range(n):   # the padded coordinates are pinned at 0 by extra rows
+                E = np.concatenate([Es[i], np.eye(D)[pads[i]]], 0)
+                e = np.concatenate([es[i], np.zeros(int(pads[i].sum()))])
+                Ep = np.linalg.pinv(E) if E.shape[0] else np.zeros((D, 0))
+                P[i] = np.eye(D) - Ep @ E
+                v0[i] = Ep @ e
+            self.P, self.v0 = P, v0
+            Ls, mus = prob.smoothness()
+            top = np.array([float(np.linalg.eigvalsh(self.Ab[i].T @ self.Ab[i])[-1]) for i in range(n)])
+            L = Ls + rho * top
+            mu = np.maximum(mus, 1e-12 * L)
+            q = np.sqrt(L / mu)
+            self.step_loc = 1.0 / L
+            self.mom = (q - 1) / (q + 1)
 
     def primal(self, v):
         return v[:, :self.prob.dmax], v[:, self.prob.dmax:]
 
-    def run(self, iterations: int, monitor=None):
+    def _project(self, v):
+        return self.v0 + np.einsum("nij,nj->ni", self.P, v - self.v0)
+
+    def _exact(self, lbar, dbar, Av):
         prob, rho = self.prob, self.rho
-        n = prob.n
-        v = np.zeros((n, self.D))
+        rhs_v = -(prob.q + np.einsum("nkd,nk->nd", self.Ab, lbar + rho * (dbar - Av)))
+        self.cnt["solves"] += 1
+        if self.inv_stack is not None:
+            sol = np.einsum("nij,nj->ni", self.inv_stack, np.concatenate([rhs_v, self.e_stack], 1))
+            return sol[:, :self.D]
+        return np.stack([(self.inv[i] @ np.concatenate([rhs_v[i], self.Erows[i]]))[:self.D]
+                         for i in range(prob.n)])
+
+    def _gradient_steps(self, v, lbar, dbar, Av):
+        """T accelerated projected-gradient steps on the local problem, warm-started at v."""
+        rho = self.rho
+        shift = lbar + rho * (dbar - Av)
+        w_prev, w = v, v
+        a, mom = self.step_loc[:, None], self.mom[:, None]
+        for _ in range(self.local_steps):
+            yv = w + mom * (w - w_prev)
+            g = self.prob.grad(yv) + np.einsum("nkd,nk->nd", self.Ab, shift + rho * np.einsum("nkd,nd->nk", self.Ab, yv))
+            w_prev, w = w, self._project(yv - a * g)
+        self.cnt["grads"] += self.local_steps
+        return w
+
+    def run(self, iterations: int, monitor=None):
+        n = self.prob.n
+        v = np.zeros((n, self.D)) if self.local_steps is None else self.v0.copy()
         d = np.einsum("nkd,nd->nk", self.Ab, v) - self.bb
         lam = np.zeros_like(d)
         k = 0
         for k in range(1, iterations + 1):
-            self.cnt["rounds"] += 1
             both = np.concatenate([d, lam], 1)
+            self.cnt.exchange(both.shape[1])
             mixed = both - self._mix(both) / self.lam_max
             dbar, lbar = mixed[:, :d.shape[1]], mixed[:, d.shape[1]:]
             Av = np.einsum("nkd,nd->nk", self.Ab, v)
-            vn = np.empty_like(v)
-            for i in range(n):
-                rhs_v = -(prob.q[i] + self.Ab[i].T @ lbar[i] + rho * self.Ab[i].T @ (dbar[i] - Av[i]))
-                sol = self.inv[i] @ np.concatenate([rhs_v, self.Erows[i]])
-                vn[i] = sol[:self.D]
-            self.cnt["grads"] += 1
+            vn = self._exact(lbar, dbar, Av) if self.local_steps is None else self._gradient_steps(v, lbar, dbar, Av)
             self.cnt["a_mults"] += 2
             d = dbar + np.einsum("nkd,nd->nk", self.Ab, vn) - Av
-            lam = lbar + rho * d
+            lam = lbar + self.rho * d
             v = vn
             if monitor is not None and monitor(k, self, v):
                 break
@@ -431,7 +532,7 @@ def dpmm(ops: NodeOps, rho: float, c: float, iterations: int, prox=None, monitor
         x, y, X = ops.split(v)
         if prox is not None:
             w = prox(np.concatenate([x, X], 1))
-            ops.cnt["grads"] += 1
+            ops.cnt["prox"] += 1
         else:
             ux, _, uX = ops.split(u)
             w = np.concatenate([x, X], 1) - c * ops.grad_fn(np.concatenate([ux, uX], 1))
@@ -469,11 +570,12 @@ class DualConsensusOps(ConsensusOps):
 
     def _v(self, lam):
         t = self.t
-        v = np.empty((self.prob.n, t.D))
-        for i in range(self.prob.n):
-            rhs = -(self.prob.q[i] + t.Ab[i].T @ lam[i])
-            v[i] = (t.inv[i] @ np.concatenate([rhs, t.Erows[i]]))[:t.D]
-        return v
+        return t._exact(lam, np.zeros_like(lam), np.zeros_like(lam))
+
+    def grad(self, w):
+        """One dual gradient = one exact local solve per node."""
+        self.cnt["solves"] += 1
+        return self.grad_fn(w)
 
     def _dual_grad(self, lam):
         self.cnt["a_mults"] += 2

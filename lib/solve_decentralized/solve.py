@@ -12,11 +12,11 @@ from icmlkit.lib.solve_decentralized.config import SolveConfig
 from icmlkit.lib.solve_decentralized.problem import Problem
 
 SUMMARY_KEYS = ("method", "backend", "n_nodes", "chi", "kappa_f", "kappa_ac", "kappa_ct", "iterations",
-                "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual", "converged",
-                "seconds")
+                "communications", "floats_sent", "a_mults", "grad_calls", "prox_calls", "local_solves",
+                "oracle_calls", "rel_error", "constraint_residual", "converged", "seconds")
 DPMM_RHO = 30.0   # dpmm's default penalty, in units of sqrt(mu_f L_f)/lambda_max(K^T K) [reconstructed]
 TRACE_COLUMNS = ("iteration", "communications", "a_mults", "grad_calls", "rel_error", "constraint_residual",
-                 "suboptimality")
+                 "suboptimality", "floats_sent", "oracle_calls")
 
 
 @dataclass
@@ -37,7 +37,10 @@ class Monitor:
     test only (global quantities; never fed back into the iterates)."""
 
     def __init__(self, prob: Problem, ref, cfg: SolveConfig, counters_of=None):
+        from icmlkit.lib.solve_decentralized.methods import n_links
+
         self.prob, self.cfg = prob, cfg
+        self.links = n_links(prob.laplacian())
         self.ref = {"x": ref.x, "xt": ref.xt}
         self.norm = float(np.sqrt(np.sum(ref.x ** 2) + prob.n * np.sum(ref.xt ** 2)))
         w = np.concatenate([ref.x, np.repeat(ref.xt[None], prob.n, 0)], 1)
@@ -57,11 +60,14 @@ class Monitor:
         return {"rel_error": e, "constraint_residual": r, "suboptimality": sub}
 
     def __call__(self, k, ops, u) -> bool:
+        from icmlkit.lib.solve_decentralized.methods import floats_sent, oracle_calls
+
         x, X = ops.primal(u)
         meas = self.measure(x, X)
         cnt = ops.cnt
         row = {"iteration": k, "communications": cnt["rounds"], "a_mults": cnt["a_mults"],
-               "grad_calls": cnt["grads"], **meas}
+               "grad_calls": cnt["grads"], **meas, "floats_sent": floats_sent(cnt, self.links),
+               "oracle_calls": oracle_calls(cnt)}
         self.last = row
         if k % self.cfg.trace_every == 0 or k == 1:
             self.rows.append(row)
@@ -112,7 +118,9 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
         from icmlkit.lib.solve_decentralized.spectral import make_setup
 
         setup = make_setup(prob, "cheb" if cfg.method == "apapc-cheb" else "plain", cfg.bounds,
-                           rng=np.random.default_rng(seed), aug=cfg.aug, augment_mode=cfg.augment)
+                           rng=np.random.default_rng(seed), aug=cfg.aug, augment_mode=cfg.augment,
+                           practical=cfg.practical, deg_k=cfg.deg_k,
+                           eta_scale=cfg.step if cfg.step is not None else 1.0)
         t_loop = time.perf_counter()
         if cfg.backend == "dist":
             from icmlkit.lib.solve_decentralized.dist import run_dist
@@ -169,10 +177,12 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
         from icmlkit.lib.solve_decentralized.methods import TrackingADMM
         from icmlkit.lib.solve_decentralized.spectral import exact_bounds
 
-        if prob.loss != "quadratic":
-            raise UsageError("--method tracking-admm needs quadratic losses (its local step is an exact solve)")
+        if prob.loss != "quadratic" and cfg.local_steps is None:
+            raise UsageError("--method tracking-admm needs quadratic losses (its local step is an exact solve); "
+                             "give --local-steps T for T gradient steps instead")
         _, lmax = exact_bounds(W)
-        alg = TrackingADMM(prob, lambda V: W @ V, lmax, cfg.rho if cfg.rho is not None else 1.0)
+        alg = TrackingADMM(prob, lambda V: W @ V, lmax, cfg.rho if cfg.rho is not None else 1.0,
+                           local_steps=cfg.local_steps)
         t_loop = time.perf_counter()
         v, k = alg.run(iters, mon)
         x, X = alg.primal(v)
@@ -202,6 +212,8 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
     else:  # pragma: no cover - the config's choices
         raise UsageError(f"unknown --method {cfg.method}")
     mon.finish()
+    from icmlkit.lib.solve_decentralized.methods import floats_sent, oracle_calls
+
     meas = mon.measure(x, X)
     from icmlkit.lib.solve_decentralized.spectral import condition_numbers
 
@@ -212,11 +224,18 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
     kc = setup.kappa_ct if setup is not None else cn["kappa_ct"]
     summary = {"method": cfg.method, "backend": cfg.backend, "n_nodes": prob.n, "chi": _fin(chi),
                "kappa_f": _fin(kf), "kappa_ac": _fin(ka), "kappa_ct": _fin(kc), "iterations": int(k),
-               "communications": int(cnt["rounds"]), "a_mults": int(cnt["a_mults"]), "grad_calls": int(cnt["grads"]),
+               "communications": int(cnt["rounds"]), "floats_sent": floats_sent(cnt, mon.links),
+               "floats_per_link_round": round(int(cnt.get("msg_floats", 0)) / max(int(cnt["rounds"]), 1), 3),
+               "a_mults": int(cnt["a_mults"]), "grad_calls": int(cnt["grads"]), "prox_calls": int(cnt.get("prox", 0)),
+               "local_solves": int(cnt.get("solves", 0)), "oracle_calls": oracle_calls(cnt),
                "rel_error": _fin(meas["rel_error"]), "constraint_residual": _fin(meas["constraint_residual"]),
                "suboptimality": _fin(meas["suboptimality"]), "converged": mon.converged(meas),
                "seconds": round(time.perf_counter() - t0, 4), "loop_seconds": round(loop_seconds, 4)}
+    if cfg.method == "tracking-admm":
+        summary.update(local_steps=cfg.local_steps, local_step="exact solve" if cfg.local_steps is None
+                       else f"{cfg.local_steps} accelerated projected-gradient steps")
     if setup is not None and cfg.method in ("apapc-cheb", "apapc"):
+        summary.update(practical=bool(setup.practical), consensus_rows=setup.consensus, eta=setup.eta)
         summary.update(deg_w=setup.deg_w, deg_k=setup.deg_k,
                        predicted_communications_scale=_fin(predicted_scale(setup)),
                        predicted_communications=_fin(predicted_scale(setup) * math.log(1 / cfg.tol)))

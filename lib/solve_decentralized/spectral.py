@@ -162,6 +162,8 @@ class Setup:
     theta: float
     bounds: str
     augment: str = "coupled"
+    consensus: str = "wprime"   # consensus rows of K: gamma W' (theory) or gamma W'^{1/2} (practical)
+    practical: bool = False     # deg_k / eta given (tuned), not the theory constants
 
     def as_dict(self) -> dict:
         """JSON-ready: floats as float, a non-finite one (kappa_f = inf when f is not strongly convex)
@@ -232,9 +234,10 @@ def _coupled_bounds_sparse(prob) -> dict:
     return {"L_A": L_A, "mu_tilde": low * (1 - LANCZOS_MARGIN) / prob.n}
 
 
-def dense_K(prob, W1: np.ndarray, alpha, beta, gamma, s2) -> tuple[np.ndarray, dict]:
+def dense_K(prob, W1: np.ndarray, alpha, beta, gamma, s2, W2: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """K = diag(B1, B2) as a dense matrix on (x, y, X) (node-major blocks); B1 = [[A, alpha W'], [beta C, 0]],
-    B2 = s2 [[blkdiag Ct], [gamma W']] [reconstructed]."""
+    B2 = s2 [[blkdiag Ct], [gamma W2]] with W2 = W' (theory) or W'^{1/2} (practical) [reconstructed]."""
+    W2 = W1 if W2 is None else W2
     from scipy.linalg import block_diag
 
     n, m, dm, p = prob.n, prob.m, prob.dmax, prob.p
@@ -249,12 +252,19 @@ def dense_K(prob, W1: np.ndarray, alpha, beta, gamma, s2) -> tuple[np.ndarray, d
     K[:R1, Nx:Nx + Ny] = alpha * np.kron(W1, np.eye(m))
     K[R1:R1 + R2, :Nx] = beta * Cbd
     K[R1 + R2:R1 + R2 + R3, Nx + Ny:] = s2 * Ctbd
-    K[R1 + R2 + R3:, Nx + Ny:] = s2 * gamma * np.kron(W1, np.eye(p))
+    K[R1 + R2 + R3:, Nx + Ny:] = s2 * gamma * np.kron(W2, np.eye(p))
     return K, {"Nx": Nx, "Ny": Ny, "NX": NX}
 
 
+def sqrt_psd(M: np.ndarray) -> np.ndarray:
+    """The PSD square root of a symmetric PSD matrix (setup only: W'^{1/2} for the practical mode)."""
+    ev, V = np.linalg.eigh((M + M.T) / 2)
+    return (V * np.sqrt(np.clip(ev, 0.0, None))) @ V.T
+
+
 def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, power_iters: int = 2000,
-               aug: float = 1.0, require_strong: bool = True, augment_mode: str = "auto") -> Setup:
+               aug: float = 1.0, require_strong: bool = True, augment_mode: str = "auto",
+               practical: bool = False, deg_k: int | None = None, eta_scale: float = 1.0) -> Setup:
     """All constants of Algorithm 1 for ``prob`` (the setup phase).
 
     1. W's spectrum (lambda_min^+, lambda_max): exact eigen-solve or power iteration.
@@ -270,7 +280,20 @@ def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, pow
     6. mu_G, L_G of G on the active subspace (y orthogonal to ker W' and the padded coordinates
        excluded; exact for quadratics, curvature bounds for logistic).
     7. APAPC's tau = min(1, sqrt(kappa_K'/kappa_G)/2), eta = 1/(4 tau L_G), theta = 1/(eta L_K').
+
+    ``practical`` (the practical mode, not the theory constants; our choice): the consensus rows of K
+    are gamma W'^{1/2} instead of gamma W' (K^T K then holds W' there, one W' product, not two, and the
+    square root of that block's condition number; gamma's lambda_min(W')^2 becomes lambda_min(W'));
+    W'^{1/2} is never applied: the iteration only uses K^T (K u - b'), whose consensus part is
+    gamma^2 W' X. ``deg_k`` overrides the inner Chebyshev degree and ``eta_scale`` multiplies eta
+    (theta = 1/(eta L_K') follows); both are meant to be picked by a tuning run.
     """
+    deg_k_given = deg_k
+    if practical and prob.sparse:
+        from icmlkit.lib.core.errors import UsageError
+
+        raise UsageError("the practical mode (K = W'^{1/2} on the consensus rows) needs a dense problem (its "
+                         "setup forms W'^{1/2} densely)")
     rng = rng if rng is not None else np.random.default_rng(0)
     n = prob.n
     W = prob.laplacian()
@@ -296,13 +319,14 @@ def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, pow
     sig_c = max((float(np.linalg.svd(prob.C[i], compute_uv=False).max()) for i in range(n)), default=0.0) \
         if prob.C.shape[1] and prob.dmax else 0.0
     beta = math.sqrt(L_A + mu_t / 2) / sig_c if sig_c > 0 and prob.m else (1.0 if sig_c == 0 else 1.0 / sig_c)
-    gamma = math.sqrt((cn["sig_ct"] + cn["lmin_ct"]) / wp_min ** 2) if prob.p and cn["sig_ct"] > 0 else \
-        (1.0 / wp_min if prob.p else 0.0)
+    wp_pow = wp_min if practical else wp_min ** 2
+    gamma = math.sqrt((cn["sig_ct"] + cn["lmin_ct"]) / wp_pow) if prob.p and cn["sig_ct"] > 0 else \
+        (1.0 / math.sqrt(wp_pow) if prob.p else 0.0)
     sp_ = (_OperatorSpectra if prob.sparse else _DenseSpectra)(prob, W, W1, (lmin, lmax, deg_w), variant,
-                                                               alpha, beta, gamma)
+                                                               alpha, beta, gamma, practical)
     s2, mu_k, L_k = sp_.s2, sp_.mu_k, sp_.L_k
     if variant == "cheb" and L_k > 0:
-        deg_k = max(1, math.ceil(math.sqrt(L_k / mu_k)))
+        deg_k = max(1, math.ceil(math.sqrt(L_k / mu_k))) if deg_k_given is None else int(deg_k_given)
         eps_k = cheb_eps(mu_k, L_k, deg_k)
         muK, LK = 1 - eps_k, 1 + eps_k
     else:
@@ -327,25 +351,28 @@ def make_setup(prob, variant: str = "cheb", bounds: str = "exact", rng=None, pow
     kappa_g = L_g / mu_g
     kk = LK / muK if muK > 0 else 1.0
     tau = min(1.0, 0.5 * math.sqrt(kk / kappa_g))
-    eta = 1.0 / (4 * tau * L_g)
+    eta = eta_scale / (4 * tau * L_g)
     theta = 1.0 / (eta * LK) if LK > 0 else 0.0
     return Setup(variant=variant, lam_min=lmin, lam_max=lmax, chi=chi, deg_w=deg_w, wp_min=wp_min, wp_max=wp_max,
                  alpha=alpha, beta=beta, gamma=gamma, s2=s2, r=r, mu_k=mu_k, L_k=L_k, deg_k=deg_k, eps_k=eps_k,
                  mu_g=mu_g, L_g=L_g, L_f=cn["L_f"], mu_f=cn["mu_f"], kappa_f=cn["kappa_f"], kappa_ac=cn["kappa_ac"],
                  kappa_ct=cn["kappa_ct"], tau=tau, eta=eta, theta=theta,
-                 bounds=bounds + ("+lanczos" if prob.sparse else ""), augment=augment)
+                 bounds=bounds + ("+lanczos" if prob.sparse else ""), augment=augment,
+                 consensus="sqrt" if practical else "wprime", practical=bool(practical or deg_k_given is not None
+                                                                              or eta_scale != 1.0))
 
 
 class _DenseSpectra:
     """Steps 3, 5 and 6 of ``make_setup`` on the dense K (small problems: exact eigen-solves)."""
 
-    def __init__(self, prob, W, W1, wspec, variant, alpha, beta, gamma):
+    def __init__(self, prob, W, W1, wspec, variant, alpha, beta, gamma, practical=False):
+        W2 = sqrt_psd(W1) if practical else W1
         K1, _ = dense_K(prob, W1, alpha, beta, gamma, 0.0)
-        K2, _ = dense_K(prob, W1, 0.0, 0.0, gamma, 1.0)
+        K2, _ = dense_K(prob, W1, 0.0, 0.0, gamma, 1.0, W2)
         top1 = float(np.linalg.norm(K1, 2) ** 2) if K1.size and np.abs(K1).sum() else 0.0
         top2 = float(np.linalg.norm(K2, 2) ** 2) if K2.size and np.abs(K2).sum() else 0.0
         self.s2 = math.sqrt(top1 / top2) if top1 > 0 and top2 > 0 else 1.0
-        K, sz = dense_K(prob, W1, alpha, beta, gamma, self.s2)
+        K, sz = dense_K(prob, W1, alpha, beta, gamma, self.s2, W2)
         KK = K @ K.T if K.shape[0] <= K.shape[1] else K.T @ K
         self.mu_k, self.L_k = exact_bounds(KK)  # K's kernel is not known in closed form: the dense eigen-solve
         Nx, Ny, NX = sz["Nx"], sz["Ny"], sz["NX"]
@@ -378,7 +405,7 @@ class _OperatorSpectra:
     row rank (a singular K K^T is refused); lambda_min of G on the active subspace is found with the
     complement of that subspace shifted to L_G."""
 
-    def __init__(self, prob, W, W1, wspec, variant, alpha, beta, gamma):
+    def __init__(self, prob, W, W1, wspec, variant, alpha, beta, gamma, practical=False):
         from types import SimpleNamespace
 
         from icmlkit.lib.core.errors import UsageError
