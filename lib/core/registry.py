@@ -24,7 +24,7 @@ def repo_root() -> Path:
 
 def extras() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """(extras that `make install` installs, extras it leaves out), each name -> requirements."""
-    installed, optional = dict(shared_extras()), {}
+    installed, optional = dict(shared_extras()), dict(shared_extras("optional"))
     for t in tools():
         if t.extra:
             installed[t.extra] = t.dependencies

@@ -101,7 +101,7 @@ def tool(name: str) -> Tool:
     raise InputError(f"no tool named {name!r} (known: {', '.join(t.name for t in tools())})")
 
 
-def shared_extras() -> dict[str, tuple[str, ...]]:
-    """Extras that belong to no tool (lib/core/extras.toml)."""
-    raw = tomllib.loads((LIB / "core" / "extras.toml").read_text())["extras"]
+def shared_extras(table: str = "extras") -> dict[str, tuple[str, ...]]:
+    """Extras that belong to no tool (lib/core/extras.toml): ``[extras]`` (installed) or ``[optional]``."""
+    raw = tomllib.loads((LIB / "core" / "extras.toml").read_text()).get(table, {})
     return {k: tuple(v) for k, v in raw.items()}
