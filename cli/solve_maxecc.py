@@ -92,9 +92,10 @@ def solve(run, instance, output, cfg, lp_file, fail_under):
 
     Algorithms (ratios hold in expectation against the LP; best-of-trials only improves):
     majority (baseline), lp-argmax (baseline), threshold-order 1/(r+1), paired 1/ceil(k/2),
-    scaled (1-e^-r)/r claimed, 1/r proved; MinECC (unsatisfied weight over W - LP):
+    scaled (1-e^-r)/r claimed, 1/r proved (ours, unreviewed); finite-horizon (scaled stopped at
+    --horizon; reconstructed) (1-e^-r)/r at horizon 1, the abstract's constant; MinECC (unsatisfied weight over W - LP):
     veldt-threshold 4/3 on graphs, 2-2/(r+1) otherwise (reconstructed), combinatorial 2 (no LP);
-    best. The three paper algorithms are RECONSTRUCTED from the abstract.
+    best (all but finite-horizon). The paper algorithms are RECONSTRUCTED from the abstract.
 
     \b
     JSON keys: n, m, k, r, lp_value, value, ratio_to_lp, unsatisfied_weight (W - value, the MinECC
@@ -121,7 +122,7 @@ def solve(run, instance, output, cfg, lp_file, fail_under):
     result = solve_instance(
         H, algorithm=cfg.algorithm, trials=cfg.trials, seed=run.seed, derandomize=cfg.derandomize,
         local_search=cfg.local_search, ilp=cfg.ilp, ilp_time_limit=cfg.time_limit, lp=lp_sol,
-        lp_method=cfg.lp_method, lp_time_limit=cfg.lp_time_limit, device=run.device)
+        lp_method=cfg.lp_method, lp_time_limit=cfg.lp_time_limit, device=run.device, horizon=cfg.horizon)
     if output is not None:
         run.save(output, write_colouring, H, result.sigma)
     summary = result.summary

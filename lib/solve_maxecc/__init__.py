@@ -2,7 +2,8 @@
 solvers, instance formats and generators (method sheet solve-maxecc.md).
 
 The three rounding algorithms with factors 1/(r+1), 1/ceil(k/2) and (1 - e^-r)/r are
-RECONSTRUCTED from the paper's abstract (the paper text is not known); see each docstring.
+RECONSTRUCTED from the paper's abstract (the paper text is not known); see each docstring. The
+finite-horizon form of the third (``finite_horizon``) is reconstructed too.
 """
 from icmlkit.lib.core.lazy import lazy_exports
 
@@ -40,6 +41,7 @@ _LAZY = {  # name -> module: submodules load on first use, so `lp` never imports
     "read_instance": "icmlkit.lib.solve_maxecc.formats",
     "save_lp": "icmlkit.lib.solve_maxecc.lp",
     "scaled": "icmlkit.lib.solve_maxecc.rounding",
+    "finite_horizon": "icmlkit.lib.solve_maxecc.rounding",
     "solve": "icmlkit.lib.solve_maxecc.solve",
     "solve_ilp": "icmlkit.lib.solve_maxecc.ilp",
     "solve_lp": "icmlkit.lib.solve_maxecc.lp",
@@ -70,7 +72,7 @@ __all__ = [
     "brute_force", "build_model", "colour_pairs", "edge_bounds", "evaluate", "factors",
     "incident_pairs", "load_lp", "local_search", "lp_argmax", "majority", "odd_cycle", "paired",
     "paired_derandomized", "planted", "rainbow_cycle", "read_colouring", "read_instance",
-    "save_lp", "scaled", "solve", "solve_ilp", "solve_lp", "star", "threshold_order", "write_colouring",
+    "save_lp", "scaled", "finite_horizon", "solve", "solve_ilp", "solve_lp", "star", "threshold_order", "write_colouring",
     "write_instance", "score_colouring", "read_labels", "write_labels", "combinatorial", "veldt_threshold",
     "min_factors", "exact_edge_probabilities", "exact_expected_value", "adversarial_search", "perturbed",
     "disjoint_copies",

@@ -17,6 +17,9 @@ colour (e is satisfied iff all of them have majority c).
 
 ``threshold-order``: a uniformly random colour order, one threshold per colour; the same subset
 recursion with the set of colours already processed (2^k x 2^|e| states; k <= 12).
+
+``finite-horizon``: the chain of ``scaled`` stopped at a time (matrix exponential) or after T
+discrete colour draws (matrix power of its jump chain), issue 57.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from icmlkit.lib.solve_maxecc.rounding import X_EPS, _Ctx
 
 MAX_EDGE = 12
 MAX_COLOURS_ORDER = 12
-EXACT_ALGORITHMS = ("scaled", "threshold-order")
+EXACT_ALGORITHMS = ("scaled", "threshold-order", "finite-horizon")
 
 
 def _dense_x(H: Hypergraph, lp: LPSolution) -> np.ndarray:
@@ -107,27 +110,82 @@ def _threshold_order_edge(xe: np.ndarray, c: int, maj: np.ndarray) -> float:
     return p((1 << r) - 1, 0)
 
 
-_EDGE = {"scaled": _scaled_edge, "threshold-order": _threshold_order_edge}
+def _horizon_edge(xe: np.ndarray, c: int, maj: np.ndarray, horizon: float = 1.0, draws: int | None = None) -> float:
+    """P(edge satisfied) under ``finite-horizon``: the Markov chain of :func:`_scaled_edge` (states:
+    the uncoloured subsets U of e, plus "lost") run for time ``horizon``, P = exp(Q horizon)[e, .]
+    (scipy's expm over 2^|e| + 1 states); at the horizon a state U is satisfied iff every vertex
+    of U has majority colour c (``maj`` all -1: the process without the majority fill).
+    ``draws`` = T instead: the discrete form [reconstructed; exact expectations only, no sampler]:
+    T draws of a uniformly random colour (of the k = ``xe.shape[1]``) with a fresh shared threshold
+    each, one step of the jump chain I + Q/k per draw, P = ((I + Q/k)^T)[e, .]."""
+    from scipy.linalg import expm
+
+    if math.isinf(horizon) and draws is None:
+        return _scaled_edge(xe, c, maj)
+    r = len(xe)
+    others = np.delete(xe, c, axis=1)
+    S = 1 << r  # state S is "lost"
+    Q = np.zeros((S + 1, S + 1))
+    for mask in range(1, S):
+        U = [i for i in range(r) if mask >> i & 1]
+        Q[mask, S] += float(others[U].max(axis=0).sum()) if others.shape[1] else 0.0
+        for rate, rest in _c_arrivals(U, xe[U, c]):
+            Q[mask, rest] += rate
+        Q[mask, mask] = -Q[mask].sum()
+    if draws is None:
+        row = expm(Q * horizon)[S - 1]
+    else:
+        row = np.linalg.matrix_power(np.eye(S + 1) + Q / xe.shape[1], int(draws))[S - 1]
+    good = np.array([1.0] + [float(all(maj[i] == c for i in range(r) if mask >> i & 1)) for mask in range(1, S)])
+    return float(np.clip(row[:S] @ good, 0.0, 1.0))
 
 
-def exact_edge_probabilities(H: Hypergraph, lp: LPSolution, algorithm: str = "scaled") -> np.ndarray:
-    """P(e satisfied) for every edge under ``algorithm`` (``scaled`` or ``threshold-order``), exactly."""
+_EDGE = {"scaled": _scaled_edge, "threshold-order": _threshold_order_edge, "finite-horizon": _horizon_edge}
+
+
+def exact_edge_probabilities(H: Hypergraph, lp: LPSolution, algorithm: str = "scaled", *, horizon: float = 1.0,
+                             fill: bool = True, draws: int | None = None) -> np.ndarray:
+    """P(e satisfied) for every edge under ``algorithm`` (``scaled``, ``threshold-order`` or
+    ``finite-horizon`` at ``horizon``, or after ``draws`` discrete colour draws), exactly.
+    ``fill=False``: the leftovers stay uncoloured instead of taking their majority colour (the
+    process the factors are proved for)."""
     if algorithm not in _EDGE:
         raise UsageError(f"exact expectations exist for {', '.join(EXACT_ALGORITHMS)}, not {algorithm!r}")
     if H.r > MAX_EDGE:
         raise UsageError(f"exact expectations need edges of at most {MAX_EDGE} vertices, this instance has r = {H.r}")
     if algorithm == "threshold-order" and H.k > MAX_COLOURS_ORDER:
         raise UsageError(f"exact threshold-order needs at most {MAX_COLOURS_ORDER} colours, this instance has {H.k}")
-    x, maj = _dense_x(H, lp), _majority(H)
+    x, maj = _dense_x(H, lp), _majority(H) if fill else np.full(H.n, -1)
+    if algorithm == "finite-horizon" and not horizon > 0:
+        raise UsageError(f"the horizon must be positive, not {horizon}")
+    if draws is not None and (algorithm != "finite-horizon" or draws < 0):
+        raise UsageError("draws (a count >= 0) applies to finite-horizon only")
+    extra = {"horizon": float(horizon), "draws": draws} if algorithm == "finite-horizon" else {}
     out = np.empty(H.m)
     for e, nodes in enumerate(H.edges()):
-        out[e] = _EDGE[algorithm](x[nodes], int(H.colour[e]), maj[nodes])
+        out[e] = _EDGE[algorithm](x[nodes], int(H.colour[e]), maj[nodes], **extra)
     return out
 
 
-def exact_expected_value(H: Hypergraph, lp: LPSolution, algorithm: str = "scaled") -> float:
-    """E[value] of one trial of ``algorithm`` = sum_e w_e P(e satisfied), exactly."""
-    return float(exact_edge_probabilities(H, lp, algorithm) @ H.weight)
+def exact_expected_value(H: Hypergraph, lp: LPSolution, algorithm: str = "scaled", **options) -> float:
+    """E[value] of one trial of ``algorithm`` = sum_e w_e P(e satisfied), exactly (``options``:
+    ``horizon``, ``fill`` of :func:`exact_edge_probabilities`)."""
+    return float(exact_edge_probabilities(H, lp, algorithm, **options) @ H.weight)
+
+
+def uniform_lp_point(H: Hypergraph) -> LPSolution:
+    """The feasible LP point x_{v,c} = 1 / (number of colours at v) on v's incident pairs, z_e = min_{v in e}
+    x_{v,c(e)}: an optimum on :func:`generate.affine_design` (value n / r), where HiGHS may return an
+    integral optimum instead. The factors hold against any feasible point (docs), so E[value] / value
+    of this point measures them."""
+    from icmlkit.lib.solve_maxecc.lp import incident_pairs
+
+    pairs = incident_pairs(H)
+    per_v = np.bincount(pairs.pair_v, minlength=H.n)
+    x = 1.0 / per_v[pairs.pair_v]
+    z = np.minimum.reduceat(x[pairs.of_entry], H.ptr[:-1])
+    return LPSolution(pairs.pair_v, pairs.pair_c, x, z, float(z @ H.weight), "uniform point", False, 0.0, 0.0,
+                      "uniform")
 
 
 # ------------------------------------------------------------------------------ adversarial search
@@ -181,20 +239,21 @@ def _mutate(rng: np.random.Generator, H: Hypergraph, r: int) -> Hypergraph:
     return Hypergraph.from_edges(edges, colours, w, node_ids=list(range(H.n)), colour_labels=list(range(H.k)))
 
 
-def _ratio(H: Hypergraph, algorithm: str) -> tuple[float, float]:
+def _ratio(H: Hypergraph, algorithm: str, options: dict | None = None) -> tuple[float, float]:
     lp = solve_lp(H, method="simplex")
     if lp.value <= 1e-9:
         return math.inf, 0.0
-    return exact_expected_value(H, lp, algorithm) / lp.value, lp.value
+    return exact_expected_value(H, lp, algorithm, **(options or {})) / lp.value, lp.value
 
 
 def adversarial_search(algorithm: str = "scaled", *, r: int = 2, n: int = 7, k: int = 4, m: int = 12,
                        restarts: int = 8, steps: int = 150, seed: int = 0,
-                       starts: list[Hypergraph] | None = None) -> SearchResult:
+                       starts: list[Hypergraph] | None = None, options: dict | None = None) -> SearchResult:
     """Hill-climb over small weighted instances for the smallest E[value]/LP of ``algorithm``
     (exact expectations, HiGHS LP optima). Random restarts, plus ``starts`` (e.g. the known gadgets);
     each step reweights, recolours, adds or removes one edge and keeps the change when the ratio
-    does not rise. Returns the worst instance found."""
+    does not rise. ``options`` (``horizon``, ``fill``) go to :func:`exact_expected_value`. Returns the
+    worst instance found."""
     if r < 2 or n < r or k < 2 or m < 1 or restarts < 0 or steps < 0:
         raise UsageError("adversarial_search needs r >= 2, n >= r, k >= 2, m >= 1")
     rng = np.random.default_rng(seed)
@@ -202,12 +261,12 @@ def adversarial_search(algorithm: str = "scaled", *, r: int = 2, n: int = 7, k: 
     history, evals = [], 0
     inits = list(starts or []) + [_random_instance(rng, n, m, k, r) for _ in range(restarts)]
     for H in inits:
-        cur, lpv = _ratio(H, algorithm)
+        cur, lpv = _ratio(H, algorithm, options)
         first = cur
         evals += 1
         for _ in range(steps):
             G = _mutate(rng, H, max(r, H.r))
-            q, lq = _ratio(G, algorithm)
+            q, lq = _ratio(G, algorithm, options)
             evals += 1
             if q <= cur:
                 H, cur, lpv = G, q, lq

@@ -83,6 +83,22 @@ def rainbow_cycle(length: int, k: int, r: int) -> Hypergraph:
     return Hypergraph.from_edges(edges, colours, colour_labels=list(range(k)))
 
 
+def affine_design(p: int, r: int) -> Hypergraph:
+    """The lines of the affine plane over Z_p cut to r coordinates, each edge its own colour: vertices
+    (a, j) for a in Z_p, j < r (n = p r, vertex id a r + j); edge (a, b) = {(a + b j mod p, j): j < r}
+    for a, b in Z_p (m = k = p^2). p prime >= r, so two edges share at most one vertex and every
+    vertex lies on p edges. The LP optimum is n / r = p (summing the rows z_e <= x_{v,c(e)} over
+    e's vertices gives r sum z <= n), attained both by a parallel class (b fixed: p disjoint edges,
+    so OPT = LP) and by the uniform point x = 1/p (:func:`exact.uniform_lp_point`), at which every
+    edge has z_e = 1/p and R_e = r - (r - 1)/p: the family on which the factors of ``scaled`` (1/r)
+    and ``finite-horizon`` ((1 - e^{-r})/r) are approached as p grows (docs, "Finite horizon")."""
+    if r < 2 or p < r or any(p % q == 0 for q in range(2, int(p ** 0.5) + 1)):
+        raise UsageError("affine_design needs a prime p >= r >= 2")
+    edges = [[((a + b * j) % p) * r + j for j in range(r)] for a in range(p) for b in range(p)]
+    return Hypergraph.from_edges(edges, list(range(p * p)), node_ids=list(range(p * r)),
+                                 colour_labels=list(range(p * p)))
+
+
 def perturbed(H: Hypergraph, colour_noise: float = 0.0, lognormal_sigma: float = 0.0, seed: int = 0) -> Hypergraph:
     """A real instance made fractional: each edge's colour is replaced by a uniformly random other
     colour with probability ``colour_noise``, and its weight multiplied by exp(N(0, sigma^2)) when

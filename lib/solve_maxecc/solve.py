@@ -9,13 +9,13 @@ import numpy as np
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.solve_maxecc import rounding as R
-from icmlkit.lib.solve_maxecc.config import ALGORITHMS
+from icmlkit.lib.solve_maxecc.config import ALGORITHMS, NOT_IN_BEST
 from icmlkit.lib.solve_maxecc.hypergraph import Hypergraph
 from icmlkit.lib.solve_maxecc.ilp import solve_ilp
 from icmlkit.lib.solve_maxecc.lp import DEFAULT_METHOD, LPSolution, solve_lp
 from icmlkit.lib.solve_maxecc.minecc import combinatorial, min_cost, min_ratio, veldt_threshold
 
-RANDOMIZED = ("threshold-order", "paired", "scaled", "veldt-threshold")
+RANDOMIZED = ("threshold-order", "paired", "scaled", "finite-horizon", "veldt-threshold")
 NO_LP = ("majority", "combinatorial")
 SUMMARY_KEYS = (
     "n", "m", "k", "r", "lp_value", "value", "ratio_to_lp", "unsatisfied_weight", "lp_min_value",
@@ -38,7 +38,7 @@ class SolveResult:
     rounds: dict = field(default_factory=dict)
 
 
-def _run_one(name: str, H, lp, trials, seed, derandomize, device) -> R.Rounds:
+def _run_one(name: str, H, lp, trials, seed, derandomize, device, horizon=R.DEFAULT_HORIZON) -> R.Rounds:
     if name == "majority":
         return R.majority(H, device=device)
     if name == "combinatorial":
@@ -50,6 +50,8 @@ def _run_one(name: str, H, lp, trials, seed, derandomize, device) -> R.Rounds:
     # One generator per algorithm, seeded from ``seed``: each algorithm's draws do not depend on
     # which other algorithms ran before it.
     gen = generator(seed, name)
+    if name == "finite-horizon":
+        return R.finite_horizon(H, lp, trials, gen, device=device, horizon=horizon)
     fn = {"threshold-order": R.threshold_order, "paired": R.paired, "scaled": R.scaled,
           "veldt-threshold": veldt_threshold}[name]
     return fn(H, lp, trials, gen, device=device)
@@ -68,13 +70,15 @@ def solve(
     lp_method: str = DEFAULT_METHOD,
     lp_time_limit: float | None = None,
     device="cpu",
+    horizon: float = 1.0,
 ) -> SolveResult:
     """Solve MaxECC on ``H``.
 
     1. LP (HiGHS, ``lp_method``) unless given as ``lp`` or not needed (majority, combinatorial);
     2. rounding: ``algorithm`` in majority, lp-argmax, threshold-order (Algorithm 1, reconstructed),
        paired (Algorithm 2, reconstructed; ``derandomize`` uses the deterministic version), scaled
-       (Algorithm 3, reconstructed), the MinECC baselines veldt-threshold (reconstructed) and
+       (Algorithm 3, reconstructed), finite-horizon (scaled stopped at time ``horizon``, reconstructed;
+       not part of 'best'), the MinECC baselines veldt-threshold (reconstructed) and
        combinatorial (lib/solve_maxecc/minecc.py), or 'best': all of them, keeping the best colouring
        (first in that order on ties); randomized ones keep the best of ``trials`` trials. Both
        objectives are reported: ``value`` (satisfied weight, MaxECC) and ``unsatisfied_weight``
@@ -98,8 +102,8 @@ def solve(
         lp = solve_lp(H, method=lp_method, time_limit=lp_time_limit, device=device)
         seconds_lp = time.perf_counter() - t0
     t1 = time.perf_counter()
-    names = [a for a in ALGORITHMS if a != "best"] if algorithm == "best" else [algorithm]
-    rounds = {name: _run_one(name, H, lp, trials, seed, derandomize, device) for name in names}
+    names = [a for a in ALGORITHMS if a != "best" and a not in NOT_IN_BEST] if algorithm == "best" else [algorithm]
+    rounds = {name: _run_one(name, H, lp, trials, seed, derandomize, device, horizon) for name in names}
     winner = max(names, key=lambda a: (rounds[a].value, -names.index(a)))
     sigma, value = rounds[winner].sigma, rounds[winner].value
     before_search = value
