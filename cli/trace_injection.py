@@ -7,6 +7,7 @@ from icmlkit.cli._common import (CommaList, ToolGroup, add_demo, config_options,
                                 shard_option, shard_slice)
 from icmlkit.lib.trace_injection.config import (DetectConfig, ExplainConfig, FitConfig, GenerateConfig, InstructionConfig,
                                      ReadConfig)
+from icmlkit.lib.trace_injection.suite_run import GuardSuiteConfig
 
 TOOL = "trace-injection"
 RECONSTRUCTED = (
@@ -48,7 +49,8 @@ Examples:
   trace-injection fit runs/*.jsonl --head em --instruction-model instr.json -o scm.json
   trace-injection explain run.json --format dot -o run.dot --png run.png
   trace-injection fit traces.jsonl --head forest -o head.json
-  trace-injection eval traces.jsonl --json""",
+  trace-injection eval traces.jsonl --json
+  trace-injection guard-suite --suite banking --model scm.json -o banking.jsonl --json""",
 )
 
 sinks_option = click.option("--sinks", "sinks_file", default=None,
@@ -311,6 +313,61 @@ def generate(run, output, cfg):
     res = generate_traces(cfg, seed=run.seed)
     run.save(output, write_dataset, res.rows)
     log.info("wrote %d trajectories", res.summary["n"])
+    return {**res.summary, "output": output}
+
+
+@cli.command(name="guard-suite", seed=False)
+@config_options(GuardSuiteConfig)
+@click.option("--model", "model_file", default=None, help="The gate's model, saved by `fit` (threshold or em); "
+              "its threshold is the default. Without it: the effect (ATE) with threshold 0.5.")
+@sinks_option
+@output_option("Write one record per run (.jsonl; '-' too) or the summary with the runs (.json).",
+               suffixes=(".jsonl", ".json"))
+@shard_option()
+def guard_suite(run, cfg, model_file, sinks_file, output, shard):
+    """Run every user task of an AgentDojo suite with the gate in the agent loop (needs the `trace` extra).
+
+    Each user task runs without an injection and with every injection task (the injections of
+    an AgentDojo --attack), with the gate off and on, through AgentDojo's own task runner and
+    its own utility and security checks. No endpoint is called: the model is a scripted agent
+    (reconstructed) that makes the user task's ground-truth calls one per turn, obeys an
+    injection the first time the injection task's goal shows up in a tool result (the injection
+    task's ground-truth calls, next), and answers with the task's ground-truth output. The gate
+    scores each sink call before it runs; --on-block abort ends the run there, skip refuses the
+    call with a tool error and lets the agent go on. --shard splits the user tasks.
+
+    \b
+    Each record: suite, user_task, injection_task (null: no injection), gate (off/on), utility,
+    attack_success (AgentDojo's security check), followed_injection, injection_calls,
+    injection_plan_error, calls, decisions, blocked, blocked_call {function, score}, scores,
+    latency_ms (per gate decision), element_ms (per gated turn), seconds.
+    JSON keys: suite, attack, on_block, user_tasks, runs, threshold, score (effect or
+    p_compromised), gate_off and gate_on (benign {n, utility, runs_with_block}, attacked {n,
+    utility, attack_success, followed_injection, attack_attempted, runs_with_block},
+    blocked_calls, blocked_per_run, run_seconds_median; gate_on also decisions,
+    latency_ms_median, latency_ms_p99, element_ms_median, element_ms_p99), seconds, output.
+    Examples:
+      trace-injection fit ../shared/data/agentdojo_runs/*.jsonl --head em -o scm.json
+      trace-injection guard-suite --suite banking --model scm.json -o banking.jsonl --json
+      trace-injection guard-suite --suite slack --model scm.json --on-block skip --limit 3 --json
+    """
+    from icmlkit.lib.core.console import progress
+    from icmlkit.lib.core.io import suffix, write_json, write_rows
+    from icmlkit.lib.trace_injection.pipeline import check_head_setting
+    from icmlkit.lib.trace_injection.suite_run import run_suite, user_task_ids
+
+    run.output(output)
+    sinks = _sinks(run, sinks_file)
+    head = _head(run, model_file)
+    check_head_setting(head, cfg, sinks)
+    ids = user_task_ids(cfg)
+    ids = [ids[i] for i in shard_slice(len(ids), shard)]
+    res = run_suite(cfg, head=head, sinks=sinks, user_tasks=ids,
+                    progress=lambda xs: progress(xs, total=len(xs), desc=f"guard-suite {cfg.suite}"))
+    if output is not None and output != "-" and suffix(output) == ".json":
+        run.save(output, write_json, {"summary": res.summary, "runs": res.rows})
+    elif output is not None:
+        run.save(output, write_rows, res.rows, fmt=".jsonl")
     return {**res.summary, "output": output}
 
 
