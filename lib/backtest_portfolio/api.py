@@ -153,11 +153,12 @@ def train(cfg: TrainConfig, market, seed: int = 0, source: str | None = None) ->
     mcfg = cfg.model_config()
     t0 = time.perf_counter()
     with _deterministic():
-        S_tr = build_samples(market.returns, tr, cfg.window, cfg.cov, cfg.horizon)
-        S_va = build_samples(market.returns, va, cfg.window, cfg.cov, cfg.horizon) if va is not None else None
+        S_tr = build_samples(market.returns, tr, cfg.window, cfg.cov, cfg.horizon, factors=cfg.factors)
+        S_va = (build_samples(market.returns, va, cfg.window, cfg.cov, cfg.horizon, factors=cfg.factors)
+                if va is not None else None)
         prev = None
         if cfg.train_cost_bps > 0 and cfg.loss == "dfl":
-            prev = build_samples(market.returns, tr - cfg.horizon, cfg.window, cfg.cov, cfg.horizon)
+            prev = build_samples(market.returns, tr - cfg.horizon, cfg.window, cfg.cov, cfg.horizon, factors=cfg.factors)
         model, history = fit(mcfg, S_tr, S_va, seed=seed, prev=prev)
     seconds = time.perf_counter() - t0
     gap = None
@@ -209,7 +210,7 @@ def weights_at(trained: TrainedModel, market, date: str) -> WeightsResult:
     need = max(cfg.window, FEATURE_LOOKBACK)
     if t < need - 1:
         raise InputError(f"--date {date}: needs {need} days of history before it", market.source)
-    s = build_samples(market.returns, [t], cfg.window, cfg.cov, horizon=None)
+    s = build_samples(market.returns, [t], cfg.window, cfg.cov, horizon=None, factors=cfg.factors)
     with torch.no_grad():
         w, _, inf = Pipeline(cfg, market.n).hard(trained.model(s.X), s)
     return WeightsResult(str(market.dates[t]), cfg.k, list(market.tickers), w[0].numpy(), bool(inf[0]))
@@ -240,7 +241,10 @@ class BacktestConfig:
                           "each Monday-Sunday week), daily, or every N trading days.")
     cost_bps: float = _opt(10.0, "Transaction cost in basis points of the traded value.", min=0)
     window: int = _opt(252, "Trailing days for the covariance (and the historical mean).", min=2)
-    cov: str = _opt("ledoit-wolf", "Covariance estimate on the trailing window.", choices=("ledoit-wolf", "sample"))
+    cov: str = _opt("ledoit-wolf", "Covariance estimate on the trailing window (pca-factor: --factors principal "
+                    "components + a diagonal, for universes of hundreds of names).",
+                    choices=("ledoit-wolf", "sample", "pca-factor"))
+    factors: int = _opt(5, "pca-factor: principal components of the trailing window.", min=1)
     rf: float = _opt(0.0, "Annual risk-free rate (constant); daily = rf/252.")
     min_weight: float = _opt(0.01, "Floor on each selected name at test time, so exactly k names are held (0 lets "
                              "long-only zero some out).", min=0, max=1)
@@ -311,7 +315,7 @@ def backtest(cfg: BacktestConfig, market, trained: TrainedModel | None = None, s
     mcfg = trained.config if trained is not None else None
     t0 = time.perf_counter()
     res = run_backtest(market, cfg.strategy, k=cfg.k, start=cfg.start, end=cfg.end, window=cfg.window, cov=cfg.cov,
-                       rebalance=check_rebalance(cfg.rebalance), cost_bps=cfg.cost_bps, rf=cfg.rf,
+                       rebalance=check_rebalance(cfg.rebalance), cost_bps=cfg.cost_bps, rf=cfg.rf, factors=cfg.factors,
                        min_weight=cfg.min_weight if mcfg is None else mcfg.min_weight,
                        model=trained.model if trained is not None else None, cfg=mcfg)
     seen = None

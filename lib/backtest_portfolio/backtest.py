@@ -111,15 +111,8 @@ def simulate(returns, reb, end: int, W, cost_bps: float):
     return np.concatenate(gross), np.concatenate(net), np.asarray(traded)
 
 
-def _hard_resolve(mu_ex, F, mask, min_weight):
-    from icmlkit.lib.backtest_portfolio.layer import SharpeLayer
-
-    layer = SharpeLayer(mu_ex.shape[1], min_weight=min_weight)
-    return layer(mu_ex, F, mask)
-
-
 def target_weights(strategy: str, market, reb, k: int, window: int = 252, cov: str = "ledoit-wolf",
-                   rf: float = 0.0, min_weight: float = 0.01, model=None, cfg=None):
+                   rf: float = 0.0, min_weight: float = 0.01, model=None, cfg=None, factors: int = 5):
     """Target weights (R, n) at the rebalancing indices ``reb`` and the count of infeasible dates.
 
     - equal-weight: 1/N over all N assets;
@@ -134,7 +127,7 @@ def target_weights(strategy: str, market, reb, k: int, window: int = 252, cov: s
     import torch
 
     from icmlkit.lib.backtest_portfolio import estimators as E
-    from icmlkit.lib.backtest_portfolio.layer import SharpeLayer
+    from icmlkit.lib.backtest_portfolio.layer import SharpeLayer, layer_for, solve_on_support
     from icmlkit.lib.backtest_portfolio.model import Pipeline, build_samples, check_loss
     from icmlkit.lib.backtest_portfolio.topk import hard_topk
 
@@ -148,23 +141,23 @@ def target_weights(strategy: str, market, reb, k: int, window: int = 252, cov: s
             raise UsageError(f"strategy {strategy} needs --model (make one with `backtest-portfolio train "
                              f"--loss {strategy}`)")
         check_loss(cfg, strategy)
-        s = build_samples(market.returns, reb, cfg.window, cfg.cov, horizon=None)
+        s = build_samples(market.returns, reb, cfg.window, cfg.cov, horizon=None, factors=cfg.factors)
         pipe = Pipeline(cfg, n)
         with torch.no_grad():
             mu = model(s.X)
         w, _, inf = pipe.hard(mu, s)
         return w.numpy(), int(inf.sum())
-    S = E.covariance(market.returns, reb, window, cov)
     mu = E.historical_mean(market.returns, reb, window) - rf_daily
     if strategy == "historical-topk":
-        F = E.factor(S)
+        F, d = E.factor_model(market.returns, reb, window, cov, factors)
         with torch.no_grad():
-            w0, _ = SharpeLayer(n)(mu, F)
-            ratio = mu / torch.sqrt(torch.diagonal(S, dim1=1, dim2=2))
+            w0, _ = layer_for(n, F.shape[1], 0.0, d is not None)(mu, F, None, d)
+            ratio = mu / torch.sqrt((F ** 2).sum(1) + (0 if d is None else d ** 2))
             srank = w0 + 1e-9 * (ratio - ratio.mean(-1, keepdim=True)) / ratio.std(-1, keepdim=True).clamp_min(1e-12)
             m = hard_topk(srank, k)
-            w, inf = SharpeLayer(n, min_weight=min_weight)(mu, F, m)
+            w, inf = solve_on_support(mu, F, m, d, min_weight)
         return w.numpy(), int(inf.sum())
+    S = E.covariance(market.returns, reb, window, cov, factors=factors)
     if strategy == "exact":
         if E.n_supports(n, k) > 400_000:
             raise UsageError(f"strategy exact enumerates {E.n_supports(n, k)} supports for n={n}, k={k}; "
@@ -184,7 +177,7 @@ def target_weights(strategy: str, market, reb, k: int, window: int = 252, cov: s
 
 def run_backtest(market, strategy: str, k: int = 5, start=None, end=None, window: int = 252,
                  cov: str = "ledoit-wolf", rebalance="monthly", cost_bps: float = 10.0, rf: float = 0.0,
-                 min_weight: float = 0.01, model=None, cfg=None) -> BacktestResult:
+                 min_weight: float = 0.01, model=None, cfg=None, factors: int = 5) -> BacktestResult:
     """Walk-forward back-test of ``strategy`` on ``market`` between ``start`` and ``end``."""
     import numpy as np
 
@@ -192,7 +185,7 @@ def run_backtest(market, strategy: str, k: int = 5, start=None, end=None, window
     from icmlkit.lib.backtest_portfolio.estimators import FEATURE_LOOKBACK
 
     if cfg is not None:
-        window, cov, k = cfg.window, cfg.cov, cfg.k
+        window, cov, k, factors = cfg.window, cfg.cov, cfg.k, cfg.factors
         if cfg.min_weight != min_weight:
             log.info("using the model's min_weight %s", cfg.min_weight)
     check_universe(market, k if strategy != "equal-weight" else 1, window)
@@ -211,7 +204,7 @@ def run_backtest(market, strategy: str, k: int = 5, start=None, end=None, window
     reb = rebalance_indices(market.dates, first, last, rebalance)
     if len(reb) == 0 or reb[0] != first:
         reb = np.r_[first, reb[reb > first]]
-    W, inf = target_weights(strategy, market, reb, k, window, cov, rf, min_weight, model, cfg)
+    W, inf = target_weights(strategy, market, reb, k, window, cov, rf, min_weight, model, cfg, factors)
     gross, net, traded = simulate(market.returns, reb, last, W, cost_bps)
     dates = market.dates[reb[0] + 1:last + 1]
     return BacktestResult(strategy, dates, gross, net, market.dates[reb], W, traded, list(market.tickers), inf,

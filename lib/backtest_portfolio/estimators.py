@@ -63,12 +63,48 @@ def ledoit_wolf(X):
     return (1 - shrink)[:, None, None] * S + (shrink * mu)[:, None, None] * eye, shrink
 
 
-def covariance(returns, idx, window: int, method: str = "ledoit-wolf", ridge: float = 1e-10):
-    """Σ̂ at each date of ``idx`` from the trailing ``window`` (sample or ledoit-wolf), plus a tiny ridge."""
+COV_METHODS = ("ledoit-wolf", "sample", "pca-factor")
+
+
+def pca_factor(X, factors: int = 5, floor: float = 1e-3):
+    """Statistical factor model of each window X (B, T, n): the top ``factors`` principal
+    components of the sample covariance (ddof 1) as loadings F (B, K, n) and the residual variance
+    as an idiosyncratic diagonal, so Σ̂ = FᵀF + diag(d²) with d (B, n). Each residual variance is
+    floored at ``floor`` times the asset's total variance (keeps Σ̂ positive definite when T < n).
+    The covariance of large universes: O(Kn) numbers per date instead of n², and the layer's
+    factor form takes (F, d) directly."""
+    import torch
+
+    B, T, n = X.shape
+    K = min(int(factors), T - 1, n)
+    if K < 1:
+        raise UsageError(f"pca-factor needs at least 1 factor and 2 days, got {factors} factors, {T} days")
+    Xc = (X - X.mean(dim=1, keepdim=True)) / math.sqrt(T - 1)
+    _, sv, Vh = torch.linalg.svd(Xc, full_matrices=False)
+    F = sv[:, :K, None] * Vh[:, :K, :]                          # (B, K, n): FᵀF = top-K part of Σ̂
+    var = (Xc ** 2).sum(dim=1)                                 # (B, n) sample variances
+    resid = torch.maximum(var - (F ** 2).sum(dim=1), floor * var).clamp_min(1e-300)
+    return F, torch.sqrt(resid)
+
+
+def factor_model(returns, idx, window: int, method: str = "ledoit-wolf", factors: int = 5):
+    """(F, d) with Σ̂ = FᵀF [+ diag(d²)] at each date of ``idx``: the Cholesky factor of the dense
+    estimates (d None), or the pca-factor loadings and idiosyncratic volatilities."""
+    if method == "pca-factor":
+        return pca_factor(windows(returns, idx, window), factors)
+    return factor(covariance(returns, idx, window, method)), None
+
+
+def covariance(returns, idx, window: int, method: str = "ledoit-wolf", ridge: float = 1e-10, factors: int = 5):
+    """Σ̂ at each date of ``idx`` from the trailing ``window`` (sample, ledoit-wolf or the dense form
+    FᵀF + diag(d²) of pca-factor), plus a tiny ridge."""
     import torch
 
     X = windows(returns, idx, window)
-    if method == "sample":
+    if method == "pca-factor":
+        F, d = pca_factor(X, factors)
+        S = F.transpose(1, 2) @ F + torch.diag_embed(d ** 2)
+    elif method == "sample":
         S = sample_cov(X)
     elif method == "ledoit-wolf":
         S, _ = ledoit_wolf(X)

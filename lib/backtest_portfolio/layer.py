@@ -3,10 +3,21 @@
 Tangency problem  max_w (μ-r_f)ᵀw / sqrt(wᵀΣw)  s.t. 1ᵀw = 1, w >= 0, [δ·m <= w <= m]  becomes, with
 y = κw and κ = 1/((μ-r_f)ᵀw) > 0 (Schaible / Charnes-Cooper homogenisation):
 
-    minimise ‖F y‖²  s.t. (μ-r_f)ᵀy = 1,  y >= 0,  y <= m ⊙ 1ᵀy,  [y >= δ m ⊙ 1ᵀy];   w* = y*/1ᵀy*
+    minimise ‖F y‖² [+ ‖d ⊙ y‖²]  s.t. (μ-r_f)ᵀy = 1,  y >= 0,  y <= m ⊙ 1ᵀy,  [y >= δ m ⊙ 1ᵀy];   w* = y*/1ᵀy*
 
-F is a factor with FᵀF = Σ (Cholesky), m the (soft or hard) selection mask; every constraint is
-parameter × (parameter-free affine), so the program is DPP and cvxpylayers differentiates it.
+F is a factor with FᵀF = Σ (Cholesky), or, for a factor-model covariance Σ = FᵀF + diag(d²) (the
+``pca-factor`` estimate of large universes), the p × n loadings F plus the idiosyncratic
+volatilities d; m the (soft or hard) selection mask; every constraint is parameter ×
+(parameter-free affine), so the program is DPP and cvxpylayers differentiates it.
+
+Scaling to large n (above ``SPARSE_ABOVE`` names, or ``sparse=True``): the sum 1ᵀy is a variable t of
+its own (t = 1ᵀy, y <= m ⊙ t), so each cap row has 2 non-zeros instead of n (the dense form makes the
+KKT system O(n²): at n = 500 it took 12.6 s and 4.1 GB per batch of 16 against 0.8 s and 0.5 GB;
+bench part ``large-universe-speed``). Small universes keep the dense form: Clarabel solves it more
+accurately (the Sharpe objective is flat at the optimum, so weights carry the square root of the
+solver's gap). A hard
+mask with k ones is re-solved on its k names only (:func:`solve_on_support`; the same program,
+since m_i = 0 forces y_i = 0).
 The normalisation w = y/1ᵀy is done in torch. The optional floor δ (``min_weight``) keeps every
 selected name at >= δ of the portfolio so that a hard mask of k names gives exactly k holdings.
 
@@ -24,6 +35,9 @@ from __future__ import annotations
 
 DEFAULT_SOLVER_ARGS = {"solve_method": "Clarabel", "tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11,
                        "tol_ktratio": 1e-9}
+# universes above this size use the sparse form (t = 1ᵀy); below it the dense form, which Clarabel solves
+# more accurately (weights to ~1e-7 where the sparse form gives ~1e-6 .. 1e-4 relative on small interior problems)
+SPARSE_ABOVE = 64
 
 
 def best_excess_return(mu_ex, mask, min_weight: float = 0.0):
@@ -55,30 +69,42 @@ class SharpeLayer:
     Differentiable in mu_ex, F and mask (cvxpylayers + diffcp; Clarabel by default).
     """
 
-    def __init__(self, n: int, p: int | None = None, min_weight: float = 0.0, solver_args: dict | None = None):
+    def __init__(self, n: int, p: int | None = None, min_weight: float = 0.0, solver_args: dict | None = None,
+                 diag: bool = False, sparse: bool | None = None):
         import cvxpy as cp
         from cvxpylayers.torch import CvxpyLayer
 
-        self.n, self.p, self.min_weight = n, p or n, float(min_weight)
+        self.n, self.p, self.min_weight, self.diag = n, p or n, float(min_weight), bool(diag)
+        self.sparse = n > SPARSE_ABOVE if sparse is None else bool(sparse)
         y = cp.Variable(n)
+        # t = 1ᵀy: one extra variable keeps every cap row sparse (nonneg: Clarabel gets closer to its tolerance)
+        t = cp.Variable(nonneg=True) if self.sparse else cp.sum(y)
         mu = cp.Parameter(n)
         F = cp.Parameter((self.p, n))
         m = cp.Parameter(n)
-        cons = [mu @ y == 1, y >= 0, y <= cp.multiply(m, cp.sum(y))]
+        params = [mu, F, m]
+        objective = cp.sum_squares(F @ y)
+        if self.diag:
+            d = cp.Parameter(n)
+            params.append(d)
+            objective = objective + cp.sum_squares(cp.multiply(d, y))
+        cons = [mu @ y == 1, y >= 0, y <= cp.multiply(m, t)] + ([t == cp.sum(y)] if self.sparse else [])
         if self.min_weight > 0:
-            cons.append(y >= self.min_weight * cp.multiply(m, cp.sum(y)))
-        prob = cp.Problem(cp.Minimize(cp.sum_squares(F @ y)), cons)
+            cons.append(y >= self.min_weight * cp.multiply(m, t))
+        prob = cp.Problem(cp.Minimize(objective), cons)
         assert prob.is_dpp()
         self.problem = prob
         self.solver_args = {**DEFAULT_SOLVER_ARGS, **(solver_args or {})}
-        self._layer = CvxpyLayer(prob, parameters=[mu, F, m], variables=[y])
+        self._layer = CvxpyLayer(prob, parameters=params, variables=[y])
 
-    def __call__(self, mu_ex, F, mask=None):
+    def __call__(self, mu_ex, F, mask=None, d=None):
         import torch
 
         B, n = mu_ex.shape
         if mask is None:
             mask = torch.ones_like(mu_ex)
+        if (d is not None) != self.diag:
+            raise ValueError("the layer was built " + ("with" if self.diag else "without") + " a diagonal d")
         mu_ex = mu_ex.to(torch.float64)
         F = F.to(torch.float64)
         mask = mask.to(torch.float64)
@@ -87,11 +113,53 @@ class SharpeLayer:
         ones = torch.ones_like(mu_ex)
         mu_use = torch.where(infeasible[:, None], ones, mu_ex)
         mscale = mu_use.detach().abs().amax(-1, keepdim=True).clamp_min(1e-300)
-        fscale = F.detach().abs().amax(dim=(-2, -1), keepdim=True).clamp_min(1e-300)
-        (y,) = self._layer(mu_use / mscale, F / fscale, mask, solver_args=self.solver_args)
+        fscale = F.detach().abs().amax(dim=(-2, -1), keepdim=True)
+        if d is not None:
+            d = d.to(torch.float64)
+            fscale = torch.maximum(fscale, d.detach().abs().amax(-1)[:, None, None])
+        fscale = fscale.clamp_min(1e-300)
+        extra = [] if d is None else [d / fscale[:, :, 0]]
+        (y,) = self._layer(mu_use / mscale, F / fscale, mask, *extra, solver_args=self.solver_args)
         y = torch.clamp(y, min=0.0) * (mask > 0)  # solver round-off below zero / outside the mask
         w = y / y.sum(-1, keepdim=True)
         return w, infeasible
+
+
+_LAYERS: dict = {}
+
+
+def layer_for(n: int, p: int | None = None, min_weight: float = 0.0, diag: bool = False,
+              sparse: bool | None = None) -> SharpeLayer:
+    """A :class:`SharpeLayer` of this shape, built once per process (building costs 0.05-0.5 s)."""
+    key = (n, p or n, float(min_weight), bool(diag), sparse)
+    if key not in _LAYERS:
+        _LAYERS[key] = SharpeLayer(n, p, min_weight=min_weight, diag=diag, sparse=sparse)
+    return _LAYERS[key]
+
+
+def solve_on_support(mu_ex, F, mask, d=None, min_weight: float = 0.0):
+    """The layer's program for a HARD mask (0/1, the same number k of ones in every row), solved on
+    the k selected names only: the sub-covariance F_Sᵀ F_S [+ diag(d_S²)] is factored (k × k
+    Cholesky) and a k-name layer re-solves. The same solution as the n-name program (m_i = 0
+    forces y_i = 0), at a cost that no longer grows with n. Returns (w (B, n), infeasible (B,))."""
+    import torch
+
+    from icmlkit.lib.backtest_portfolio.estimators import factor
+
+    B, n = mu_ex.shape
+    mask = mask.to(torch.float64)
+    k = int(round(float(mask[0].sum())))
+    if k < 1 or not torch.all(mask.sum(-1).round() == k) or not torch.all((mask == 0) | (mask == 1)):
+        raise ValueError("solve_on_support needs a 0/1 mask with the same number of ones in every row")
+    idx = torch.sort(torch.argsort(-mask, dim=-1, stable=True)[:, :k], dim=-1).values   # (B, k) selected names
+    mu_s = torch.gather(mu_ex.to(torch.float64), 1, idx)
+    F = F.to(torch.float64)
+    F_s = torch.gather(F, 2, idx[:, None, :].expand(-1, F.shape[1], -1))                   # (B, p, k)
+    S = F_s.transpose(1, 2) @ F_s
+    if d is not None:
+        S = S + torch.diag_embed(torch.gather(d.to(torch.float64), 1, idx) ** 2)
+    w_s, infeasible = layer_for(k, k, min_weight)(mu_s, factor(S))
+    return torch.zeros(B, n, dtype=torch.float64).scatter(1, idx, w_s), infeasible
 
 
 def solve_tangency_cvxpy(mu_ex, S, mask=None, min_weight: float = 0.0):

@@ -39,10 +39,11 @@ class Samples:
 
     idx: object          # (D,) date indices t
     X: object            # (D, n, f) features at t
-    F: object            # (D, n, n) factor of Σ̂_t
+    F: object            # (D, n, n) factor of Σ̂_t, or (D, K, n) loadings of the pca-factor estimate
     sigma: object        # (D, n) sqrt(diag Σ̂_t)
     hist_mu: object      # (D, n) trailing mean (the historical estimate)
     fwd: object | None   # (D, H, n) returns of t+1 .. t+H (loss only), None when not available
+    d: object | None = None  # (D, n) idiosyncratic volatilities of the pca-factor estimate (Σ̂ = FᵀF + diag d²)
 
     @property
     def target(self):
@@ -50,11 +51,11 @@ class Samples:
 
     def subset(self, sel) -> "Samples":
         return Samples(self.idx[sel], self.X[sel], self.F[sel], self.sigma[sel], self.hist_mu[sel],
-                       None if self.fwd is None else self.fwd[sel])
+                       None if self.fwd is None else self.fwd[sel], None if self.d is None else self.d[sel])
 
 
 def build_samples(returns, idx, window: int = 252, cov: str = "ledoit-wolf", horizon: int | None = 21,
-                  features=None) -> Samples:
+                  features=None, factors: int = 5) -> Samples:
     """Tensors for the dates ``idx``; ``features`` (T, n, f) overrides the default trailing-return
     and volatility features (estimators.features). No look-ahead: only ``fwd`` reads after t."""
     import torch
@@ -62,13 +63,12 @@ def build_samples(returns, idx, window: int = 252, cov: str = "ledoit-wolf", hor
     from icmlkit.lib.backtest_portfolio import estimators as E
 
     idx = torch.as_tensor(idx, dtype=torch.long)
-    S = E.covariance(returns, idx, window, cov)
-    F = E.factor(S)
-    sigma = torch.sqrt(torch.diagonal(S, dim1=1, dim2=2))
+    F, d = E.factor_model(returns, idx, window, cov, factors)
+    sigma = torch.sqrt((F ** 2).sum(dim=1) + (0 if d is None else d ** 2))
     X = E.features(returns, idx) if features is None else torch.as_tensor(features, dtype=torch.float64)[idx]
     hist = E.historical_mean(returns, idx, window)
     fwd = E.forward_returns(returns, idx, horizon) if horizon else None
-    return Samples(idx, X, F, sigma, hist, fwd)
+    return Samples(idx, X, F, sigma, hist, fwd, d)
 
 
 def _predictor_class():
@@ -114,7 +114,11 @@ class Config:
     score: str = _opt("ratio", "Selection scores: z-scored mu/sigma, or the dense tangency weights (one more layer "
                       "solve); reconstructed choice.", choices=("ratio", "tangency"))
     window: int = _opt(252, "Trailing days for the covariance (and the historical mean).", min=2)
-    cov: str = _opt("ledoit-wolf", "Covariance estimate on the trailing window.", choices=("ledoit-wolf", "sample"))
+    cov: str = _opt("ledoit-wolf", "Covariance estimate on the trailing window (pca-factor: --factors principal "
+                    "components + a diagonal, for universes of hundreds of names).",
+                    choices=("ledoit-wolf", "sample", "pca-factor"))
+    factors: int = _opt(5, "pca-factor: principal components of the trailing window (the rest is idiosyncratic).",
+                        min=1)
     horizon: int = _opt(21, "Holding period in days for the loss.", min=2)
     hidden: int = _opt(32, "Hidden units of the predictor MLP.", min=1)
     layers: int = _opt(2, "Hidden layers of the predictor MLP.", min=1)
@@ -161,40 +165,43 @@ class Pipeline:
     """prediction -> selection -> re-optimisation, for one universe size n."""
 
     def __init__(self, cfg: Config, n: int):
-        from icmlkit.lib.backtest_portfolio.layer import SharpeLayer
-
         if cfg.k > n:
             raise UsageError(f"k = {cfg.k} exceeds the {n} assets")
         self.cfg, self.n = cfg, n
-        free = SharpeLayer(n, min_weight=0.0)
-        self.test_layer = SharpeLayer(n, min_weight=cfg.min_weight) if cfg.min_weight > 0 else free
-        self.train_layer = self.test_layer if getattr(cfg, "train_floor", False) else free
-        self.dense_layer = free
+        self.train_floor = cfg.min_weight if getattr(cfg, "train_floor", False) else 0.0
+
+    @staticmethod
+    def _layer(s: Samples, min_weight: float = 0.0):
+        """The n-name layer for the shapes of ``s`` (built once per process: layer.layer_for)."""
+        from icmlkit.lib.backtest_portfolio.layer import layer_for
+
+        return layer_for(s.F.shape[-1], s.F.shape[-2], min_weight, s.d is not None)
 
     def select_scores(self, mu_hat, s: Samples):
         if self.cfg.score == "tangency":
-            w0, _ = self.dense_layer(mu_hat - self.cfg.rf_daily, s.F)
+            w0, _ = self._layer(s)(mu_hat - self.cfg.rf_daily, s.F, None, s.d)
             z = (w0 - w0.mean(-1, keepdim=True)) / w0.std(-1, keepdim=True).clamp_min(1e-12)
             return z + 1e-3 * scores(mu_hat, s.sigma)  # long-only zeros tie: break them by μ̂/σ̂
         return scores(mu_hat, s.sigma)
 
     def soft(self, mu_hat, s: Samples, eps: float, generator=None):
-        """Training path: (w, mask, infeasible) with the smooth mask."""
+        """Training path: (w, mask, infeasible) with the smooth mask (all n names in the layer)."""
         from icmlkit.lib.backtest_portfolio.topk import soft_topk
 
         m = soft_topk(self.select_scores(mu_hat, s), self.cfg.k, eps, self.cfg.topk, generator=generator)
-        w, infeasible = self.train_layer(mu_hat - self.cfg.rf_daily, s.F, m)
+        w, infeasible = self._layer(s, self.train_floor)(mu_hat - self.cfg.rf_daily, s.F, m, s.d)
         return w, m, infeasible
 
     def hard(self, mu_hat, s: Samples):
-        """Test path: hard top-k mask of the scores + re-solve (exactly k names with the floor)."""
+        """Test path: hard top-k mask of the scores + re-solve on the k names (exactly k with the floor)."""
         import torch
 
+        from icmlkit.lib.backtest_portfolio.layer import solve_on_support
         from icmlkit.lib.backtest_portfolio.topk import hard_topk
 
         with torch.no_grad():
             m = hard_topk(self.select_scores(mu_hat, s), self.cfg.k)
-            w, infeasible = self.test_layer(mu_hat - self.cfg.rf_daily, s.F, m)
+            w, infeasible = solve_on_support(mu_hat - self.cfg.rf_daily, s.F, m, s.d, self.cfg.min_weight)
         return w, m, infeasible
 
 
