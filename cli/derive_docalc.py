@@ -307,24 +307,30 @@ def estimate(run, graph, query, data, cfg, output):
 @prune_option
 @click.option("--available", default=None, metavar="SETS",
               help="The experiments you can run, as sets separated by ';' with variables separated by ',' "
-              "(e.g. 'Z;W1,W2'). Default: every subset of each member's actions up to --max-size.")
+              "(e.g. 'Z;W1,W2'). Default: every set of variables outside the outcome up to --max-size.")
 @click.option("--max-size", type=click.IntRange(min=0), default=3, show_default=True,
               help="Largest experiment searched without --available.")
 def experiments(run, graph, query, cap, prune, available, max_size):
-    """Which experiments identify QUERY: for every member of its class, the minimal sets E of its
-    actions such that data from a randomised experiment do(E) identify it (surrogate experiments,
-    after Bareinboim & Pearl's z-identification).
+    """Which experiments identify QUERY: general identifiability from experiments (gID, after Lee,
+    Correa & Bareinboim 2019 and the decomposition of Kivva et al. 2022; reconstructed, see
+    docs/derive-docalc.md).
 
-    A member P(y | do(x'), w') is identified from experiment E (E within x') when IDC of
-    P(y | do(x' - E), w', e) succeeds in G with the edges into E removed; the estimand's P are the
-    experiment's distribution, written P_do{E}. Every member equals QUERY, so an experiment that
-    identifies a member answers the query. [reconstructed scope: one experiment at a time, members
-    of the class only; the full z-ID algorithm can succeed where this search does not.]
+    P(y | do(x)) = sum over D minus Y of the product of Q[D_j], D = the ancestors of Y once X is
+    removed, D_j its c-components; each Q[D_j] is identified (ID in G with the edges into Z removed)
+    from some experiment Z that does not touch D_j, the observational joint first. Estimands read
+    each factor from its experiment's distribution, written P_do{Z}, and are simplified by
+    d-separation in that experiment's graph. Conditional queries first move w into the actions by
+    rule 2 (sound; completeness not claimed). `experiments` lists the minimal sets E whose data
+    ALONE identify QUERY (the sets of --available, or every set of at most --max-size variables
+    outside y; [] = observational data), each with the class member giving the smallest estimand;
+    with --available, `combined` is gID from all of them together plus the observational joint
+    (experiments can identify together what none does alone).
 
     \b
     JSON keys: query, observationally_identifiable, n_members, members_checked, max_size, available,
-    experiments (minimal sets over all members: each experiment, member, estimand), members (each:
-    member, experiments), pruned.
+    experiments (each: experiment, member, estimand, size), members (each: member, experiments),
+    pruned, combined (with --available: identifiable, estimand, components (each: component,
+    experiment), failed_component).
     Examples:
       derive-docalc experiments iv.dag 'P(y | do(x))' --json | jq '.experiments'
       derive-docalc experiments napkin.dag 'P(y | do(x))' --available 'W1;W2' --json

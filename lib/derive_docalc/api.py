@@ -70,6 +70,7 @@ class ClassEstimands:
     simplified_id: E.Expr | None = None   # plain ID simplified by d-separation
     optimal_set: frozenset | None = None  # O(X, Y) of Henckel et al. when valid
     optimal: E.Expr | None = None         # its adjustment estimand
+    simplest: E.Expr | None = None        # with simplify_members: the smallest in-class estimand (E.size_key)
 
     @property
     def identifiable(self) -> bool:
@@ -131,10 +132,17 @@ def adjustment_estimand(Y, X, Z) -> E.Expr:
 
 
 def class_estimands(G: ADMG, q: Query, cap: int = 200_000, rules=(1, 2, 3), projections: bool = False,
-                    dedupe_numeric: bool = True, prune: bool = True, baselines: bool = False) -> ClassEstimands:
+                    dedupe_numeric: bool = True, prune: bool = True, baselines: bool = False,
+                    simplify_members: bool = False) -> ClassEstimands:
     """Steps 1-4: the class of ``q`` (variables with no path to Y pruned first when ``prune``), IDC
     on every member, deduplicated estimands. ``baselines`` adds two estimators beside the class
-    (not in the paper): plain ID simplified by d-separation and the optimal adjustment set."""
+    (not in the paper): plain ID simplified by d-separation and the optimal adjustment set.
+    ``simplify_members`` (estimand-level simplification, not in the paper): every member's
+    estimand is also simplified by d-separation (:func:`identify.simplify`: each factor P(A | C)
+    loses the c with A _||_ c | C \\ c, then the sums that vanish), the simplified estimand is a
+    class estimand too, and each member row gets ``estimand_simplified``, ``size`` and
+    ``size_simplified`` (summed variables, largest factor arity, factors: :func:`expr.size`);
+    ``simplest`` is the smallest in-class estimand."""
     from icmlkit.lib.causal.adjust import optimal_adjustment_set
     from icmlkit.lib.derive_docalc.identify import simplify
 
@@ -168,11 +176,17 @@ def class_estimands(G: ADMG, q: Query, cap: int = 200_000, rules=(1, 2, 3), proj
         name = mq.text(Gr.nodes)
         row = {"member": name, "observational": not mq.X, "identifiable": True, "estimand": None}
         if not mq.X:
-            add(E.Prob(tuple(mq.Y), tuple(mq.W)), name, "observational")
+            obs = add(E.Prob(tuple(mq.Y), tuple(mq.W)), name, "observational")
+            if simplify_members:
+                add(simplify(Gr, obs.expr), name, "observational simplified by d-separation")
         try:
             e = identify(Gr, mq)
             est = add(e, name, "IDC", is_plain=(i == 0))
             row["estimand"] = est.text
+            if simplify_members:
+                se = add(simplify(Gr, est.expr), name, "IDC simplified by d-separation")
+                row.update({"estimand_simplified": se.text, "size": E.size(est.expr),
+                            "size_simplified": E.size(se.expr)})
             if i == 0:
                 plain = est.expr
         except NotIdentifiable as exc:
@@ -224,7 +238,11 @@ def class_estimands(G: ADMG, q: Query, cap: int = 200_000, rules=(1, 2, 3), proj
         simplified = next(e.expr for e in out if "simplified ID (d-separation)" in e.sources)
     if opt is not None:
         opt = next(e.expr for e in out if any(s.startswith("optimal adjustment") for s in e.sources))
-    return ClassEstimands(cls, out, plain, members, hedge, qr, simplified, opt_set, opt)
+    simplest = None
+    if simplify_members:
+        ins = [e.expr for e in out if e.in_class]
+        simplest = min(ins, key=E.size_key) if ins else None
+    return ClassEstimands(cls, out, plain, members, hedge, qr, simplified, opt_set, opt, simplest)
 
 
 # --------------------------------------------------------------------------- data

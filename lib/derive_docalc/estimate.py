@@ -28,14 +28,27 @@ _LETTERS = string.ascii_letters
 
 
 class DiscreteTables:
-    """Batched joint tables P(V) (shape (B, *cards)) over ``names``; marginals are cached."""
+    """Batched joint tables P(V) (shape (B, *cards)) over ``names``; marginals are cached.
+    ``experiments`` maps an experiment's variable set (frozenset) to the tables of its joint
+    P^(Z)(V) (what a factor P_do{Z}(.) is evaluated on)."""
 
-    def __init__(self, joint: np.ndarray, names: list[str]):
+    def __init__(self, joint: np.ndarray, names: list[str], experiments: dict | None = None):
         self.joint = np.asarray(joint, dtype=np.float64)
         if self.joint.ndim == len(names):
             self.joint = self.joint[None]
         self.names = list(names)
         self._marg: dict = {}
+        self.experiments = {frozenset(k): v if isinstance(v, DiscreteTables) else DiscreteTables(v, names)
+                            for k, v in (experiments or {}).items()}
+
+    def of(self, do) -> "DiscreteTables":
+        """The tables of experiment ``do`` (these tables when ``do`` is empty)."""
+        if not do:
+            return self
+        try:
+            return self.experiments[frozenset(do)]
+        except KeyError:
+            raise InputError(f"no data from the experiment do({', '.join(sorted(do))})") from None
 
     def marginal(self, S) -> tuple[np.ndarray, list[str]]:
         key = frozenset(S)
@@ -68,10 +81,11 @@ def eval_discrete(e: Expr, T: DiscreteTables) -> tuple[np.ndarray, list[str]]:
     if isinstance(e, One):
         return np.ones((T.joint.shape[0],)), []
     if isinstance(e, Prob):
-        num, nv = T.marginal(set(e.vars) | set(e.cond))
+        Te = T.of(e.do)
+        num, nv = Te.marginal(set(e.vars) | set(e.cond))
         if not e.cond:
             return num, nv
-        den, dv = T.marginal(e.cond)
+        den, dv = Te.marginal(e.cond)
         return _div(num, _align(den, dv, nv)), nv
     if isinstance(e, Prod):
         parts = [eval_discrete(f, T) for f in e.factors]

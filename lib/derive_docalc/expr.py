@@ -1,7 +1,8 @@
 """Estimand expression trees: P(A | C) factors, products, sums and fractions of the observational
 distribution, with a deterministic canonical form and rendering to text, LaTeX and JSON.
 
-Semantics: ``Prob(A, C)`` is P(A | C) of the observed joint; ``Sum(S, e)`` sums ``e`` over the
+Semantics: ``Prob(A, C)`` is P(A | C) of the observed joint (``Prob(A, C, do=Z)``: of the joint
+P^(Z)(V) of a randomised experiment on Z, written ``P_do{Z}(A | C)``; conditioning on z there is doing z); ``Sum(S, e)`` sums ``e`` over the
 values of S (S is bound inside: a summed x does not clash with a free x outside); ``Frac(n, d)`` is
 n / d; ``ONE`` is the constant 1.
 
@@ -29,10 +30,12 @@ def _t(S) -> tuple:
 class Prob:
     vars: tuple
     cond: tuple = ()
+    do: tuple = ()  # the experiment whose distribution this is; () = observational
 
     def __post_init__(self):
         object.__setattr__(self, "vars", _t(self.vars))
         object.__setattr__(self, "cond", _t(self.cond))
+        object.__setattr__(self, "do", _t(self.do))
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,8 @@ def _merge_chain(fs: list[Expr]) -> list[Expr]:
                 if f1 is f2:
                     continue
                 c1, a2, c2 = set(f1.cond), set(f2.vars), set(f2.cond)
-                if a2 and c1 == a2 | c2 and not (a2 & c2):
-                    new = Prob(tuple(set(f1.vars) | a2), tuple(c2))
+                if f1.do == f2.do and a2 and c1 == a2 | c2 and not (a2 & c2):
+                    new = Prob(tuple(set(f1.vars) | a2), tuple(c2), f1.do)
                     fs = [f for f in fs if f is not f1 and f is not f2] + [new]
                     changed = True
                     break
@@ -145,7 +148,7 @@ def canonical(e: Expr) -> Expr:
             m = over & set(body.vars)
             if m:
                 rest = over - m
-                return canonical(Sum(tuple(rest), Prob(tuple(set(body.vars) - m), body.cond)))
+                return canonical(Sum(tuple(rest), Prob(tuple(set(body.vars) - m), body.cond, body.do)))
             return Sum(tuple(over), body)
         if isinstance(body, Prod):
             inside = [f for f in body.factors if free(f) & over]
@@ -171,9 +174,9 @@ def canonical(e: Expr) -> Expr:
             return num
         if num == den:
             return ONE
-        if isinstance(num, Prob) and isinstance(den, Prob) and num.cond == den.cond and \
+        if isinstance(num, Prob) and isinstance(den, Prob) and num.cond == den.cond and num.do == den.do and \
                 set(den.vars) < set(num.vars):
-            return Prob(tuple(set(num.vars) - set(den.vars)), tuple(set(den.vars) | set(num.cond)))
+            return Prob(tuple(set(num.vars) - set(den.vars)), tuple(set(den.vars) | set(num.cond)), num.do)
         if isinstance(num, Prod) and isinstance(den, Prod):  # cancel common factors
             common = [f for f in num.factors if f in den.factors]
             if common:
@@ -182,6 +185,36 @@ def canonical(e: Expr) -> Expr:
                 return canonical(Frac(Prod(tuple(n2)), Prod(tuple(d2))))
         return Frac(num, den)
     raise TypeError(f"not an expression: {e!r}")
+
+
+def size(e: Expr) -> dict:
+    """The size of an estimand: ``summed`` = number of summation variables (over every sum, numerators
+    and denominators included), ``max_arity`` = the most variables in one factor P(A | C) (|A| + |C|),
+    ``factors`` = number of P(.) factors."""
+    out = {"summed": 0, "max_arity": 0, "factors": 0}
+
+    def go(x):
+        if isinstance(x, Prob):
+            out["factors"] += 1
+            out["max_arity"] = max(out["max_arity"], len(x.vars) + len(x.cond))
+        elif isinstance(x, Prod):
+            for f in x.factors:
+                go(f)
+        elif isinstance(x, Sum):
+            out["summed"] += len(x.over)
+            go(x.body)
+        elif isinstance(x, Frac):
+            go(x.num)
+            go(x.den)
+
+    go(e)
+    return out
+
+
+def size_key(e: Expr) -> tuple:
+    """Sort key, smaller = simpler: (largest factor arity, summed variables, factors, text)."""
+    s = size(e)
+    return (s["max_arity"], s["summed"], s["factors"], text(e))
 
 
 # --------------------------------------------------------------------------- rendering
@@ -208,7 +241,7 @@ def rename_bound(e: Expr) -> Expr:
 
     def go(e, sub, scope):
         if isinstance(e, Prob):
-            return Prob(tuple(sub.get(v, v) for v in e.vars), tuple(sub.get(v, v) for v in e.cond))
+            return Prob(tuple(sub.get(v, v) for v in e.vars), tuple(sub.get(v, v) for v in e.cond), e.do)
         if isinstance(e, Prod):
             return Prod(tuple(go(f, sub, scope) for f in e.factors))
         if isinstance(e, Frac):
@@ -241,7 +274,8 @@ def _text(e: Expr) -> str:
         return "1"
     if isinstance(e, Prob):
         s = ", ".join(e.vars)
-        return f"P({s} | {', '.join(e.cond)})" if e.cond else f"P({s})"
+        p = f"P_do{{{', '.join(e.do)}}}" if e.do else "P"
+        return f"{p}({s} | {', '.join(e.cond)})" if e.cond else f"{p}({s})"
     if isinstance(e, Prod):
         return " ".join(f"[{_text(f)}]" if isinstance(f, Frac) else _text(f) for f in e.factors)
     if isinstance(e, Sum):
@@ -276,7 +310,8 @@ def _latex(e: Expr) -> str:
         return "1"
     if isinstance(e, Prob):
         s = ", ".join(map(_lx, e.vars))
-        return f"P({s} \\mid {', '.join(map(_lx, e.cond))})" if e.cond else f"P({s})"
+        p = f"P_{{do({', '.join(map(_lx, e.do))})}}" if e.do else "P"
+        return f"{p}({s} \\mid {', '.join(map(_lx, e.cond))})" if e.cond else f"{p}({s})"
     if isinstance(e, Prod):
         return " ".join(_latex(f) for f in e.factors)
     if isinstance(e, Sum):
@@ -293,7 +328,10 @@ def to_json(e: Expr) -> dict:
     if isinstance(e, One):
         return {"type": "one"}
     if isinstance(e, Prob):
-        return {"type": "prob", "vars": list(e.vars), "given": list(e.cond)}
+        out = {"type": "prob", "vars": list(e.vars), "given": list(e.cond)}
+        if e.do:
+            out["do"] = list(e.do)
+        return out
     if isinstance(e, Prod):
         return {"type": "product", "factors": [to_json(f) for f in e.factors]}
     if isinstance(e, Sum):
@@ -308,7 +346,7 @@ def from_json(d: dict) -> Expr:
     if t == "one":
         return ONE
     if t == "prob":
-        return Prob(tuple(d["vars"]), tuple(d.get("given", ())))
+        return Prob(tuple(d["vars"]), tuple(d.get("given", ())), tuple(d.get("do", ())))
     if t == "product":
         return Prod(tuple(from_json(f) for f in d["factors"]))
     if t == "sum":

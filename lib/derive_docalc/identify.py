@@ -138,27 +138,43 @@ def identify(G: ADMG, q: Query) -> Expr:
     return canonical(Frac(joint, Sum(tuple(Y), joint)))
 
 
+def mutilate(G: ADMG, S) -> ADMG:
+    """G_{bar S}: edges into S removed, directed and bidirected (the graph of a randomised
+    experiment on S, whose joint P^(S)(V) is Markov to it)."""
+    S = set(S)
+    if not S:
+        return G
+    return ADMG(list(G.nodes), {(a, b) for a, b in G.directed if b not in S},
+                {(a, b) for a, b in G.bidirected if a not in S and b not in S})
+
+
 def simplify(G: ADMG, e: Expr) -> Expr:
-    """The estimand simplified by d-separation in G (after Tikka & Karvanen 2017): every factor
-    P(A | C) loses each conditioning variable c with (A _||_ c | C \\ c) in G (the factors are
-    conditionals of the observed joint, which is Markov to G, so the value never changes), then the
-    canonical form drops the sums this frees (sum_z P(z) = 1, ...). Variables are tried in graph
-    order, so the result is deterministic (another order can give another valid form)
+    """The estimand simplified by d-separation (after Tikka & Karvanen 2017): every factor
+    P(A | C) loses each conditioning variable c with (A _||_ c | C \\ c) in the graph its
+    distribution is Markov to (G for the observed joint; G_{bar Z} for an experiment's
+    P_do{Z}), so the value never changes; then the canonical form drops the sums this frees
+    (sum_z P(z) = 1, P(a|c) P(c) -> P(a, c), ...). Repeated to a fixed point. Variables are tried
+    in graph order, so the result is deterministic (another order can give another valid form)
     [reconstructed: the R package's simp=TRUE is the peer; the Python port of causaleffect only
     simplifies algebraically]."""
+    graphs: dict = {}
+
     def go(x: Expr) -> Expr:
         if isinstance(x, Prob):
+            H = graphs.get(x.do)
+            if H is None:
+                H = graphs[x.do] = mutilate(G, x.do)
             A, C = set(x.vars), list(x.cond)
             changed = True
             while changed:
                 changed = False
-                for c in sorted(C, key=G.index.get):
+                for c in sorted(C, key=H.index.get):
                     rest = set(C) - {c}
-                    if G.d_separated(A, {c}, rest):
+                    if H.d_separated(A, {c}, rest):
                         C.remove(c)
                         changed = True
                         break
-            return Prob(tuple(A), tuple(C))
+            return Prob(tuple(A), tuple(C), x.do)
         if isinstance(x, Prod):
             return Prod(tuple(go(f) for f in x.factors))
         if isinstance(x, Sum):
@@ -168,7 +184,7 @@ def simplify(G: ADMG, e: Expr) -> Expr:
         return x
 
     out = canonical(e)
-    for _ in range(4):  # simplification can expose new marginalisations; a fixed point comes fast
+    for _ in range(8):  # simplification can expose new marginalisations; a fixed point comes fast
         new = canonical(go(out))
         if new == out:
             break
@@ -197,4 +213,4 @@ def identify_class(G: ADMG, members: list[Query]) -> list[MemberEstimand]:
     return out
 
 
-__all__ = ["NotIdentifiable", "identify", "identify_id", "simplify", "identify_class", "MemberEstimand", "ONE"]
+__all__ = ["NotIdentifiable", "identify", "identify_id", "simplify", "mutilate", "identify_class", "MemberEstimand", "ONE"]

@@ -95,6 +95,15 @@ class DiscreteSCM:
     def joint(self) -> np.ndarray:
         return self._joint()
 
+    def experimental_joint(self, Z) -> np.ndarray:
+        """P^(Z)(V): the joint of a randomised experiment on Z, each z drawn uniformly (the do-values
+        of Z averaged with equal weights), over G.nodes in order."""
+        Zs = sorted(Z, key=self.G.index.get)
+        if not Zs:
+            return self.joint()
+        cells = list(np.ndindex(*[self.card[v] for v in Zs]))
+        return sum(self._joint(dict(zip(Zs, c))) for c in cells) / len(cells)
+
     def interventional(self, Y, X, W) -> np.ndarray:
         """Exact P(y | do(x), w) as an array over sorted-by-graph-order (Y, X, W) axes; NaN where
         P(w | do(x)) = 0."""

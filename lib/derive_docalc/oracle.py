@@ -41,3 +41,39 @@ def causaleffect_identify(G: ADMG, Y, X, W=(), simplify: bool = False) -> Expr |
             for child in P._children:
                 child.simplify()
     return _convert(P)
+
+
+def y0_trso(G: ADMG, Y, X, experiments) -> tuple[bool, str | None]:
+    """y0 0.2.11's TRSO (Tikka & Karvanen's surrogate-outcome / transportability algorithm,
+    ``y0.algorithm.transport.identify_target_outcomes``) on P(y | do(x)) with the observational
+    joint and one domain per experiment Z_i observing every other variable: z-identification in
+    Bareinboim & Pearl's sense (experiments on every subset of each Z_i, used on Z_i n X inside the
+    recursion). Returns (identifiable, estimand text or None). y0 0.2.11's
+    ``NxMixedGraph.remove_in_edges`` drops every node it is not asked about (so an experiment on a
+    node that becomes isolated crashes); it is replaced by a version that keeps the nodes for the
+    duration of the call."""
+    require_module("y0", "derive-docalc")
+    from y0.algorithm.transport import identify_target_outcomes
+    from y0.dsl import Population, Variable
+    from y0 import graph as yg
+
+    v = {n: Variable(n) for n in G.nodes}
+    g = yg.NxMixedGraph.from_edges(nodes=list(v.values()), directed=[(v[a], v[b]) for a, b in sorted(G.directed)],
+                                   undirected=[(v[a], v[b]) for a, b in sorted(G.bidirected)])
+    exps = [frozenset(Z) for Z in experiments if Z]
+    interventions = {Population(f"pi{i + 1}"): {v[z] for z in Z} for i, Z in enumerate(exps)}
+    outcomes = {p: {v[n] for n in G.nodes} - Z for p, Z in interventions.items()}
+    original = yg.NxMixedGraph.remove_in_edges
+
+    def remove_in_edges(self, vertices):
+        vertices = yg._ensure_set(vertices)
+        return self.from_edges(nodes=self.nodes(), directed=yg._exclude_target(self.directed, vertices),
+                               undirected=yg._exclude_adjacent(self.undirected, vertices))
+
+    yg.NxMixedGraph.remove_in_edges = remove_in_edges
+    try:
+        r = identify_target_outcomes(g, target_outcomes={v[n] for n in Y}, target_interventions={v[n] for n in X},
+                                     surrogate_outcomes=outcomes, surrogate_interventions=interventions)
+    finally:
+        yg.NxMixedGraph.remove_in_edges = original
+    return r is not None, (str(r) if r is not None else None)
