@@ -38,6 +38,15 @@ exact       the exact mode (``solve(ilp=True)``, ``solve --ilp``: best rounding 
 factor      the exact expected value / LP of ``scaled`` and ``threshold-order``
             (lib/solve_maxecc/exact.py) minimised by an adversarial search over small instances,
             against 1/r, (1-e^-r)/r and 1/(r+1).
+horizon     which factor the abstract's (1-e^-r)/r belongs to (issue 57): E[value]/LP of the
+            process of ``scaled`` run to the end (infinite horizon; Angel et al.'s rounding as we
+            reconstruct it, draw a colour and a threshold until every vertex is coloured, is its jump
+            chain), stopped at time 1 (``finite-horizon``, with and without the majority fill of the
+            leftovers) and after k discrete draws, exactly (r <= 12) and sampled (HORIZON_TRIALS
+            trials, 99 % interval), on instances whose LP optimum is known: the affine designs at
+            their uniform optimum (p up to 101, where the ratios tend to 1/r and (1-e^-r)/r), the
+            generator's gadgets, a planted instance, Brain and DAWN (HiGHS LP), and an adversarial
+            search for the finite horizon; against 1/r, (1-e^-r)/r, 1/(r+1) and 0.25.
 
 Every timing is a time_call; the LP solves of minutes to hours (HiGHS at its limit, the PDHG from
 3 x 10^4 pairs, cvxpy, the bare full-model HiGHS) are timed once (repeats=1, no spread).
@@ -59,11 +68,12 @@ from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.core.runtime import generator
 from icmlkit.lib.solve_maxecc import (incident_pairs, lp_argmax, majority, paired, paired_derandomized, read_instance,
                                       scaled, solve, solve_ilp, solve_lp, threshold_order)
-from icmlkit.lib.solve_maxecc.exact import adversarial_search
-from icmlkit.lib.solve_maxecc.generate import disjoint_copies, odd_cycle, perturbed, planted, rainbow_cycle, star
+from icmlkit.lib.solve_maxecc.exact import MAX_EDGE, adversarial_search, exact_expected_value, uniform_lp_point
+from icmlkit.lib.solve_maxecc.generate import (affine_design, disjoint_copies, odd_cycle, perturbed, planted,
+                                               rainbow_cycle, star)
 from icmlkit.lib.solve_maxecc.lp import build_model, highs_options, new_highs
 from icmlkit.lib.solve_maxecc.minecc import combinatorial, min_factors, veldt_threshold
-from icmlkit.lib.solve_maxecc.rounding import evaluate, factors, local_search
+from icmlkit.lib.solve_maxecc.rounding import evaluate, factors, finite_horizon, local_search
 
 bench = Bench("solve-maxecc")
 
@@ -419,6 +429,79 @@ def factor_row(alg: str, r: int, quick: bool) -> dict:
     return row
 
 
+HORIZON_TRIALS = 1000
+SAMPLE_MAX_K = 200  # the sampler holds trials x k x 64 records: the affine designs past p = 5 are exact only
+AFFINE_P = (5, 23, 101)
+# variant -> (exact algorithm, options); "k draws" is the discrete form (exact only, no sampler)
+HORIZON_VARIANTS = {"infinite": ("scaled", {"fill": False}), "horizon 1": ("finite-horizon", {"fill": False}),
+                    "horizon 1 + fill": ("finite-horizon", {"fill": True}), "k draws": ("finite-horizon", {"fill": False})}
+HORIZON_SAMPLED = {"infinite": (float("inf"), False), "horizon 1": (1.0, False), "horizon 1 + fill": (1.0, True)}
+
+
+def constants(r: int) -> dict:
+    return {"1/r": 1 / r, "(1-e^-r)/r": (1 - np.exp(-r)) / r, "1/(r+1)": 1 / (r + 1), "0.25": 0.25}
+
+
+def horizon_instances(root: Path | None, quick: bool) -> dict:
+    """name -> (builder, LP source): every LP optimum is known (HiGHS, or the uniform optimum of the
+    affine design, whose value p equals the bound n/r)."""
+    out = {}
+    for r in (2, 3, 4):
+        for p in AFFINE_P[:1] if quick else AFFINE_P:
+            out[f"affine_design({p},{r})"] = (lambda p=p, r=r: affine_design(p, r), "uniform")
+    out.update({
+        "star(2) x 100": (lambda: disjoint_copies(star(2), 100), "highs"),
+        "star(5) x 100": (lambda: disjoint_copies(star(5), 100), "highs"),
+        "star(10) x 50": (lambda: disjoint_copies(star(10), 50), "highs"),
+        "star(50) x 10": (lambda: disjoint_copies(star(50), 10), "highs"),
+        "odd_cycle(7) x 100": (lambda: disjoint_copies(odd_cycle(7), 100), "highs"),
+        "rainbow_cycle(101,5,3)": (lambda: rainbow_cycle(101, 5, 3), "highs"),
+        "planted n=500 noise 0.9": (lambda: planted(500, 5, 3, 1000, 0.9, seed=0, weighted=True), "highs"),
+    })
+    if quick:
+        out = {k: v for k, v in out.items() if not k.startswith(("star(50)", "star(10)"))}
+    for name, (rel, _) in DATASETS.items():
+        if name in ("Brain", "DAWN") and not (quick and name == "DAWN") and root is not None and (root / rel).exists():
+            out[name] = (lambda rel=rel: read_instance(root / rel), "highs")
+    return out
+
+
+def horizon_row(name: str, H, source: str, trials: int) -> dict:
+    """Exact (r <= MAX_EDGE) and sampled E[value]/LP of every horizon variant on one instance."""
+    lp = uniform_lp_point(H) if source == "uniform" else solve_lp(H)
+    row = {"instance": name, "n": H.n, "m": H.m, "k": H.k, "r": H.r, "lp_value": lp.value,
+           "lp_source": "uniform optimum (= n/r, the LP bound)" if source == "uniform" else "HiGHS optimum",
+           "constants": constants(H.r), "exact": {}, "sampled": {}}
+    if source == "uniform":
+        R = H.r - (H.r - 1) / round(H.n / H.r)
+        row["closed_form"] = {"infinite": 1 / R, "horizon 1": (1 - np.exp(-R)) / R}
+    if H.r <= MAX_EDGE:
+        for variant, (alg, opts) in HORIZON_VARIANTS.items():
+            opts = {**opts, "draws": H.k} if variant == "k draws" else opts
+            (val, rec) = once(lambda alg=alg, opts=opts: exact_expected_value(H, lp, alg, **opts))
+            row["exact"][variant] = val / lp.value
+            row.setdefault("seconds_exact", {})[variant] = round(rec["median_s"], 2)
+    for variant, (h, fill) in HORIZON_SAMPLED.items() if H.k <= SAMPLE_MAX_K else ():
+        # one stream for every variant: the same arrivals (common random numbers), cut at different times
+        rounds = finite_horizon(H, lp, trials, generator(0, f"horizon-{name}"), horizon=h, fill=fill)
+        ratios = rounds.values / lp.value
+        row["sampled"][variant] = {"mean": float(ratios.mean()), "ci99": float(2.576 * ratios.std(ddof=1) / np.sqrt(trials)),
+                                   "trials": trials, "seconds": round(rounds.seconds, 2)}
+    return row
+
+
+def horizon_search_row(r: int, quick: bool) -> dict:
+    """The adversarial search of part factor for the finite horizon (no fill), exact expectations."""
+    starts = {2: [odd_cycle(5), star(2), rainbow_cycle(5, 3, 2)], 3: [star(3), rainbow_cycle(5, 5, 3)]}
+    res, rec = once(lambda: adversarial_search("finite-horizon", r=r, n=r + 5, k=4, m=12, restarts=2 if quick else 6,
+                                               steps=20 if quick else 100, seed=100 + r, starts=starts[r],
+                                               options={"fill": False}))
+    row = res.summary
+    row.update(seconds=round(rec["median_s"], 2), instance_edges=res.instance.edges(),
+               instance_colours=res.instance.colour.tolist(), instance_weights=res.instance.weight.round(4).tolist())
+    return row
+
+
 # --------------------------------------------------------------------------- parts
 
 
@@ -483,6 +566,19 @@ def part_exact(ctx) -> dict:
 def part_factor(ctx) -> dict:
     return {"rows": [ctx.cached(f"{alg}-r{r}", lambda alg=alg, r=r: factor_row(alg, r, ctx.quick))
                      for alg in ("scaled", "threshold-order") for r in (2, 3, 4)]}
+
+
+@bench.part("horizon", doc="issue 57: E/LP of the infinite- vs finite-horizon rounding (exact and sampled) on "
+                            "instances with a known LP optimum, and which constant each attains", hours=0.05)
+def part_horizon(ctx) -> dict:
+    rows = []
+    for name, (build, source) in horizon_instances(shared_data_dir("maxecc"), ctx.quick).items():
+        ctx.log(f"{name} ...")
+        key = "horizon-" + name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "-").replace("=", "")
+        rows.append(ctx.cached(key, lambda build=build, name=name, source=source:
+                               horizon_row(name, build(), source, 200 if ctx.quick else HORIZON_TRIALS)))
+    search = [ctx.cached(f"horizon-search-r{r}", lambda r=r: horizon_search_row(r, ctx.quick)) for r in (2, 3)]
+    return {"rows": rows, "search": search}
 
 
 # --------------------------------------------------------------------------- report
@@ -721,6 +817,74 @@ def markdown(rows: list[dict], frac: list[dict], fact: list[dict], lps: list[dic
     return "\n".join(md)
 
 
+def _ratio_of(row: dict, variant: str) -> tuple[float, str]:
+    """The row's E/LP for a variant: exact when computed, else the sampled mean."""
+    if variant in row["exact"]:
+        return row["exact"][variant], "exact"
+    return row["sampled"][variant]["mean"], "sampled"
+
+
+def _nearest(value: float, r: int) -> str:
+    name, c = min(constants(r).items(), key=lambda kv: abs(kv[1] - value))
+    return f"{name} = {c:.4f}"
+
+
+def horizon_targets(part: dict) -> dict:
+    rows, search = part.get("rows", []), part.get("search", [])
+    targets = {}
+    for r in (2, 3, 4):
+        at_r = [row for row in rows if row["r"] == r]
+        if not at_r:
+            continue
+        c = constants(r)
+        for variant, key, factor, fname in (("horizon 1", "finite_horizon", c["(1-e^-r)/r"], "(1-e^-r)/r"),
+                                            ("infinite", "infinite_horizon", c["1/r"], "1/r")):
+            vals = [(_ratio_of(row, variant), row["instance"]) for row in at_r]
+            vals += [((s["min_ratio"], "exact"), "adversarial search") for s in search
+                     if s["r"] == r and variant == "horizon 1"]
+            ((v, how), where) = min(vals)
+            targets[f"{key}_min_ratio_r{r}"] = target(
+                round(v, 4), round(factor, 4), v >= factor - 1e-9,
+                f"smallest E[value]/LP ({how}, leftovers uncoloured) over {len(vals)} instances of rank {r} with a known "
+                f"LP optimum, at {where}; threshold its proven factor {fname}; nearest constant {_nearest(v, r)} "
+                f"(1/r = {c['1/r']:.4f}, (1-e^-r)/r = {c['(1-e^-r)/r']:.4f}, 1/(r+1) = {c['1/(r+1)']:.4f})")
+    return targets
+
+
+def horizon_markdown(part: dict) -> str:
+    rows, search = part.get("rows", []), part.get("search", [])
+    if not rows:
+        return ""
+
+    def cell(row, variant):
+        ex = row["exact"].get(variant)
+        sm = row["sampled"].get(variant)
+        out = f"{ex:.4f}" if ex is not None else "—"
+        if sm is not None:
+            out += f" ({sm['mean']:.4f} ± {sm['ci99']:.4f})"
+        return out
+
+    md = ["", "", "## Finite vs infinite horizon (part horizon, issue 57)", "",
+          "E[value]/LP exactly (r <= 12; in brackets the mean of the sampled trials ± its 99 % half-width, one "
+          "stream of arrivals for every variant). infinite: scaled's process to the end; horizon 1: stopped at "
+          "time 1 (finite-horizon), leftovers uncoloured (the analysed process) or given their majority colour "
+          "(+ fill, what the tool returns); k draws: k discrete draws of a uniform colour and a threshold (exact "
+          "only). On the affine designs the closed forms are 1/R and (1-e^-R)/R, R = r - (r-1)/p.", "",
+          table([{"instance": r["instance"], "n": r["n"], "m": r["m"], "k": r["k"], "r": r["r"],
+                  "LP": f"{r['lp_value']:.2f}", "LP source": r["lp_source"].split(" (")[0],
+                  "infinite": cell(r, "infinite"), "horizon 1": cell(r, "horizon 1"),
+                  "horizon 1 + fill": cell(r, "horizon 1 + fill"),
+                  "k draws": f"{r['exact']['k draws']:.4f}" if "k draws" in r["exact"] else "—",
+                  "1/r": f"{r['constants']['1/r']:.4f}", "(1-e^-r)/r": f"{r['constants']['(1-e^-r)/r']:.4f}"}
+                 for r in rows])]
+    if search:
+        md += ["", "Adversarial search (exact, HiGHS LP optima, finite horizon 1 without fill):", "",
+               table([{"r": s["r"], "min E/LP": f"{s['min_ratio']:.4f}", "(1-e^-r)/r": f"{s['factors']['(1-e^-r)/r']:.4f}",
+                       "1/r": f"{s['factors']['1/r']:.4f}", "evaluations": s["evaluations"], "s": f"{s['seconds']:.1f}"}
+                      for s in search])]
+    return "\n".join(md)
+
+
 def exact_markdown(rows: list[dict]) -> str:
     if not rows:
         return ""
@@ -744,14 +908,16 @@ def report(results: dict) -> tuple[dict, str]:
     fact = results.get("factor", {}).get("rows", [])
     lps = lp_curve(results)
     exact = results.get("exact", {}).get("rows", [])
-    targets = {**fractional_targets(frac, fact, lps), **exact_targets(exact), **dataset_targets(rows)}
+    horizon = results.get("horizon", {})
+    targets = {**fractional_targets(frac, fact, lps), **exact_targets(exact), **dataset_targets(rows),
+               **horizon_targets(horizon)}
     # the harness gives the report no output folder: a --quick run plots beside its quick results
     folder = _common.QUICK_RESULTS if "--quick" in sys.argv[1:] else _common.RESULTS
     plot = None
     if plot_lp(lps, folder / "solve_maxecc_lp.png"):
         plot = "solve_maxecc_lp.png"
     skipped = results.get("datasets", {}).get("skipped")
-    md = markdown(rows, frac, fact, lps, plot) + exact_markdown(exact)
+    md = markdown(rows, frac, fact, lps, plot) + exact_markdown(exact) + horizon_markdown(horizon)
     if skipped:
         md += "\n\nSkipped data sets: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "\n"
     return targets, md

@@ -110,13 +110,14 @@ def _threshold_order_edge(xe: np.ndarray, c: int, maj: np.ndarray) -> float:
     return p((1 << r) - 1, 0)
 
 
-def _horizon_edge(xe: np.ndarray, c: int, maj: np.ndarray, horizon: float = 1.0, draws: int | None = None) -> float:
+def _horizon_edge(xe: np.ndarray, c: int, maj: np.ndarray, horizon: float = 1.0, draws: int | None = None,
+                  k: int | None = None) -> float:
     """P(edge satisfied) under ``finite-horizon``: the Markov chain of :func:`_scaled_edge` (states:
     the uncoloured subsets U of e, plus "lost") run for time ``horizon``, P = exp(Q horizon)[e, .]
     (scipy's expm over 2^|e| + 1 states); at the horizon a state U is satisfied iff every vertex
     of U has majority colour c (``maj`` all -1: the process without the majority fill).
     ``draws`` = T instead: the discrete form [reconstructed; exact expectations only, no sampler]:
-    T draws of a uniformly random colour (of the k = ``xe.shape[1]``) with a fresh shared threshold
+    T draws of a uniformly random colour (of ``k``, default ``xe.shape[1]``) with a fresh shared threshold
     each, one step of the jump chain I + Q/k per draw, P = ((I + Q/k)^T)[e, .]."""
     from scipy.linalg import expm
 
@@ -135,7 +136,7 @@ def _horizon_edge(xe: np.ndarray, c: int, maj: np.ndarray, horizon: float = 1.0,
     if draws is None:
         row = expm(Q * horizon)[S - 1]
     else:
-        row = np.linalg.matrix_power(np.eye(S + 1) + Q / xe.shape[1], int(draws))[S - 1]
+        row = np.linalg.matrix_power(np.eye(S + 1) + Q / (k or xe.shape[1]), int(draws))[S - 1]
     good = np.array([1.0] + [float(all(maj[i] == c for i in range(r) if mask >> i & 1)) for mask in range(1, S)])
     return float(np.clip(row[:S] @ good, 0.0, 1.0))
 
@@ -161,9 +162,28 @@ def exact_edge_probabilities(H: Hypergraph, lp: LPSolution, algorithm: str = "sc
     if draws is not None and (algorithm != "finite-horizon" or draws < 0):
         raise UsageError("draws (a count >= 0) applies to finite-horizon only")
     extra = {"horizon": float(horizon), "draws": draws} if algorithm == "finite-horizon" else {}
+    if draws is not None:
+        extra["k"] = H.k
     out = np.empty(H.m)
+    memo: dict = {}
     for e, nodes in enumerate(H.edges()):
-        out[e] = _EDGE[algorithm](x[nodes], int(H.colour[e]), maj[nodes], **extra)
+        c, xe, me = int(H.colour[e]), x[nodes], maj[nodes]
+        if algorithm != "threshold-order":
+            # Canonical form (the chain sees only e's nonzero colour columns, as a set, and whether
+            # each vertex's majority is c): colour c first, the others sorted; equal forms share one
+            # computation (the affine design's p^2 edges are one form).
+            keep = (xe > 0).any(axis=0)
+            keep[c] = True
+            others = xe[:, keep & (np.arange(H.k) != c)]
+            others = others[:, np.lexsort(others)] if others.shape[1] else others
+            xe = np.concatenate([xe[:, c:c + 1], others], axis=1)
+            me, c = np.where(me == c, 0, -1), 0
+            key = (xe.shape, xe.tobytes(), me.tobytes())
+            if key not in memo:
+                memo[key] = _EDGE[algorithm](xe, c, me, **extra)
+            out[e] = memo[key]
+        else:
+            out[e] = _EDGE[algorithm](xe, c, me, **extra)
     return out
 
 
