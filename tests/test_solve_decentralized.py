@@ -651,3 +651,31 @@ def test_oracle_matched_tracking_admm_and_the_practical_apapc_mode_converge():
         SolveConfig(method="dpmm", practical=True).check()
     with pytest.raises(UsageError):
         SolveConfig(method="apapc-cheb", local_steps=3).check()
+
+
+def test_matrix_free_lanczos_bounds_and_a_shared_setup():
+    """The matrix-free setup's smallest eigenvalue: plain Lanczos with the Ritz-residual stop brackets
+    lambda_min from below (and lambda_max from above); a precomputed setup is reused by solve."""
+    from icmlkit.lib.core.errors import UsageError
+    from icmlkit.lib.solve_decentralized.config import SolveConfig
+    from icmlkit.lib.solve_decentralized.reference import reference
+    from icmlkit.lib.solve_decentralized.solve import solve
+    from icmlkit.lib.solve_decentralized.spectral import lanczos_bottom, lanczos_extremes, make_setup
+
+    rng = np.random.default_rng(3)
+    ev = np.concatenate([[1e-3, 2e-3], rng.uniform(0.01, 10.0, 1998)])
+    Q, _ = np.linalg.qr(rng.standard_normal((2000, 2000)))
+    M = (Q * ev) @ Q.T
+    lo, hi, info = lanczos_extremes(lambda v: M @ v, 2000, tol=1e-6)
+    assert info["converged"] and info["steps"] < 2000
+    assert lo <= ev.min() <= lo + 1e-6 and hi >= ev.max() >= hi - 1e-5
+    assert lanczos_bottom(lambda v: M @ v, 2000) <= ev.min()
+    prob = _mixed(4, "ring", kappa=10.0, seed=5)
+    ref = reference(prob)
+    st = make_setup(prob, "plain")
+    assert st.setup_seconds >= 0
+    a = solve(SolveConfig(method="dpmm", iterations=30), prob, ref=ref).summary
+    b = solve(SolveConfig(method="dpmm", iterations=30), prob, ref=ref, setup=st).summary
+    assert a["rel_error"] == pytest.approx(b["rel_error"], rel=1e-9)
+    with pytest.raises(UsageError):
+        solve(SolveConfig(method="apapc-cheb", iterations=3), prob, ref=ref, setup=st)

@@ -52,6 +52,8 @@ class SolveConfig:
                              "baseline). Dense problems only.")
     deg_k: int | None = option(None, "apapc-cheb: the inner Chebyshev degree in K^T K (default: the theory's "
                                "ceil(sqrt(kappa_K)); a given value is the practical mode).", min=1)
+    deg_w: int | None = option(None, "apapc-cheb: the degree of W' = P(W) (W-products per W' product; default: "
+                               "the theory's ceil(sqrt(chi)); a given value is the practical mode).", min=1)
     local_steps: int | None = option(None, "tracking-admm: T accelerated projected-gradient steps per local "
                                      "problem instead of its exact solve (the oracle-matched variant, "
                                      "[reconstructed]: T gradient calls per node and iteration; any smooth loss). "
@@ -69,8 +71,8 @@ class SolveConfig:
     def check(self) -> None:
         if self.backend == "dist" and self.method not in ("apapc-cheb", "apapc"):
             raise UsageError("--backend dist runs --method apapc-cheb or apapc; the baselines run in the simulator")
-        if (self.practical or self.deg_k is not None) and self.method not in ("apapc-cheb", "apapc"):
-            raise UsageError("--practical and --deg-k belong to --method apapc-cheb or apapc")
+        if (self.practical or self.deg_k is not None or self.deg_w is not None) and self.method not in ("apapc-cheb", "apapc"):
+            raise UsageError("--practical, --deg-k and --deg-w belong to --method apapc-cheb or apapc")
         if self.local_steps is not None and self.method != "tracking-admm":
             raise UsageError("--local-steps belongs to --method tracking-admm")
 

@@ -95,9 +95,12 @@ def predicted_scale(s) -> float:
     return float(math.sqrt(s.kappa_f) * (math.sqrt(ka) + math.sqrt(kc) or 1.0) * math.sqrt(s.chi))
 
 
-def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveResult:
+def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0, setup=None) -> SolveResult:
     """Solve (P) with ``cfg.method`` on ``cfg.backend``; the central optimum (``ref``, computed when
-    not given) is used for the error, the residual and the stopping test only."""
+    not given) is used for the error, the residual and the stopping test only. ``setup``: a
+    :class:`~icmlkit.lib.solve_decentralized.spectral.Setup` computed before (apapc-cheb, apapc, dpmm;
+    its variant must be the method's: cheb for apapc-cheb, plain for apapc and dpmm), so that an
+    expensive matrix-free setup is paid once for several runs."""
     from icmlkit.lib.solve_decentralized.reference import reference
 
     t0 = time.perf_counter()
@@ -106,7 +109,11 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
     mon = Monitor(prob, ref, cfg)
     iters = cfg.iterations or cfg.max_iter
     W = prob.laplacian()
-    setup = None
+    given = setup
+    if given is not None:
+        want = {"apapc-cheb": "cheb", "apapc": "plain", "dpmm": "plain"}.get(cfg.method)
+        if want is None or given.variant != want:
+            raise UsageError(f"a precomputed setup of variant {given.variant!r} does not fit --method {cfg.method}")
     if prob.nonsmooth and cfg.method != "sliding":
         raise UsageError(f"the problem has an l1 term (non-smooth f): --method {cfg.method} needs a smooth f; "
                          "use --method sliding (Algorithm 2)")
@@ -117,9 +124,9 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
         from icmlkit.lib.solve_decentralized.methods import NodeOps, apapc
         from icmlkit.lib.solve_decentralized.spectral import make_setup
 
-        setup = make_setup(prob, "cheb" if cfg.method == "apapc-cheb" else "plain", cfg.bounds,
+        setup = given or make_setup(prob, "cheb" if cfg.method == "apapc-cheb" else "plain", cfg.bounds,
                            rng=np.random.default_rng(seed), aug=cfg.aug, augment_mode=cfg.augment,
-                           practical=cfg.practical, deg_k=cfg.deg_k,
+                           practical=cfg.practical, deg_k=cfg.deg_k, deg_w=cfg.deg_w,
                            eta_scale=cfg.step if cfg.step is not None else 1.0)
         t_loop = time.perf_counter()
         if cfg.backend == "dist":
@@ -193,7 +200,7 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
         from icmlkit.lib.solve_decentralized.spectral import make_setup
 
         # the plain reformulation (W, not W'; no Chebyshev) gives K and its bounds [reconstructed]
-        setup = make_setup(prob, "plain", cfg.bounds, rng=np.random.default_rng(seed), aug=cfg.aug,
+        setup = given or make_setup(prob, "plain", cfg.bounds, rng=np.random.default_rng(seed), aug=cfg.aug,
                            require_strong=False)
         rho, c = dpmm_steps(setup, cfg.rho if cfg.rho is not None else DPMM_RHO, prob.loss == "quadratic")
         prox = dpmm_prox(prob, c)
@@ -234,6 +241,8 @@ def solve(cfg: SolveConfig, prob: Problem, *, ref=None, seed: int = 0) -> SolveR
     if cfg.method == "tracking-admm":
         summary.update(local_steps=cfg.local_steps, local_step="exact solve" if cfg.local_steps is None
                        else f"{cfg.local_steps} accelerated projected-gradient steps")
+    if setup is not None:
+        summary.update(setup_seconds=setup.setup_seconds)
     if setup is not None and cfg.method in ("apapc-cheb", "apapc"):
         summary.update(practical=bool(setup.practical), consensus_rows=setup.consensus, eta=setup.eta)
         summary.update(deg_w=setup.deg_w, deg_k=setup.deg_k,
