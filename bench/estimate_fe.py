@@ -379,6 +379,70 @@ def transfer_summary(R: dict, sfx: str = "") -> dict | None:
             "train": R.get(f"transfer_train{sfx}", {}), "mae_by_sample_seed": seed_maes(rows)}
 
 
+BASIN_KEYS = {"CARD": "card_delta_g_kcal", "CARD paired": "card_paired_delta_g_kcal", "vertical gap": "vertical_gap_kcal",
+              "end-state BAR": "endstate_bar_delta_g_kcal"}
+
+
+def basin_trust(m: dict) -> dict:
+    """Whether a both-basin reference (``m``: a molecule of the basins part) is used: its vacuum umbrella's
+    window halves agree within 0.3 kcal/mol and its F_trans - F_cis lies within 1 kcal/mol of the
+    minima's potential-energy gap (a heuristic of ours: the isomers' vibrational entropies differ
+    little). Also the ergodic Delta G with K_vac taken instead from the OBC2 umbrella through the cycle
+    (K_vac' = K_obc2 e^{b (dG_t - dG_c)}), the spread the two umbrellas leave."""
+    import numpy as np
+
+    mm = m["multi"]
+    u = mm["umbrella"]["vacuum"]
+    h = u["dF_halves_kcal"]
+    spread = abs(h[0] - h[1]) if None not in h else float("inf")
+    t = next(t for t in m["screen"]["torsions"] if t["kind"] == "planar" and t.get("one_basin"))
+    du = t["flipped_gap_kcal"] * (1 if mm["start_basin"] == "cis" else -1)  # U_trans - U_cis of the minima
+    ok = spread <= 0.3 and abs(u["dF_trans_minus_cis_kcal"] - du) <= 1.0
+    out = {"used": bool(ok), "halves_spread_kcal": spread, "dU_trans_minus_cis_kcal": du,
+           "dF_trans_minus_cis_kcal": u["dF_trans_minus_cis_kcal"]}
+    if "K_obc2_umbrella" in mm:
+        kT = kcal_per_kT(T)
+        dc, dt = mm["delta_g_cis_kcal"], mm["delta_g_trans_kcal"]
+        k2 = mm["K_obc2_umbrella"] * np.exp((dt - dc) / kT)
+        out["K_vacuum_via_obc2"] = float(k2)
+        out["ergodic_via_obc2_kcal"] = float(-kT * np.log((np.exp(-dc / kT) + k2 * np.exp(-dt / kT)) / (1.0 + k2)))
+    return out
+
+
+def basin_requote(R: dict, sfx: str) -> dict | None:
+    """The transfer MAEs (held-out rows of variant ``sfx``, as measured) re-quoted with basin-consistent
+    references: a molecule whose reference MD stays in one of two basins gets the ergodic Delta G of the
+    basins part (both basins, Boltzmann-weighted: what a model whose samples cover both estimates) when
+    that reference passes :func:`basin_trust`, and is left out when it does not; and the same MAEs with
+    every such molecule excluded."""
+    import numpy as np
+
+    mols = R.get("basins", {}).get("molecules", {}).get(sfx or "none", {})
+    if not mols:
+        return None
+    rows = R[f"transfer{sfx}"]["held_out"]
+    trust = {cid: basin_trust(m) for cid, m in mols.items() if m.get("multi")}
+    fixed = {cid: mols[cid]["multi"]["ergodic_delta_g_kcal"] for cid, t in trust.items() if t["used"]}
+    name = {r["compound"]: r["name"] for r in rows}
+    out = {"corrected": {cid: {"name": name.get(cid, cid), "cis_basin_reference_kcal": next(
+               r["mbar_delta_g_kcal"] for r in rows if r["compound"] == cid), "ergodic_reference_kcal": v,
+               **trust[cid]} for cid, v in fixed.items() if cid in name},
+           "left_out": {cid: {"name": name.get(cid, cid), **t} for cid, t in trust.items() if not t["used"] and cid in name},
+           "mae_as_measured": {}, "mae_basin_consistent": {}, "mae_excluding": {}}
+    kept = [r for r in rows if r["compound"] not in trust]
+    consistent = [r for r in rows if r["compound"] not in trust or r["compound"] in fixed]
+    for label, key in BASIN_KEYS.items():
+        def mae(rs, ref=lambda r: r["mbar_delta_g_kcal"]):
+            rs = [r for r in rs if r.get(key) is not None]
+            return float(np.mean([abs(r[key] - ref(r)) for r in rs])) if rs else None
+
+        out["mae_as_measured"][label] = mae(rows)
+        out["mae_basin_consistent"][label] = mae(consistent, lambda r: fixed.get(r["compound"], r["mbar_delta_g_kcal"]))
+        out["mae_excluding"][label] = mae(kept)
+    out["n_rows"], out["n_consistent"], out["n_excluded"] = len(rows), len(consistent), len(rows) - len(kept)
+    return out
+
+
 def with_lambda(row: dict, lam: dict | None) -> dict:
     """A solvation row with the lambda-MBAR reference of its molecule: differences and cost ratios."""
     r = dict(row)
@@ -457,6 +521,22 @@ def targets_of(R: dict) -> dict:
             targets[f"proposal_{tag}_forward_ess"] = target(
                 ess, 0.10, ess >= 0.10, "smaller forward ESS of the two environments" + (
                     f" (vacuum {ef['vacuum']:.4f}, obc2 {ef['obc2']:.4f})" if ef else " (carried-over row)"))
+    ab = R.get("alanine_basins")
+    if ab:
+        ref, cd = ab["reference"]["delta_f_kcal"], ab["card_eval"]["delta_f_kcal"]
+        errs = {b: None if ref.get(b) is None or cd.get(b) is None else abs(cd[b] - ref[b]) for b in ("C7ax", "alphaR")}
+        worst = None if None in errs.values() else max(errs.values())
+        targets["alanine_basin_df_abs_error_kcal"] = target(
+            worst, 0.3, worst is not None and worst <= 0.3,
+            "max over C7ax and alphaR of |dF_CARD - dF_ref| (F_basin - F_C7eq, vacuum, 298.15 K); reference "
+            + ", ".join(f"{b} {_f(ref.get(b))}" for b in ("C7ax", "alphaR")) + "; CARD "
+            + ", ".join(f"{b} {_f(cd.get(b))}" for b in ("C7ax", "alphaR"))
+            + f" (forward ESS {_pct(ab['card_eval']['ess_forward'])}; a basin without model weight has no CARD value)")
+        ev = alanine_basin_evals(ab)
+        targets["alanine_evals_over_reference"] = target(
+            ev["ratio"], 1.0, ev["ratio"] < 1.0,
+            f"CARD's energy evaluations (training umbrella MD {ev['card_md']}, Stage II/III {ev['card_train']}, "
+            f"{ev['card_samples']} samples) over the umbrella reference's {ev['reference']}")
     for k, a in sorted(R.get("alanine", {}).items()):
         targets[f"alanine_dipeptide_{k}_forward_ess"] = target(
             a["ess_forward"], None, True, f"reported (no threshold in the issue): forward ESS in vacuum; overlap "
@@ -486,6 +566,20 @@ def targets_of(R: dict) -> dict:
                 targets[f"transfer_mae_worst_sample_seed_{kind}{sfx}"] = target(
                     worst, 0.5, worst <= 0.5, f"the largest MAE vs lambda-MBAR over sample seeds {sorted(bs[kind], key=int)} "
                     f"({kind} estimate; the same models and references)")
+        bc = tr.get("basin_consistent")
+        if bc:
+            names = ", ".join(f"{v['name']} {v['cis_basin_reference_kcal']:.3f} -> {v['ergodic_reference_kcal']:.3f}"
+                              for v in bc["corrected"].values()) or "none"
+            out_ = ", ".join(v["name"] for v in bc["left_out"].values()) or "none"
+            for label, key in (("CARD", ""), ("CARD paired", "_paired")):
+                v = bc["mae_basin_consistent"][label]
+                targets[f"transfer_mae{key}_basin_consistent_kcal{sfx}"] = target(
+                    v, 0.5, v is not None and v <= 0.5,
+                    f"{label} vs lambda-MBAR over the {bc['n_consistent']} of {bc['n_rows']} held-out molecules with a "
+                    f"basin-consistent reference (ergodic over both basins where the reference MD stays in one: {names}; "
+                    f"left out, their both-basin reference failing its checks: {out_}); as measured "
+                    f"{_f(bc['mae_as_measured'][label])}, excluding every two-basin molecule "
+                    f"{_f(bc['mae_excluding'][label])}; vertical gap {_f(bc['mae_basin_consistent']['vertical gap'])}")
         targets[f"transfer_evals_ratio_mbar_over_card{sfx}"] = target(
             tr["mean_ratio_evals_mbar"], None, True, "reported: lambda-MBAR energy evaluations / CARD's (held-out molecules)")
         targets[f"transfer_evals_ratio_endstate_bar_over_card{sfx}"] = target(
@@ -593,7 +687,127 @@ def markdown(R: dict) -> str:
                           "ESS rev": _pct(a["ess_reverse"]), "s MD": f"{a['seconds_md']:.0f}",
                           "s train": f"{a['seconds_train']:.0f}", "s estimate": f"{a['seconds_estimate']:.0f}"}
                          for k, a in sorted(R["alanine"].items())])]
+    lines += basins_markdown(R) + alanine_basins_markdown(R)
     return "\n".join(lines)
+
+
+def alanine_basin_evals(ab: dict) -> dict:
+    t, e, r = ab["card_train"], ab["card_eval"], ab["reference"]
+    card = t["energy_evals_md"] + t["energy_evals_train"] + e["energy_evals"]
+    return {"card_md": t["energy_evals_md"], "card_train": t["energy_evals_train"], "card_samples": e["energy_evals"],
+            "card": card, "reference": r["energy_evals"], "ratio": card / r["energy_evals"]}
+
+
+def basins_markdown(R: dict) -> list[str]:
+    B = R.get("basins")
+    if not B:
+        return []
+    lines = ["## Torsion basins of the transfer references (issue 57)", "",
+             "Each held-out molecule's end-state MD frames (the transfer part's settings, seed 0), every heavy-atom "
+             "torsion (planar: both ends trigonal C/N, basins cis/trans; otherwise six 60-degree sectors), the "
+             "occupancy of its basins, and for a torsion the MD keeps in one basin (>= "
+             f"{B['settings']['one_basin']:.0%} of the frames) the potential-energy gap of the flipped, minimised "
+             f"conformer. A planar torsion held in one basin whose other basin lies within {B['settings']['gap_kcal']} "
+             "kcal/mol gets a reference over both basins (lambda-MBAR started in each; vacuum umbrella sampling "
+             "turning the whole double bond, both dihedrals across it restrained, theta in [0, 180], for K = Z_trans "
+             "/ Z_cis; the ergodic Delta G); every other molecule keeps its "
+             "reference, stated per molecule.", ""]
+    for cons, mols in B["molecules"].items():
+        rows = []
+        names = {cid: m["screen"].get("name", cid) for cid, m in mols.items()}
+        for cid, m in sorted(mols.items()):
+            tors = m["screen"]["torsions"]
+            if not tors:
+                rows.append({"molecule": names.get(cid, cid), "torsion": "none (no heavy-atom torsion)", "occupancy vac / obc2": "",
+                             "other basin": "", "reference": "kept: no conformational basins to miss"})
+                continue
+            for t in tors:
+                deg = "" if t["kind"] == "planar" else " deg"
+                occ = " / ".join(", ".join(f"{b}{deg} {o:.2f}" for b, o in zip(t["basins"], t["occupancy"][e]) if o > 0)
+                                 for e in ("vacuum", "obc2"))
+                other = (f"{t['flipped_basin']}: {t['flipped_gap_kcal']:+.2f} kcal/mol" if t.get("one_basin")
+                         else "visited by the MD")
+                mm = m.get("multi")
+                if mm:
+                    ref = (f"both basins (MD started {mm['start_basin']}): lambda-MBAR cis {mm['delta_g_cis_kcal']:.3f} / "
+                           f"trans {mm['delta_g_trans_kcal']:.3f}, K_vac {mm['K_vacuum']:.2f}, "
+                           f"**ergodic {mm['ergodic_delta_g_kcal']:.3f}**")
+                elif t.get("one_basin") and t["kind"] == "planar":
+                    ref = f"kept: other basin {t['flipped_gap_kcal']:+.1f} kcal/mol up (population about e^(-gap/kT))"
+                elif t.get("one_basin"):
+                    ref = ("kept: a rotor held in one sector (other sectors not built; flipped conformer "
+                           f"{t['flipped_gap_kcal']:+.1f} kcal/mol)")
+                else:
+                    ref = "kept: the MD crosses between the basins"
+                rows.append({"molecule": names.get(cid, cid), "torsion": f"{t['kind']} {'-'.join(map(str, t['atoms']))}",
+                             "occupancy vac / obc2": occ, "other basin": other, "reference": ref})
+        lines += [f"### constraints: {cons}", "", table(rows), ""]
+        for cid, m in sorted(mols.items()):
+            mm = m.get("multi")
+            if not mm:
+                continue
+            u = mm["umbrella"]
+            lines.append(f"- {names.get(cid, cid)} ({cons}): umbrella (vacuum, {u['vacuum']['windows']} windows) F_trans - "
+                         f"F_cis = {u['vacuum']['dF_trans_minus_cis_kcal']:.3f} kcal/mol (window halves "
+                         + " / ".join(_f(v) for v in u["vacuum"]["dF_halves_kcal"]) + f", min overlap "
+                         f"{u['vacuum']['overlap']:.3f})"
+                         + (f"; OBC2 umbrella K = {mm['K_obc2_umbrella']:.2f} against the cycle's {mm['K_obc2_cycle']:.2f}"
+                            if "K_obc2_umbrella" in mm else "")
+                         + f"; basin check of the reference MD against the umbrella's Boltzmann weights: mismatch "
+                         f"{mm['basin_check']['mismatch']} (occupancies "
+                         + "; ".join(f"{r['occupancy_reference_md']} vs {[round(v, 3) for v in r['occupancy_umbrella_boltzmann']]}"
+                                     for r in mm["basin_check"]["torsions"]) + f"); {mm['energy_evals']} energy evaluations.")
+        lines.append("")
+    for sfx in ("", "+hbonds"):
+        bc = (R.get(f"transfer{sfx}") or {}).get("basin_consistent")
+        if not bc:
+            continue
+        corr = ", ".join(f"{v['name']} {v['cis_basin_reference_kcal']:.3f} -> {v['ergodic_reference_kcal']:.3f}"
+                         + (f" ({_f(v['ergodic_via_obc2_kcal'])} with K_vac from the OBC2 umbrella through the cycle)"
+                            if "ergodic_via_obc2_kcal" in v else "") for v in bc["corrected"].values()) or "none"
+        left = "; ".join(f"{v['name']} (umbrella F_trans - F_cis {v['dF_trans_minus_cis_kcal']:.2f} kcal/mol against a "
+                         f"minima gap of {v['dU_trans_minus_cis_kcal']:.2f}, window halves {v['halves_spread_kcal']:.2f} "
+                         "apart)" for v in bc["left_out"].values()) or "none"
+        lines += [f"Transfer{sfx} MAE vs lambda-MBAR re-quoted (kcal/mol; the held-out rows as measured). References "
+                  f"corrected to the ergodic value: {corr}. Left out, their both-basin reference failing its checks "
+                  f"(window halves within 0.3 kcal/mol, F_trans - F_cis within 1 kcal/mol of the minima's gap): {left}.", "",
+                  table([{"estimate": k, "as measured (8)": _f(bc["mae_as_measured"][k]),
+                          f"basin-consistent references ({bc['n_consistent']})": _f(bc["mae_basin_consistent"][k]),
+                          f"excluding every two-basin molecule ({bc['n_rows'] - bc['n_excluded']})":
+                              _f(bc["mae_excluding"][k])} for k in BASIN_KEYS]), ""]
+    return lines
+
+
+def alanine_basins_markdown(R: dict) -> list[str]:
+    ab = R.get("alanine_basins")
+    if not ab:
+        return []
+    r, md, t, e, st = ab["reference"], ab["plain_md"], ab["card_train"], ab["card_eval"], ab["settings"]
+    ev = alanine_basin_evals(ab)
+    rows = []
+    for b in ("C7eq", "alphaR", "C7ax", "alphaL"):
+        rows.append({"basin": b, "reference (umbrella on phi + MBAR)": _f(r["delta_f_kcal"][b]),
+                     "reference window halves": " / ".join(_f(h[b]) for h in r["halves_kcal"]),
+                     "population": f"{r['population'][b]:.4f}",
+                     f"plain MD {md['ps']:.0f} ps (frames)": f"{_f(md['delta_f_kcal'][b])} ({md['counts'][b]})",
+                     "CARD reweighted": _f(e["delta_f_kcal"][b]), "CARD raw samples": e["raw_counts"][b],
+                     "CARD basin ESS": f"{e['ess_per_basin'][b]:.1f}"})
+    return ["## Alanine dipeptide basin free energies in vacuum (issue 57)", "",
+            f"F_basin - F_C7eq in kcal/mol at {ab['temperature']} K, ACE-ALA-NME built in (amber14/ff14SB), basins by "
+            "(phi, psi): C7ax phi in (0, 120), psi <= 0; alphaL phi in (0, 120), psi > 0; elsewhere alphaR for "
+            "-120 < psi < 30 and C7eq (with C5 and the extended region) otherwise. Reference: umbrella sampling "
+            f"along phi, {r['windows']} windows every {st['step_deg']:.0f} degrees (k = {r['k']:.0f} kJ/mol/rad^2, "
+            f"{r['ps_per_window']:.0f} ps each), MBAR weights on every frame ({r['energy_evals']} energy evaluations, "
+            f"{r['seconds']:.0f} s; smallest neighbour overlap {r['overlap']:.3f}). CARD: trained on a short umbrella run "
+            f"along phi ({t['n_frames']} frames, {t['energy_evals_md']} evaluations of MD; {st['steps']} + "
+            f"{st['stage2_steps']} steps, {t['seconds_train']:.0f} s), {e['n_samples']} samples importance-reweighted "
+            f"(forward ESS {_pct(e['ess_forward'])}) and assigned by (phi, psi). Energy evaluations CARD / reference: "
+            f"{ev['card']} / {ev['reference']} = {ev['ratio']:.2f}.", "",
+            table(rows), "",
+            f"Basin check of CARD's reweighted samples against the plain-MD frames: mismatch "
+            f"{e['basin_check_vs_plain_md']['mismatch']} (flagged torsions: "
+            + (", ".join("-".join(map(str, x["atoms"])) for x in e["basin_check_vs_plain_md"]["torsions"] if x["flag"])
+               or "none") + ").", ""]
 
 
 def settings_note(cfg: dict) -> str:
@@ -735,6 +949,274 @@ def part_transfer_hbonds(ctx) -> dict:
     return transfer_part(ctx, "hbonds", (1, 2))
 
 
+# ----------------------------------------------------------------------------- basins (issue 57)
+CFG["basins"] = {"k": 3000.0, "step_deg": 2.0, "frames_per_window": 100, "interval": 20, "equil": 500,
+                 "gap_kcal": 3.0, "one_basin": 0.99}
+CFG["alanine_basins"] = {"k": 300.0, "step_deg": 10.0, "ref_frames": 500, "ref_interval": 100, "ref_equil": 5000,
+                         "md_frames": 1000, "md_interval": 500, "md_equil": 5000,
+                         "card_frames": 56, "card_interval": 100, "card_equil": 1000,
+                         "steps": 450, "stage2_steps": 90, "n_samples": 2000}
+QUICK["basins"] = {"step_deg": 30.0, "frames_per_window": 10, "equil": 50}
+QUICK["alanine_basins"] = {"step_deg": 60.0, "ref_frames": 10, "ref_interval": 10, "ref_equil": 50, "md_frames": 20,
+                           "md_interval": 10, "md_equil": 50, "card_frames": 10, "card_interval": 10, "card_equil": 50,
+                           "steps": 5, "stage2_steps": 2, "n_samples": 50}
+
+
+def basin_screen(cfg, cid: str, name: str, constraints: str) -> dict:
+    """The reference's own samples of one held-out molecule: its end-state MD frames (the transfer part's
+    settings and seeds) in both environments, the occupancy of every heavy-atom torsion's basins, and for
+    a torsion the MD keeps in one basin the potential-energy gap of the flipped, minimised conformer."""
+    import numpy as np
+
+    from icmlkit.lib.estimate_fe import basins as B
+    from icmlkit.lib.estimate_fe.mm import ENVIRONMENTS, endstate_md
+
+    c, b = cfg["transfer"], cfg["basins"]
+    systems = {env: open_system(f"freesolv:{cid}", env=env, temperature=T, constraints=constraints)
+               for env in ENVIRONMENTS}
+    frames = endstate_md(systems, c["endstate_frames"], seed=0, interval=c["endstate_interval"],
+                         equil=c["endstate_equil"])
+    vac = systems["vacuum"]
+    x0 = vac.minimised()
+    rows = []
+    for t in B.torsions(vac):
+        occ = {env: B.occupancies(B.basin_index(B.dihedrals(frames[env]["x"], t["atoms"]), t["kind"]),
+                                  len(t["basins"])).tolist() for env in ENVIRONMENTS}
+        row = {"atoms": list(t["atoms"]), "kind": t["kind"], "basins": list(t["basins"]), "occupancy": occ,
+               "start_basin": t["basins"][int(B.basin_index(B.dihedrals(x0[None], t["atoms"]), t["kind"])[0])]}
+        if max(occ["vacuum"]) >= b["one_basin"]:  # the MD stays in one basin: how far up is the other one?
+            alt = vac.with_env("vacuum")
+            alt.x0 = B.flip(vac, x0, t["bond"])
+            xa = alt.minimised()
+            u = vac.reduced_energy(np.stack([x0, xa]))
+            row.update(one_basin=True, flipped_basin=t["basins"][int(B.basin_index(B.dihedrals(xa[None], t["atoms"]),
+                                                                                  t["kind"])[0])],
+                       flipped_gap_kcal=float((u[1] - u[0]) * kcal_per_kT(T)))
+        else:
+            row["one_basin"] = False
+        rows.append(row)
+    return {"compound": cid, "name": name, "constraints": constraints, "torsions": rows, "n_frames": c["endstate_frames"]}
+
+
+def basin_multi(cfg, cid: str, constraints: str, torsion: dict) -> dict:
+    """A reference over both basins of a planar torsion the MD never crosses: lambda-MBAR from each basin
+    (the transfer part's settings and seed), vacuum umbrella sampling that turns the whole double bond
+    (both dihedrals of :func:`~icmlkit.lib.estimate_fe.basins.twist` restrained to the same signed centre,
+    windows from the start basin's end of [0, 180] degrees to the other; MBAR) for K_vac = Z_trans /
+    Z_cis over theta in [0, 180] (the mirror image theta -> -theta has the same energy), and the ergodic Delta G = -kT ln[(Z_c,obc2 + Z_t,obc2) /
+    (Z_c,vac + Z_t,vac)] = -kT ln[(e^{-b dG_c} + K_vac e^{-b dG_t}) / (1 + K_vac)]. Without constraints
+    an OBC2 umbrella checks the cycle (K_obc2 = K_vac e^{-b (dG_t - dG_c)}). The basin check of the
+    reference's end-state frames against the umbrella's Boltzmann weights is kept too."""
+    import numpy as np
+
+    from icmlkit.lib.core.runtime import stream_seed
+    from icmlkit.lib.estimate_fe import basins as B
+
+    c, b = cfg["transfer"], cfg["basins"]
+    kT = kcal_per_kT(T)
+    vac = open_system(f"freesolv:{cid}", env="vacuum", temperature=T, constraints=constraints)
+    x0 = vac.minimised()
+    alt = vac.with_env("vacuum")
+    alt.x0 = B.flip(vac, x0, torsion["atoms"][1:3])
+    xa = alt.minimised()
+    atoms = torsion["atoms"]
+    start = {"start": x0, "flipped": xa}
+    lam = {}
+    for key, xs in start.items():
+        r = lambda_window_mbar(*_files(cid), temperature=T, windows=cfg["baseline"]["windows"],
+                               frames_per_window=c["lambda_frames"], interval=cfg["baseline"]["interval"],
+                               equil=c["lambda_equil"], seed=7, constraints=constraints, x_start=xs)
+        lam[key] = {k: r[k] for k in ("delta_g_kcal", "delta_g_err_kcal", "overlap", "energy_evals", "seconds_md")}
+    centres = np.arange(0.0, 180.0 + 1e-9, b["step_deg"])
+    if abs(B.dihedrals(x0[None], atoms)[0]) > 90:
+        centres = centres[::-1]  # sweep from the start's basin
+    tw = B.twist(vac, atoms[1:3])
+    umb, K = {}, {}
+    envs = ("vacuum",) if constraints != "none" else ("vacuum", "obc2")
+    for env in envs:
+        s = vac if env == "vacuum" else vac.with_env(env)
+        u = B.umbrella(s, tw, centres, k=b["k"], frames_per_window=b["frames_per_window"],
+                       interval=b["interval"], equil=b["equil"], seed=3, x_start=x0)
+        lab = B.basin_index(u["theta"], "planar")  # 0 = cis (|theta| < 90), 1 = trans
+        inside = (u["theta"] >= 0) & (u["theta"] <= 180)  # the half circle the windows cover
+        fe = B.basin_free_energies(lab[inside], u["log_w"][inside], ["cis", "trans"], "cis")
+        half = np.arange(len(u["theta"])) % b["frames_per_window"] >= b["frames_per_window"] // 2
+        halves = [B.basin_free_energies(lab[inside & (half == h)], u["log_w"][inside & (half == h)], ["cis", "trans"],
+                                        "cis")["delta_f_kT"]["trans"] for h in (0, 1)]
+        K[env] = float(np.exp(-fe["delta_f_kT"]["trans"]))
+        umb[env] = {"dF_trans_minus_cis_kcal": fe["delta_f_kT"]["trans"] * kT,
+                    "dF_halves_kcal": [None if v is None else v * kT for v in halves],
+                    "population": fe["population"], "overlap": u["overlap"], "energy_evals": u["energy_evals"],
+                    "seconds": u["seconds"], "windows": len(centres)}
+        if env == "vacuum":
+            ref = vac.sample(c["endstate_frames"], seed=stream_seed(0, "vacuum"), interval=c["endstate_interval"],
+                             equil=c["endstate_equil"])  # the vacuum frames of endstate_md (seed 0)
+            check = B.basin_check(vac, ref["x"], u["x"], log_w_b=u["log_w"], names=("reference_md", "umbrella_boltzmann"))
+    # which lambda-MBAR is the cis one and which the trans one
+    cis_key = "start" if int(B.basin_index(B.dihedrals(x0[None], atoms), "planar")[0]) == 0 else "flipped"
+    trans_key = "flipped" if cis_key == "start" else "start"
+    dg_c, dg_t = lam[cis_key]["delta_g_kcal"], lam[trans_key]["delta_g_kcal"]
+    Kv = K["vacuum"]
+    ergodic = float(-kT * np.log((np.exp(-dg_c / kT) + Kv * np.exp(-dg_t / kT)) / (1.0 + Kv)))
+    out = {"compound": cid, "constraints": constraints, "torsion": list(atoms), "lambda_mbar": lam,
+           "start_basin": "cis" if cis_key == "start" else "trans", "delta_g_cis_kcal": dg_c, "delta_g_trans_kcal": dg_t,
+           "K_vacuum": Kv, "umbrella": umb, "ergodic_delta_g_kcal": ergodic, "basin_check": check,
+           "energy_evals": int(sum(v["energy_evals"] for v in lam.values()) + sum(v["energy_evals"] for v in umb.values()))}
+    if "obc2" in K:
+        out["K_obc2_umbrella"] = K["obc2"]
+        out["K_obc2_cycle"] = float(Kv * np.exp(-(dg_t - dg_c) / kT))
+    print(f"[basins{variant(constraints)}] {cid}: dG cis {dg_c:.3f}, trans {dg_t:.3f}, K_vac {Kv:.2f}"
+          + (f", K_obc2 umbrella {out['K_obc2_umbrella']:.2f} vs cycle {out['K_obc2_cycle']:.2f}" if "obc2" in K else "")
+          + f", ergodic {ergodic:.3f} kcal/mol; basin check mismatch {check['mismatch']}", file=sys.stderr, flush=True)
+    return out
+
+
+@bench.part("basins", doc="per-molecule torsion basins of the transfer references; both-basin references", hours=0.1)
+def part_basins(ctx) -> dict:
+    """For each held-out transfer molecule and each constraint setting: the torsion basins its reference
+    MD visits (:func:`basin_screen`); for a planar torsion held in one basin whose flipped conformer
+    lies within ``gap_kcal`` of the start, a reference over both basins (:func:`basin_multi`)."""
+    need_freesolv()
+    cfg = config(ctx.quick)
+    held = {e["compound"]: e["name"] for e in transfer_split(cfg)[1]}
+    out = {}
+    for cons in ("none", "hbonds"):
+        sfx = variant(cons)
+        for cid in list(held)[:4] if ctx.quick else list(held):
+            scr = ctx.cached(f"screen-{cid}{sfx}", lambda cid=cid, cons=cons: basin_screen(cfg, cid, held[cid], cons))
+            multi = None
+            for t in scr["torsions"]:
+                if t["kind"] == "planar" and t.get("one_basin") and t["flipped_gap_kcal"] < cfg["basins"]["gap_kcal"]:
+                    multi = ctx.cached(f"multi-{cid}{sfx}", lambda cid=cid, cons=cons, t=t: basin_multi(cfg, cid, cons, t))
+            out.setdefault(sfx or "none", {})[cid] = {"screen": scr, "multi": multi}
+    return {"molecules": out, "settings": cfg["basins"]}
+
+
+def alanine_reference(cfg, s) -> dict:
+    """Umbrella sampling along phi (windows every ``step_deg``, k in kJ/mol/rad^2), MBAR weights for every
+    frame, basins by (phi, psi): the reference basin free energies; the two halves of each window give
+    a second and a third estimate (the spread is the error figure quoted)."""
+    import numpy as np
+
+    from icmlkit.lib.estimate_fe import basins as B
+
+    a = cfg["alanine_basins"]
+    phi, psi = B.alanine_phi_psi(s)
+    centres = np.arange(-180.0, 180.0 - 1e-9, a["step_deg"])
+    u = B.umbrella(s, phi, centres, k=a["k"], frames_per_window=a["ref_frames"], interval=a["ref_interval"],
+                   equil=a["ref_equil"], seed=11)
+    lab = B.assign_alanine(u["theta"], B.dihedrals(u["x"], psi))
+    names = list(B.ALANINE_BASINS)
+    fe = B.basin_free_energies(lab, u["log_w"], names, "C7eq")
+    half = np.arange(len(lab)) % a["ref_frames"] >= a["ref_frames"] // 2
+    halves = [B.basin_free_energies(lab[half == h], u["log_w"][half == h], names, "C7eq")["delta_f_kT"] for h in (0, 1)]
+    kT = kcal_per_kT(T)
+    kc = lambda d: {k: None if v is None else v * kT for k, v in d.items()}  # noqa: E731
+    print(f"[alanine-basins] reference (umbrella on phi, {len(centres)} windows): "
+          f"{ {k: _f(v) for k, v in kc(fe['delta_f_kT']).items()} } kcal/mol, halves "
+          f"{[{k: _f(v) for k, v in kc(h).items()} for h in halves]}, overlap {u['overlap']:.3f}, "
+          f"{u['seconds']:.0f} s", file=sys.stderr, flush=True)
+    return {"delta_f_kcal": kc(fe["delta_f_kT"]), "halves_kcal": [kc(h) for h in halves], "population": fe["population"],
+            "ess": fe["ess"], "overlap": u["overlap"], "energy_evals": u["energy_evals"], "seconds": u["seconds"],
+            "windows": len(centres), "k": a["k"], "ps_per_window": a["ref_frames"] * a["ref_interval"] / 1000}
+
+
+def alanine_plain_md(cfg, s, folder: Path) -> dict:
+    """Plain MD from the built-in extended start: basin counts by (phi, psi) (what an unbiased run sees);
+    the frames are kept in ``folder`` for the basin check of CARD's samples."""
+    import numpy as np
+
+    from icmlkit.lib.core.io import write_npz
+    from icmlkit.lib.estimate_fe import basins as B
+
+    a = cfg["alanine_basins"]
+    phi, psi = B.alanine_phi_psi(s)
+    fr = s.sample(a["md_frames"], seed=5, interval=a["md_interval"], equil=a["md_equil"])
+    folder.mkdir(parents=True, exist_ok=True)
+    write_npz(folder / "plain-md.npz", x=fr["x"])
+    lab = B.assign_alanine(B.dihedrals(fr["x"], phi), B.dihedrals(fr["x"], psi))
+    fe = B.basin_free_energies(lab, np.zeros(len(lab)), list(B.ALANINE_BASINS), "C7eq")
+    kT = kcal_per_kT(T)
+    return {"delta_f_kcal": {k: None if v is None else v * kT for k, v in fe["delta_f_kT"].items()},
+            "counts": {nm: int((lab == i).sum()) for i, nm in enumerate(B.ALANINE_BASINS)},
+            "energy_evals": fr["energy_evals"], "seconds": fr["seconds_md"],
+            "ps": a["md_frames"] * a["md_interval"] / 1000}
+
+
+def alanine_card_train(cfg, s, folder: Path) -> dict:
+    """CARD's training frames: a short umbrella run along phi (every basin in the data; its MD is CARD's
+    cost), then the alanine part's model and training sizes; the model is saved in ``folder``."""
+    import numpy as np
+
+    from icmlkit.lib.estimate_fe import basins as B
+    from icmlkit.lib.estimate_fe import card as C
+
+    a = cfg["alanine_basins"]
+    phi, _ = B.alanine_phi_psi(s)
+    centres = np.arange(-180.0, 180.0 - 1e-9, a["step_deg"])
+    u = B.umbrella(s, phi, centres, k=a["k"], frames_per_window=a["card_frames"], interval=a["card_interval"],
+                   equil=a["card_equil"], seed=13)
+    perm = np.random.default_rng(0).permutation(len(u["u"]))  # windows interleaved: the validation split sees all
+    bundle, info = C.train(s, u["x"][perm], u["u"][perm], steps=a["steps"], stage2_steps=a["stage2_steps"], seed=0,
+                           **{**cfg["model"], "coords": "internal"})
+    folder.mkdir(parents=True, exist_ok=True)
+    C.save(folder / "alanine-basins.pt", bundle)
+    print(f"[alanine-basins] CARD trained on {len(perm)} umbrella frames ({u['energy_evals']} evals of MD) in "
+          f"{info['seconds_train']:.0f} s, val NLL {info['val_nll']}", file=sys.stderr, flush=True)
+    return {"n_frames": int(len(perm)), "energy_evals_md": u["energy_evals"], "seconds_md": u["seconds"],
+            "energy_evals_train": int(info.get("energy_evals_train", 0)), "seconds_train": info["seconds_train"],
+            "val_nll": info["val_nll"]}
+
+
+def alanine_card_eval(cfg, s, folder: Path, reference_x) -> dict:
+    """CARD's basin free energies: the model's samples importance-reweighted to the Boltzmann density and
+    assigned by (phi, psi); a basin check of the samples against the plain-MD frames."""
+    from icmlkit.lib.estimate_fe import basins as B
+    from icmlkit.lib.estimate_fe import card as C
+
+    a = cfg["alanine_basins"]
+    phi, psi = B.alanine_phi_psi(s)
+    m = B.model_log_weights(C.load(folder / "alanine-basins.pt"), s, a["n_samples"], seed=0)
+    lab = B.assign_alanine(B.dihedrals(m["x"], phi), B.dihedrals(m["x"], psi))
+    names = list(B.ALANINE_BASINS)
+    fe = B.basin_free_energies(lab, m["log_w"], names, "C7eq")
+    kT = kcal_per_kT(T)
+    raw = {nm: int((lab == i).sum()) for i, nm in enumerate(names)}
+    check = B.basin_check(s, reference_x, m["x"], log_w_b=m["log_w"], names=("plain_md", "card_reweighted"))
+    print(f"[alanine-basins] CARD: { {k: _f(None if v is None else v * kT) for k, v in fe['delta_f_kT'].items()} } "
+          f"kcal/mol, ESS {m['ess']:.4f}, per-basin ESS { {k: round(v, 1) for k, v in fe['ess'].items()} }, raw counts "
+          f"{raw}, {m['seconds']:.0f} s", file=sys.stderr, flush=True)
+    return {"delta_f_kcal": {k: None if v is None else v * kT for k, v in fe["delta_f_kT"].items()},
+            "population": fe["population"], "ess_per_basin": fe["ess"], "ess_forward": m["ess"], "raw_counts": raw,
+            "energy_evals": m["energy_evals"], "seconds": m["seconds"], "n_samples": a["n_samples"],
+            "basin_check_vs_plain_md": check}
+
+
+@bench.part("alanine-basins", doc="alanine dipeptide C7eq/alphaR/C7ax basin free energies in vacuum: "
+            "umbrella-MBAR reference vs CARD", hours=0.25)
+def part_alanine_basins(ctx) -> dict:
+    cfg = config(ctx.quick)
+    s = open_system("alanine-dipeptide", env="vacuum", temperature=T)
+    ref = ctx.cached("reference", lambda: alanine_reference(cfg, s))
+    md = ctx.cached("plain-md", lambda: alanine_plain_md(cfg, s, ctx.folder))
+    tr = ctx.cached("card-train", lambda: alanine_card_train(cfg, s, ctx.folder))
+    if not (ctx.folder / "alanine-basins.pt").is_file():  # a cached summary without its model: train again
+        tr = alanine_card_train(cfg, s, ctx.folder)
+
+    def ev():
+        import numpy as np
+
+        if not (ctx.folder / "plain-md.npz").is_file():  # the plain-MD frames, made again (same seed)
+            alanine_plain_md(cfg, s, ctx.folder)
+        with np.load(ctx.folder / "plain-md.npz") as f:
+            x_md = f["x"]
+        return alanine_card_eval(cfg, s, ctx.folder, x_md)
+
+    card_ev = ctx.cached("card-eval", ev)
+    return {"reference": ref, "plain_md": md, "card_train": tr, "card_eval": card_ev, "settings": cfg["alanine_basins"],
+            "env": "vacuum", "temperature": T}
+
+
 SOLVATION_PARTS = ("solvation-cartesian", "solvation-internal", "solvation-kl", "solvation-1ns", "solvation-hbonds")
 
 
@@ -759,6 +1241,13 @@ def report(results: dict) -> tuple[dict, str]:
             rows[cid]["by_seed"] = seeds
         R[f"transfer_train{sfx}"], R[f"transfer_rows{sfx}"], R[f"transfer_settings{sfx}"] = p["train"], rows, p["settings"]
         R[f"transfer{sfx}"] = transfer_summary(R, sfx)
+    if "basins" in results:
+        R["basins"] = results["basins"]
+        for sfx in ("", "+hbonds"):
+            if R.get(f"transfer{sfx}"):
+                R[f"transfer{sfx}"]["basin_consistent"] = basin_requote(R, sfx)
+    if "alanine-basins" in results:
+        R["alanine_basins"] = results["alanine-basins"]
     return targets_of(R), markdown(R)
 
 

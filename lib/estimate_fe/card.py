@@ -378,15 +378,36 @@ def check_system(bundle: dict, system, where: str) -> None:
     check_constraints(rec.get("constraints", "none"), system, "the model", where)
 
 
+def draw(model, bundle: dict, system, n_samples: int, seed: int, dev) -> dict:
+    """``n_samples`` samples of a trained ``model`` (its ``bundle``) as frames of ``system``: {x (M, N, 3)
+    Angstrom, lq (log q of the free coordinates), ut (beta U - log J of the gauge/chart on them; the
+    forward work is ut + lq), seconds_sampling, seconds_energy}. The samples come from
+    ``generator(seed, "samples", device=dev)``; M energy evaluations."""
+    import torch
+
+    from icmlkit.lib.core.runtime import generator
+
+    with torch.no_grad():
+        gen = generator(seed, "samples", device=dev)
+        t_s = time.perf_counter()
+        y_q, lq_q = model.sample(n_samples, gen)
+        seconds_sampling = time.perf_counter() - t_s
+    y_q, lq_q = y_q.cpu().numpy(), lq_q.cpu().numpy()
+    t_e = time.perf_counter()
+    x_q, lj = free_to_frames(y_q, bundle["order"], bundle["invariant"], zmatrix_of(bundle))
+    ut_q = system.reduced_energy(x_q) - lj
+    return {"x": x_q, "lq": lq_q, "ut": ut_q, "seconds_sampling": seconds_sampling,
+            "seconds_energy": time.perf_counter() - t_e}
+
+
 def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: int = 2000, seed: int = 0,
              estimator: str = "bar", decorrelate_frames: bool = True, skip_frames: int = 0,
              frames_name: str = "frames", threads: int = 1, device=None) -> dict:
     """Free energy of ``system`` from a trained bundle and target frames (see the module docstring).
 
-    The model runs on ``device``; its samples come from ``generator(seed, "samples", device=device)``."""
+    The model runs on ``device``; its samples come from ``generator(seed, "samples", device=device)``
+    (:func:`draw`)."""
     import torch
-
-    from icmlkit.lib.core.runtime import generator
 
     dev = torch.device(device) if device is not None else torch.device("cpu")
     torch.set_num_threads(threads)
@@ -412,17 +433,9 @@ def estimate(bundle: dict, system, x: np.ndarray, u: np.ndarray, *, n_samples: i
     with torch.no_grad():
         lq_t = torch.cat([model.log_prob(torch.as_tensor(prep.y[i:i + 1024], device=dev))
                           for i in range(0, len(prep.y), 1024)]).cpu().numpy()
-        gen = generator(seed, "samples", device=dev)
-        t_s = time.perf_counter()
-        y_q, lq_q = model.sample(n_samples, gen)
-        seconds_sampling = time.perf_counter() - t_s
-    y_q, lq_q = y_q.cpu().numpy(), lq_q.cpu().numpy()
     evals0 = system.energy_evals
-    t_e = time.perf_counter()
-    x_q, lj = free_to_frames(y_q, order, bundle["invariant"], zmat)
-    u_sys = system.reduced_energy(x_q)
-    seconds_energy = time.perf_counter() - t_e
-    ut_q = u_sys - lj
+    d = draw(model, bundle, system, n_samples, seed, dev)
+    ut_q, lq_q, seconds_sampling, seconds_energy = d["ut"], d["lq"], d["seconds_sampling"], d["seconds_energy"]
     nonfinite = int((~np.isfinite(ut_q)).sum())
     ut_q = np.where(np.isfinite(ut_q), ut_q, np.inf)
     w_F = ut_q + lq_q  # u_t - u_q on model samples

@@ -357,12 +357,16 @@ class MMSystem(System):
     # ---------------------------------------------------------------- MD
     def sample(self, n_frames: int, seed: int = 0, interval: int = 50, equil: int = 5000, timestep_fs: float = 1.0,
                friction: float = 1.0, env: str | None = None, lambda_value: float | None = None,
-               x_start: np.ndarray | None = None) -> dict:
+               x_start: np.ndarray | None = None, restraint: tuple | None = None) -> dict:
         """Langevin MD frames of this molecule: {x (Angstrom), u (beta U of this env), seconds_md,
         energy_evals (force evaluations = MD steps, plus one energy call per frame)}.
 
         With ``lambda_value`` the GB term is scaled (the baseline's windows) and the frames also
-        carry ``u_vac`` and ``u_gb`` (beta U_vac and beta U_GB) for MBAR re-evaluation.
+        carry ``u_vac`` and ``u_gb`` (beta U_vac and beta U_GB) for MBAR re-evaluation. With
+        ``restraint`` = (four atom indices or a list of such quadruples, theta0 in degrees, k in
+        kJ/mol/rad^2, fold) an umbrella bias 0.5 k d^2 on each of their dihedrals theta is added (d the periodic distance theta - theta0, or
+        |theta| - theta0 when ``fold``: a bias symmetric under theta -> -theta); it is in its own force
+        group, so ``u`` stays the unbiased energy (:func:`icmlkit.lib.estimate_fe.basins.umbrella`).
         """
         openmm, app, unit = _openmm()
         t0 = time.perf_counter()
@@ -371,6 +375,16 @@ class MMSystem(System):
         if not lam:
             for i in range(system.getNumForces()):
                 system.getForce(i).setForceGroup(0)
+        if restraint is not None:
+            atoms, theta0, k_r, fold = restraint
+            d = "abs(theta)-theta0" if fold else "min(dd, 2*pi-dd); dd = abs(theta-theta0)"
+            bias = openmm.CustomTorsionForce(f"0.5*k_r*d^2; d = {d}; pi = 3.141592653589793")
+            bias.addPerTorsionParameter("theta0")
+            bias.addPerTorsionParameter("k_r")
+            for tor in ([atoms] if np.ndim(atoms) == 1 else atoms):
+                bias.addTorsion(*[int(a) for a in tor], [float(np.radians(theta0)), float(k_r)])
+            bias.setForceGroup(2)
+            system.addForce(bias)
         integ = openmm.LangevinMiddleIntegrator(self.temperature * unit.kelvin, friction / unit.picosecond,
                                                 timestep_fs * unit.femtosecond)
         integ.setRandomNumberSeed(_md_seed(seed, "langevin"))
@@ -406,8 +420,11 @@ class MMSystem(System):
 
 def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int = 11, frames_per_window: int = 500,
                        interval: int = 50, equil: int = 5000, timestep_fs: float = 1.0, seed: int = 0,
-                       platform: str = "CPU", device_index: int | None = None, constraints: str = "none") -> dict:
-    """The classical baseline: Delta G(vacuum -> OBC2) by lambda-window MD and MBAR.
+                       platform: str = "CPU", device_index: int | None = None, constraints: str = "none",
+                       x_start: np.ndarray | None = None) -> dict:
+    """The classical baseline: Delta G(vacuum -> OBC2) by lambda-window MD and MBAR (the first window
+    starts from ``x_start`` (N, 3) Angstrom when given, else from the inpcrd; each later window from
+    the last frame of the one before).
 
     Returns delta_g_kcal, delta_g_err_kcal, f_kT (per window), min neighbour overlap, energy_evals,
     seconds_md, seconds_estimate, n_effective (decorrelated frames per window).
@@ -421,7 +438,7 @@ def lambda_window_mbar(prmtop, inpcrd, temperature: float = 298.15, windows: int
                     constraints=constraints)
     lams = np.linspace(0.0, 1.0, windows)
     t0 = time.perf_counter()
-    u_vac, u_gb, evals, x_last = [], [], 0, None
+    u_vac, u_gb, evals, x_last = [], [], 0, x_start
     for k, lam in enumerate(lams):
         s = sysm.sample(frames_per_window, seed=stream_seed(seed, f"window-{k}"), interval=interval, equil=equil, timestep_fs=timestep_fs,
                         lambda_value=float(lam), x_start=x_last)
