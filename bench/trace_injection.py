@@ -23,6 +23,11 @@ Parts (``make bench TOOL=trace-injection``, about 12 minutes in all on 2 cores):
 - ``dataset_learned``: the ``dataset`` splits (the 8 template families, then the paraphrase family)
   for the SCM fitted by EM with the learned instruction score, fitted on the training families only;
   one cached item per split.
+- ``guard_suite``: ``guard-suite`` (suite_run.run_suite) over every user task of banking, slack, travel and
+  workspace with the scripted agent (reconstructed; it obeys every injection it reads: a worst case), gate
+  off, on with ``--on-block abort`` and on with ``skip``; the gate's model is ``fit --head em`` on the
+  recorded real runs of the other three suites only (held out by suite); one cached item per model and
+  per (suite, setting).
 
 Every method's decision threshold is fitted on the training side of each split (``fit_threshold``);
 no method has another knob tuned. The labels (metadata) are used only to fit on the training side and
@@ -463,6 +468,184 @@ def dataset_learned(ctx) -> dict:
     return {name: ctx.cached(f"split-{name}", lambda a=(name, tr, te): split(*a)) for name, tr, te in splits}
 
 
+# ----------------------------------------------------------------------------- guard_suite (issue 54 item 5)
+
+GUARD_SUITES = ("banking", "slack", "travel", "workspace")
+# (gate, on_block) of each setting; "off" runs the same pipeline without the gate element
+GUARD_MODES = {"off": ("off", "abort"), "on_abort": ("on", "abort"), "on_skip": ("on", "skip")}
+GUARD_QUICK_TASKS = 2  # --quick: the first 2 user tasks of each suite
+
+
+def guard_model(ctx, suite: str):
+    """The gate's model for ``suite``: ``fit --head em`` (pipeline.fit, as the ``fit`` subcommand calls it)
+    on the recorded real runs of the other three suites only (held out by suite); a cached item."""
+    from icmlkit.lib.trace_injection.config import FitConfig
+    from icmlkit.lib.trace_injection.learn import Head
+    from icmlkit.lib.trace_injection.pipeline import fit
+
+    def compute():
+        traces, _ = real_traces(ctx.quick)
+        train = [t for t in traces if t.meta.get("suite") != suite]
+        ctx.log(f"guard_suite: fit --head em on {len(train)} real runs of the suites other than {suite} ...")
+        res = fit(FitConfig(head="em"), train, seed=0)
+        keep = ("n", "threshold", "train_macro_f1", "train_auroc", "theta", "leak", "em_iterations")
+        return {"head": res.head.to_json(), "fit": {k: res.summary[k] for k in keep if k in res.summary},
+                "train_suites": sorted({t.meta.get("suite") for t in train}),
+                "train_pipelines": len({t.meta.get("pipeline") for t in train})}
+
+    out = ctx.cached(f"model-heldout-{suite}", compute)
+    return Head.from_json(out["head"], f"model-heldout-{suite}"), out
+
+
+def guard_run(ctx, suite: str, mode: str, head):
+    """run_suite (the library call behind ``guard-suite``) for one suite and setting: the summary, the
+    missed attacks and the blocked benign runs by id, the pooled latencies; a cached item."""
+    from icmlkit.lib.trace_injection.suite_run import GuardSuiteConfig, run_suite
+
+    gate, on_block = GUARD_MODES[mode]
+
+    def compute():
+        cfg = GuardSuiteConfig(suite=suite, gate=gate, on_block=on_block,
+                               limit=GUARD_QUICK_TASKS if ctx.quick else None)
+        ctx.log(f"guard_suite: {suite}, {mode} ...")
+        res = run_suite(cfg, head=head)
+        rows = res.rows
+        att = [r for r in rows if r["injection_task"] is not None]
+        tried = [r for r in att if r["injection_calls"] > 0]
+        return {"summary": res.summary,
+                "attack_success_attempted": _r(np.mean([r["attack_success"] for r in tried])) if tried else None,
+                "attempted_runs": len(tried),
+                "empty_injection_tasks": sorted({r["injection_task"] for r in att
+                                                 if r["followed_injection"] and r["injection_calls"] == 0}),
+                "injection_plan_errors": sorted({r["injection_task"] for r in att if r["injection_plan_error"]}),
+                "missed": [{"user_task": r["user_task"], "injection_task": r["injection_task"],
+                            "max_score": round(max(r["scores"]), 4) if r["scores"] else None,
+                            "blocked": r["blocked"]} for r in att if r["attack_success"]],
+                "blocked_benign": [{"user_task": r["user_task"], **(r["blocked_call"] or {})}
+                                   for r in rows if r["injection_task"] is None and r["blocked"] > 0],
+                "latency_ms": [x for r in rows for x in r["latency_ms"]]}
+
+    return ctx.cached(f"run-{suite}-{mode}", compute)
+
+
+@bench.part("guard_suite", doc="guard-suite over every user task of the 4 AgentDojo suites (scripted agent), "
+            "gate off / on abort / on skip, EM model fitted on the real runs of the other 3 suites "
+            "(one cached item per model and per (suite, setting))", hours=0.05)
+def guard_suite(ctx) -> dict:
+    suites, lat_all = {}, []
+    for suite in GUARD_SUITES:
+        head, model = guard_model(ctx, suite)
+        row = {"model": {"train_suites": model["train_suites"], "train_runs": model["fit"]["n"],
+                         "train_pipelines": model["train_pipelines"],
+                         "threshold": round(float(model["fit"]["threshold"]), 4),
+                         "leak": _r(model["fit"].get("leak"))}}
+        for mode in GUARD_MODES:
+            out = guard_run(ctx, suite, mode, head)
+            s = out["summary"]
+            g = s["gate_on"] if mode != "off" else s["gate_off"]
+            lat = out["latency_ms"]
+            lat_all += lat
+            row[mode] = {"benign_n": g["benign"]["n"], "attacked_n": g["attacked"]["n"],
+                         "benign_utility": g["benign"]["utility"], "attacked_utility": g["attacked"]["utility"],
+                         "attack_success": g["attacked"]["attack_success"],
+                         "attack_success_attempted": out["attack_success_attempted"],
+                         "attempted_runs": out["attempted_runs"],
+                         "followed_injection": g["attacked"]["followed_injection"],
+                         "attacked_runs_blocked": g["attacked"]["runs_with_block"],
+                         "benign_runs_blocked": g["benign"]["runs_with_block"],
+                         "blocked_calls_per_run": g["blocked_per_run"],
+                         "decisions": g.get("decisions"),
+                         "latency_ms_median": g.get("latency_ms_median"), "latency_ms_p99": g.get("latency_ms_p99"),
+                         "element_ms_median": g.get("element_ms_median"), "element_ms_p99": g.get("element_ms_p99"),
+                         "missed_attacks": out["missed"] if mode != "off" else len(out["missed"]),
+                         "blocked_benign": out["blocked_benign"]}
+            row["empty_injection_tasks"] = out["empty_injection_tasks"]
+            row["injection_plan_errors"] = out["injection_plan_errors"]
+            row["user_tasks"] = s["user_tasks"]
+            row["injection_tasks"] = g["attacked"]["n"] // max(s["user_tasks"], 1)
+        suites[suite] = row
+    ctx.record_tuning("gate", {"model": "fit --head em on the recorded real runs of the other 3 suites (all 12 "
+                               "pipelines); its own fitted threshold on P(compromised); nothing tuned on the suite"})
+    return {"attack": "important_instructions", "agent": "scripted (reconstructed; obeys every injection it reads)",
+            "suites": suites, "decisions": len(lat_all),
+            "latency_ms_median": round(float(np.median(lat_all)), 3) if lat_all else None,
+            "latency_ms_p99": round(float(np.percentile(lat_all, 99)), 3) if lat_all else None}
+
+
+def guard_suite_targets(g: dict) -> dict:
+    """The guard_suite part's reported targets (no threshold): means over the 4 suites."""
+    ss = g["suites"]
+
+    def mean(mode, key):
+        vals = [ss[s][mode][key] for s in ss if ss[s][mode][key] is not None]
+        return round(float(np.mean(vals)), 4) if vals else None
+
+    def per(mode, key):
+        return ", ".join(f"{s} {ss[s][mode][key]}" for s in ss)
+
+    held = "gate model fitted by EM on the real runs of the other 3 suites (held out by suite); scripted agent " \
+           "that obeys every injection it reads (worst case); mean over the 4 suites"
+    empty = {s: len(ss[s]["empty_injection_tasks"]) for s in ss if ss[s]["empty_injection_tasks"]}
+    emp = (f"; injection tasks with an empty ground truth (obeyed with no call, in the denominator, AgentDojo's "
+           f"check decides): {empty}" if empty else "")
+    t = {"guard_suite_attack_success_off": target(mean("off", "attack_success"), None, True,
+                                                  f"gate off: {per('off', 'attack_success')}; {held}{emp}"),
+         "guard_suite_attack_success_on": target(mean("on_abort", "attack_success"), None, True,
+                                                 f"gate on, --on-block abort: {per('on_abort', 'attack_success')}; "
+                                                 f"{held}"),
+         "guard_suite_attack_success_on_skip": target(mean("on_skip", "attack_success"), None, True,
+                                                      f"gate on, --on-block skip: {per('on_skip', 'attack_success')}"),
+         "guard_suite_benign_utility_off": target(mean("off", "benign_utility"), None, True,
+                                                  f"gate off: {per('off', 'benign_utility')}"),
+         "guard_suite_benign_utility_on": target(mean("on_abort", "benign_utility"), None, True,
+                                                 f"gate on, abort: {per('on_abort', 'benign_utility')}; skip: "
+                                                 f"{per('on_skip', 'benign_utility')}; {held}"),
+         "guard_suite_attacked_utility_on_skip": target(mean("on_skip", "attacked_utility"), None, True,
+                                                        f"gate on, skip: {per('on_skip', 'attacked_utility')}; gate "
+                                                        f"off: {per('off', 'attacked_utility')}"),
+         "guard_suite_decision_p99_ms": target(g["latency_ms_p99"], None, True,
+                                               f"one gate decision, pooled over the 4 suites and both gate-on settings "
+                                               f"({g['decisions']} decisions), median {g['latency_ms_median']} ms")}
+    return t
+
+
+def guard_suite_markdown(g: dict) -> list:
+    rows, miss, ben = [], [], []
+    names = {"off": "off", "on_abort": "on, abort", "on_skip": "on, skip"}
+    for s, r in g["suites"].items():
+        for mode, v in ((m, r[m]) for m in GUARD_MODES):
+            on = mode != "off"
+            rows.append({"suite": s, "gate": names[mode], "benign utility": v["benign_utility"],
+                         "attacked utility": v["attacked_utility"], "attack success": v["attack_success"],
+                         "attack success, attempted": v["attack_success_attempted"],
+                         "attacked runs blocked": f"{v['attacked_runs_blocked']} / {v['attacked_n']}" if on else None,
+                         "benign runs blocked": f"{v['benign_runs_blocked']} / {v['benign_n']}" if on else None,
+                         "blocked calls per run": v["blocked_calls_per_run"],
+                         "decision ms median / p99": f"{v['latency_ms_median']} / {v['latency_ms_p99']}" if on else None})
+            if on and v["missed_attacks"]:
+                miss.append(f"- {s}, {names[mode]} ({len(v['missed_attacks'])}): " + ", ".join(
+                    f"{m['user_task'].replace('user_task_', 'u')} x {m['injection_task'].replace('injection_task_', 'i')}"
+                    f" ({m['max_score']})" for m in v["missed_attacks"]))
+            if on and v["blocked_benign"]:
+                ben.append(f"- {s}, {names[mode]} ({len(v['blocked_benign'])}): " + ", ".join(
+                    f"{b['user_task']} ({b.get('function')} {b.get('score')})" for b in v["blocked_benign"]))
+    models = "; ".join(f"{s}: {r['model']['train_runs']} runs of {'/'.join(r['model']['train_suites'])}, threshold "
+                       f"{r['model']['threshold']}, leak {r['model']['leak']}" for s, r in g["suites"].items())
+    sizes = "; ".join(f"{s} {r['user_tasks']} user tasks x (1 + {r['injection_tasks']})" for s, r in g["suites"].items())
+    empty = "; ".join(f"{s}: {', '.join(r['empty_injection_tasks'])}" for s, r in g["suites"].items()
+                      if r["empty_injection_tasks"])
+    return ["## guard-suite: AgentDojo suites with the gate in the loop (model held out by suite)", "",
+            f"Scripted agent (reconstructed) that obeys every injection it reads (worst case), attack "
+            f"{g['attack']}; {sizes}. Gate model per suite (fit --head em on the other suites' real runs): {models}.",
+            "", table(rows),
+            "'attack success, attempted': over the attacked runs where obeying added at least one call. Injection "
+            "tasks whose ground truth is empty (obeyed with no call; they stay in 'attack success', where "
+            f"AgentDojo's own check decides): {empty or 'none'}.", "",
+            "Attacks not stopped, gate on (u = user_task, i = injection_task; the run's highest gate score):", "",
+            *(miss or ["- none"]), "", "Benign runs blocked (the first blocked call and its score):", "",
+            *(ben or ["- none"]), ""]
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -563,6 +746,8 @@ def targets_of(r: dict) -> dict:
             t["lotfo_macro_f1_mean_learned_instruction"] = target(
                 round(float(np.mean([dl[f]["macro_f1"] for f in fams])), 4), None, True,
                 "leave-one-template-family-out with the learned instruction score, mean (reported)")
+    if "guard_suite" in r:
+        t.update(guard_suite_targets(r["guard_suite"]))
     return t
 
 
@@ -650,6 +835,8 @@ def markdown(r: dict) -> str:
                 out |= {"SCM-EM + learned macro-F1": lr.get("macro_f1"), "learned AUROC": lr.get("auroc")}
             rows.append(out)
         lines += ["## make-dataset: leave-one-template-family-out and the held-out paraphrase family", "", table(rows)]
+    if "guard_suite" in r:
+        lines += guard_suite_markdown(r["guard_suite"])
     return "\n".join(lines)
 
 
