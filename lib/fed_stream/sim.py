@@ -9,7 +9,12 @@ inside are reconstructed, see client.py and dds.py]:
    parameters; under torchrun each process trains its slice of the clients);
 4. the server averages the local models with FedAvg (number of samples) or SAW weights;
 5. the global model is scored on each client's current distribution D_k^t and next one
-   D_k^{t+1}: exactly sum_g hist[k, t, g] * acc_g on the held-out test pools.
+   D_k^{t+1}: exactly sum_g hist[k, t, g] * acc_g on the held-out test pools;
+6. ``--personalised`` [reconstructed: ours]: each client's own model, its local model of step 3
+   (the global model fine-tuned by E epochs on the training set its buffer rule chose), is scored
+   the same way on its own D_k^t and D_k^{t+1} (acc_personal_current / acc_personal_next): the
+   setting in which a buffer that matches the next period can pay off, as one global model
+   scored on every client averages the clients' drifts away.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from icmlkit.lib.fed_stream.oracles import check_forecast, future_use, make_orac
 
 ROW_COLUMNS = ["client", "period", "acc_current", "acc_next", "buffer_size", "saw_weight", "n_train",
                "residual_tv", "fresh_frac", "forecast_tv_error"]
+PERSONAL_COLUMNS = ["acc_personal_current", "acc_personal_next"]  # rows of a --personalised run
 SUMMARY_KEYS = ["strategy", "oracle", "oracle_tv_error", "engine", "clients", "periods", "buffer_size",
                 "acc_time_avg", "acc_next_time_avg", "acc_final", "seconds", "seconds_per_round"]
 # DDS keeping less than this fraction of the buffer (once M samples have arrived) is warned about
@@ -139,7 +145,7 @@ def run_stream(cfg, stream, *, seed: int = 0, device=None, dist: Dist | None = N
         return _warned(run_flower_sim(cfg, stream, seed=seed), warn)
     import torch
 
-    from icmlkit.lib.fed_stream.models import aggregate, build_model, group_accuracy, init_params
+    from icmlkit.lib.fed_stream.models import aggregate, build_model, client_group_accuracy, group_accuracy, init_params
 
     dist = dist or Dist()
     device = device if device is not None else torch.device("cpu")
@@ -192,6 +198,10 @@ def run_stream(cfg, stream, *, seed: int = 0, device=None, dist: Dist | None = N
         p = server_weights(cfg, stats, active)
         idx, ww = stack_plans(plans, cfg.batch_size)
         stacked = _train_slice(model, gparams, X, Y, idx, ww, cfg.lr, mu, dist, device)
+        if cfg.personalised:  # each client's local model on its own distributions (before aggregation)
+            acc_k = client_group_accuracy(model, stacked, Xt, Yt, Gt, G).numpy()
+            pcur = (stream.hist[:, t] * acc_k).sum(-1)
+            pnxt = (stream.hist[:, t + 1] * acc_k).sum(-1) if t + 1 < T else None
         gparams = aggregate(stacked, torch.as_tensor(p, device=device))
         acc_g = group_accuracy(model, gparams, Xt, Yt, Gt, G).numpy()
         group_acc[t] = acc_g
@@ -203,6 +213,9 @@ def run_stream(cfg, stream, *, seed: int = 0, device=None, dist: Dist | None = N
                          "buffer_size": stats[k]["buffer_size"], "saw_weight": float(p[k]),
                          "n_train": stats[k]["n_train"], "residual_tv": stats[k]["residual_tv"],
                          "fresh_frac": stats[k]["fresh_frac"], "forecast_tv_error": float(err[k])})
+            if cfg.personalised:
+                rows[-1].update(acc_personal_current=float(pcur[k]),
+                                acc_personal_next=None if pnxt is None else float(pnxt[k]))
         if checkpointer is not None and checkpointer.due(t + 1, T):
             checkpointer.save(t + 1, fp, extra={
                 "params": {k: v.cpu() for k, v in gparams.items()},
@@ -235,7 +248,17 @@ def summarise(cfg, rows, K, T, M, seconds, rounds, oracle_name, stream=None) -> 
             "acc_final": float(final.mean()), "seconds": round(seconds, 4),
             "seconds_per_round": round(seconds / max(rounds, 1), 6), "model": cfg.model, "lambda": cfg.lam,
             "gamma": cfg.gamma, "saw": cfg.saw, "epochs": cfg.epochs, "lr": cfg.lr,
+            **(_personal_keys(rows) if getattr(cfg, "personalised", False) else {}),
             **(_stream_keys(cfg, rows, M, stream) if stream is not None else {})}
+
+
+def _personal_keys(rows) -> dict:
+    """--personalised: the time averages of each client's own model on its current distribution
+    and on its next one (the periods 0..T-2; the last has no next)."""
+    cur = [r["acc_personal_current"] for r in rows]
+    nxt = [r["acc_personal_next"] for r in rows if r["acc_personal_next"] is not None]
+    return {"personalised": True, "acc_personal_time_avg": float(np.mean(cur)),
+            "acc_personal_next_time_avg": float(np.mean(nxt)) if nxt else None}
 
 
 def _stream_keys(cfg, rows, M, stream) -> dict:
