@@ -206,8 +206,13 @@ def check(run, graph, query1, query2, exhaustive, require_equivalent):
               help="EXTENSION (not in the paper): also run ID on the latent projections of G that drop "
               "one observed variable outside the query (e.g. gives the front-door estimand when a "
               "back-door set is observed too).")
+@click.option("--simplify", is_flag=True,
+              help="Also simplify every member's estimand by d-separation (each P(A|C) drops the c with "
+              "A _||_ c | C minus c in G, then the sums that vanish; not in the paper): the simplified "
+              "estimands join the class, members get estimand_simplified, size and size_simplified "
+              "(summed variables, largest factor arity, factors), and `simplest` is the smallest estimand.")
 @output_option("Write the full result (members, estimands in text, LaTeX and JSON) as JSON.", suffixes=(".json",))
-def identify_cmd(run, graph, query, cap, prune, fmt, projections, output):
+def identify_cmd(run, graph, query, cap, prune, fmt, projections, simplify, output):
     """Estimands of QUERY and of all its equivalents (ID/IDC), deduplicated, with two estimators
     beside the class.
 
@@ -224,7 +229,8 @@ def identify_cmd(run, graph, query, cap, prune, fmt, projections, output):
     plain_id (what ID/IDC returns for the query itself, or null), simplified_id,
     optimal_adjustment_set (list or null), optimal_adjustment, hedge (when not identifiable),
     n_members, n_expressions, pruned, members (each: member, observational, identifiable,
-    estimand), capped.
+    estimand; with --simplify also estimand_simplified, size, size_simplified), capped; with
+    --simplify also simplest, simplest_size.
     Examples:
       derive-docalc identify napkin.dag 'P(y|do(x))' --json | jq -r '.estimands[]'
       derive-docalc identify fdbd.dag 'P(y|do(x))' --projections --format latex
@@ -235,7 +241,8 @@ def identify_cmd(run, graph, query, cap, prune, fmt, projections, output):
 
     run.output(output)
     G, q = _load(run, graph, query)
-    ce = class_estimands(G, q, cap=cap, projections=projections, prune=prune, baselines=True)
+    ce = class_estimands(G, q, cap=cap, projections=projections, prune=prune, baselines=True,
+                         simplify_members=simplify)
     render = {"text": E.text, "latex": E.latex, "json": E.to_json}[fmt]
     Gr = ce.graph
 
@@ -250,6 +257,9 @@ def identify_cmd(run, graph, query, cap, prune, fmt, projections, output):
                "optimal_adjustment": r(ce.optimal),
                "hedge": ce.hedge, "n_members": len(ce.cls.members), "n_expressions": ce.cls.n_expressions,
                "pruned": ce.cls.pruned, "members": ce.members, "capped": ce.cls.capped}
+    if simplify:
+        summary["simplest"] = r(ce.simplest)
+        summary["simplest_size"] = E.size(ce.simplest) if ce.simplest is not None else None
     if output is not None:
         full = {**summary, "estimands": [{**e.row(), "json": E.to_json(e.expr)} for e in ce.estimands]}
         run.save(output, write_json, full)

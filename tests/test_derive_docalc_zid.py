@@ -173,3 +173,16 @@ def test_gid_agrees_with_y0_trso():
         ours = gid(G, {"Y"}, {"X"}, [OBS] + [frozenset(z) for z in coll]).identifiable
         theirs, _ = y0_trso(G, {"Y"}, {"X"}, [frozenset(z) for z in coll])
         assert ours == theirs == want, text
+
+
+def test_cli_identify_simplify(capsys):
+    code, out, err = call(capsys, "identify", "dag { A -> M; B -> M; A -> X; B -> Y; X -> Y }", "P(y | do(x))",
+                          "--simplify", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["simplest"] == "P(Y | X)" and s["simplest_size"] == {"summed": 0, "max_arity": 2, "factors": 1}
+    first = s["members"][0]
+    assert first["estimand"] == "sum_{B} (P(B) P(Y | A, B, X))"
+    assert first["estimand_simplified"] == "sum_{B} (P(B) P(Y | B, X))"
+    assert first["size"]["max_arity"] == 4 and first["size_simplified"]["max_arity"] == 3
+    assert "sum_{B} (P(B) P(Y | B, X))" in s["estimands"]

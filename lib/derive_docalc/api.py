@@ -523,7 +523,8 @@ def estimate(cfg: EstimateConfig, G: ADMG, q: Query, df, seed: int = 0, source: 
     (exit 3): nothing to estimate."""
     from icmlkit.lib.core.runtime import numpy_rng
 
-    ce = class_estimands(G, q, cap=cfg.cap, projections=cfg.projections, prune=cfg.prune, baselines=cfg.baselines)
+    ce = class_estimands(G, q, cap=cfg.cap, projections=cfg.projections, prune=cfg.prune, baselines=cfg.baselines,
+                         simplify_members=cfg.simplify)
     if not ce.identifiable:
         raise CheckFailed(f"{q.text(G.nodes)} is not identifiable ({ce.hedge}); nothing to estimate")
     kind = guess_kind(df[list(ce.graph.nodes)]) if cfg.kind == "auto" else cfg.kind

@@ -33,6 +33,9 @@ class EstimateConfig:
                            "Maathuis 2022; queries without w, when O is a valid adjustment set).")
     prune: bool = _opt(True, "Remove the variables with no path to the outcome before the search (exact: "
                        "each member then stands for 3^k expressions over the k pruned variables).")
+    simplify: bool = _opt(False, "Also rank every member's estimand simplified by d-separation (each P(A|C) "
+                          "drops the c with A _||_ c | C minus c in G, then the sums that vanish; not in the "
+                          "paper): the class then contains simplified ID.")
 
     def check(self) -> None:
         from icmlkit.lib.core.errors import UsageError
