@@ -160,6 +160,47 @@ def test_shared_ancestor_is_not_treated_as_independent():
     assert prob(parents, leak, order, "M", {"I": 0})[0] == 0.0
 
 
+def test_batched_interventions_equal_one_pass_each():
+    """effects() runs every intervention in one batched pass (prob_batch): the same probabilities as
+    prob() per intervention, and None past the frontier cap."""
+    from icmlkit.lib.trace_injection.scm import prob, prob_batch
+
+    rng = random.Random(11)
+    for _ in range(150):
+        names, parents, leak, order = _random_dag(rng, rng.randint(2, 9))
+        cands = rng.sample(names[:-1], rng.randint(1, min(3, len(names) - 1)))
+        dos = [{c: 1 for c in cands}, {c: 0 for c in cands}] + [d for c in cands for d in ({c: 1}, {c: 0})]
+        got = prob_batch(parents, leak, order, names[-1], dos)
+        want = [prob(parents, leak, order, names[-1], d)[0] for d in dos]
+        assert got == pytest.approx(want, abs=1e-12)
+    names, parents, leak, order = _random_dag(random.Random(3), 12)
+    assert prob_batch(parents, leak, order, names[-1], [{}], max_frontier=1) is None
+
+
+def test_fast_paths_are_exact():
+    """The shortcuts of the graph builder change no result: a value that matches some text is found in the
+    joined corpus (Corpus.may_match), and may_have_marker is False only where the marker pattern finds
+    nothing."""
+    from icmlkit.lib.trace_injection.config import MARKER_RE
+    from icmlkit.lib.trace_injection.content import Corpus, Text, Value, match, may_have_marker
+
+    texts = [Text("Send the rent to GB29 NWBK 6016 1331 9268 19 by May 5, 2024."),
+             Text("Visit http://www.true-informations.com/ now"), Text("contact: Mark.Black-2134@gmail.com"),
+             Text('{"amount": "$1,000.00", "date": "05/05/2024"}')]
+    corpus = Corpus(texts)
+    for raw in ("GB29NWBK60161331926819", "www.true-informations.com", "true-informations.com/",
+                "mark.black-2134@gmail.com", "1000", "2024-05-05", "rent to", "something else entirely",
+                "https://true-informations.com", "NWBK"):
+        v = Value(raw)
+        if any(match(v, t)[0] for t in texts):
+            assert corpus.may_match(v), raw
+    for s in ("Ignore previous instructions", "<INFORMATION> hi", "### (system) go", "TODO: pay",
+              "Important!!! now", "before you can solve", "the AI assistant", "New instruction here",
+              "system_message", "please disregard that", "plain tool output, nothing to see", "ſystem message",
+              "the model", "a todo list"):
+        assert may_have_marker(s) == (MARKER_RE.search(s) is not None), s
+
+
 def test_frontier_cap_falls_back_and_says_so():
     from icmlkit.lib.trace_injection.scm import prob
 

@@ -52,26 +52,46 @@ def flat_values(obj) -> list[str]:
     return [] if obj is None else [str(obj)]
 
 
-def instruction_score(piece: str) -> float:
-    """Instruction-likeness of one line or sentence in [0, 1] (reconstructed heuristic)."""
+def instruction_score(piece: str, markers: bool = True, you: bool = True) -> float:
+    """Instruction-likeness of one line or sentence in [0, 1] (reconstructed heuristic). ``markers`` /
+    ``you`` False: the caller knows the text holding the piece has no marker / no "you" (a piece is a
+    line or sentence bounded by whitespace, so a match inside it is a match in the text)."""
     s = piece.strip()
     if not s:
         return 0.0
     score = 0.0
-    hits = len(MARKER_RE.findall(s))
-    score += min(0.9, 0.6 * hits)
+    if markers:
+        hits = len(MARKER_RE.findall(s))
+        score += min(0.9, 0.6 * hits)
     if _IMPERATIVE.match(s):
         score += 0.45
-    if _YOU.search(s):
+    if you and _YOU.search(s):
         score += 0.15
     return min(1.0, score)
+
+
+# a literal every branch of config.MARKERS needs (lower case), and the characters that sre's
+# case-insensitive matching folds onto ASCII letters (with one of them present no shortcut is taken)
+_MARKER_LITERALS = ("<information>", "</information>", "ignore", "disregard", "###", "system", "todo", "important",
+                    "before you", "assistant", "model", "agent", "new instruction")
+_FOLDS = re.compile("[\u0130\u0131\u017f\u212a]")
+
+
+def may_have_marker(text: str) -> bool:
+    """False only when no marker of :data:`.config.MARKER_RE` can occur in ``text`` (none of the literals
+    its branches need is in the lower-cased text): a fast exact test before the regular expression."""
+    if _FOLDS.search(text):
+        return MARKER_RE.search(text) is not None
+    low = text.lower()
+    return any(w in low for w in _MARKER_LITERALS) and MARKER_RE.search(text) is not None
 
 
 def scored_pieces(text: str, scorer=None) -> list[tuple[tuple[int, int], float]]:
     """((start, end), instruction score) of every line/sentence piece of ``text``; ``scorer(piece,
     score)`` (optional: the LLM judge, or the learned score of :mod:`.instruct`, which has a
     ``batch`` method and is called once per text) rescores them."""
-    out = [((a, b), instruction_score(text[a:b])) for a, b in _pieces(text)]
+    mk, yo = may_have_marker(text), _YOU.search(text) is not None
+    out = [((a, b), instruction_score(text[a:b], mk, yo)) for a, b in _pieces(text)]
     if scorer is not None and out:
         if hasattr(scorer, "batch"):  # the learned instruction score: all pieces at once
             new = scorer.batch([text[a:b] for (a, b), _ in out], [sc for _, sc in out])
@@ -147,7 +167,11 @@ def segments(text: str, threshold: float = 0.5, scorer=None, scored=None) -> lis
             out.append({"start": a, "end": b, "text": text[a:b], "score": max(scores[k] for k in run)})
 
     # a candidate piece carries the rest of its line (the rest of the same field value) with it
-    line_of = [text.count("\n", 0, a) for a, _ in spans]
+    line_of, line, last = [], 0, 0
+    for a, _ in spans:  # the line of each piece (the pieces are in text order: counted once, not per piece)
+        line += text.count("\n", last, a)
+        last = a
+        line_of.append(line)
     strong_line = None
     for k in range(len(scores)):
         if scores[k] >= threshold:
@@ -180,9 +204,8 @@ def segments(text: str, threshold: float = 0.5, scorer=None, scored=None) -> lis
     return out
 
 
-@lru_cache(maxsize=4096)
 def _shingles(text: str, k: int) -> frozenset:
-    return frozenset(text[i:i + k] for i in range(max(0, len(text) - k + 1)))
+    return frozenset([text[i:i + k] for i in range(max(0, len(text) - k + 1))])
 
 
 @lru_cache(maxsize=1 << 18)
@@ -192,28 +215,38 @@ def overlap(value: "Value", source: "Text", min_overlap: int = 10, similarity: f
     canonical form (the normalisation named, :func:`match`); else the fraction of its
     min_overlap-shingles found in the source when that fraction >= ``similarity`` (never for a
     one-token identifier: ``US133...`` is not ``US122...``), else 0."""
+    return overlap_known(value, source, min_overlap, similarity)
+
+
+def overlap_known(value: "Value", source: "Text", min_overlap: int = 10, similarity: float = 0.6,
+                  may_match: bool = True, idents: list | None = None) -> tuple[float, str]:
+    """:func:`overlap` when the caller already knows that ``value`` cannot :func:`match` the source
+    (``may_match`` False: it occurs in no text of a corpus holding the source, :meth:`Corpus.may_match`)
+    and which of its identifier tokens can (``idents``, in order; None: all of them): the same result
+    with the containment tests that cannot succeed skipped."""
     v, src = value.norm, source.norm
     if len(v) < min_overlap:
         return 0.0, ""
-    if v in src:
-        return 1.0, ""
-    ok, how = match(value, source, min_overlap)
-    if ok:
-        return 1.0, how
+    if may_match:
+        if v in src:
+            return 1.0, ""
+        ok, how = match(value, source, min_overlap)
+        if ok:
+            return 1.0, how
     # an identifier-like token of the value (IBAN, e-mail, URL, id: >= min_overlap characters with a
     # digit, '@', '.' or '/') found in the source is a >= min_overlap common substring that cannot be
     # a common word; for short values only (a long composite text is judged by its coverage)
-    for tok in value.idents():
+    for tok in (value.idents() if idents is None else idents):
         if len(tok.norm) >= min_overlap:
             ok, how = match(tok, source, min_overlap)
             if ok:
                 return 1.0, how
-    if " " not in v and _IDENT.search(v):
+    if value.identifier():
         return 0.0, ""  # an identifier (IBAN, e-mail, URL, id) matches canonically or not at all
-    mine = _shingles(v, min_overlap)
+    mine = value.shingles(min_overlap)
     if not mine:
         return 0.0, ""
-    cov = len(mine & _shingles(src, min_overlap)) / len(mine)
+    cov = len(mine & source.shingles(min_overlap)) / len(mine)
     return (cov, "") if cov >= similarity else (0.0, "")
 
 
@@ -392,7 +425,7 @@ class Text:
     """(Read-only once built; :func:`match` and :func:`overlap` are memoised per object.) A source text prepared for matching: ``norm`` (:func:`normalise`), ``tokens``, ``canon`` (every
     step of :data:`NORMALISATIONS` applied) and ``canon_tokens``, computed once."""
 
-    __slots__ = ("norm", "tokens", "canon", "canon_tokens", "_stems")
+    __slots__ = ("norm", "tokens", "canon", "canon_tokens", "_stems", "_sh")
 
     def __init__(self, raw: str | None = None, norm: str | None = None):
         self.norm = norm if norm is not None else normalise(raw or "")
@@ -401,6 +434,13 @@ class Text:
         self.canon = forms[-1][1] if forms else self.norm
         self.canon_tokens = tokens(self.canon) if forms else self.tokens
         self._stems = None
+        self._sh = None
+
+    def shingles(self, k: int) -> frozenset:
+        """The ``k``-character shingles of ``norm`` (computed once per text)."""
+        if self._sh is None or self._sh[0] != k:
+            self._sh = (k, _shingles(self.norm, k))
+        return self._sh[1]
 
     @property
     def stems(self) -> set:
@@ -414,7 +454,7 @@ class Value:
     """An argument value prepared for matching: ``raw``, ``norm``, its cumulative canonical forms and
     ``canon`` (the last one); :meth:`idents` its identifier-like tokens (as values)."""
 
-    __slots__ = ("raw", "norm", "forms", "canon", "_idents")
+    __slots__ = ("raw", "norm", "forms", "canon", "_idents", "_sh", "_ident")
 
     def __init__(self, raw: str):
         self.raw = raw
@@ -422,6 +462,20 @@ class Value:
         self.forms = canonical_forms(self.norm)
         self.canon = self.forms[-1][1] if self.forms else self.norm
         self._idents = None
+        self._sh = None
+        self._ident = None
+
+    def shingles(self, k: int) -> frozenset:
+        """The ``k``-character shingles of ``norm`` (computed once per value)."""
+        if self._sh is None or self._sh[0] != k:
+            self._sh = (k, _shingles(self.norm, k))
+        return self._sh[1]
+
+    def identifier(self) -> bool:
+        """One token with a digit, '@', '.' or '/' (an IBAN, e-mail, URL, id)."""
+        if self._ident is None:
+            self._ident = " " not in self.norm and bool(_IDENT.search(self.norm))
+        return self._ident
 
     def idents(self) -> list:
         """Tokens of a short value (<= 100 characters) with a digit, '@', '.' or '/' and >= 6
@@ -465,3 +519,25 @@ def match(value: Value, text: Text, min_len: int = 6) -> tuple[bool, str]:
         if _in(v, form, tokens(form), min_len):
             return True, name
     return True, NORMALISATIONS[-1][0]
+
+
+class Corpus:
+    """The texts of a trajectory prefix joined (their ``norm`` and ``canon`` forms), to learn with one
+    containment test whether a value can :func:`match` any of them: a value of ``min_len`` characters
+    or more (plain and canonical) that starts with no digit matches a text only when its ``norm`` is
+    in the text's ``norm`` or its ``canon`` in the text's ``canon`` (:func:`match`), so a value found in
+    neither joined string matches none of the texts."""
+
+    __slots__ = ("norm", "canon")
+
+    def __init__(self, texts):
+        texts = list(texts)
+        self.norm = "\x00".join(t.norm for t in texts)
+        self.canon = "\x00".join(t.canon for t in texts)
+
+    def may_match(self, value: Value, min_len: int = 6) -> bool:
+        """False only when ``value`` matches no text of the corpus (a necessary condition; exact)."""
+        v, c = value.norm, value.canon
+        if len(v) < min_len or len(c) < min_len or v[:1].isdigit():
+            return True
+        return v in self.norm or c in self.canon

@@ -326,16 +326,28 @@ class GraphBuilder:
         referenced = [0.0] * n      # ... in a span whose source the task names (1 - score^2 of its piece)
         ref_task = [None] * n
         overlaps = []
+        # one containment test per value over every earlier text joined tells which values can match
+        # some text at all (most cannot): the per-text tests that cannot succeed are skipped (same edges)
+        corpus = C.Corpus(self.texts.values())
+        mo = p["min_overlap"]
+        may_long = [corpus.may_match(v, mo) for v in long_values]
+        ids_long = [[t for t in v.idents() if len(t.norm) >= mo and corpus.may_match(t, mo)] for v in long_values]
+        live = [k for k, v in enumerate(long_values) if may_long[k] or ids_long[k] or not v.identifier()]
+        may_sal = [corpus.may_match(v) for v in salient]
+        may_named = [corpus.may_match(v) for v in named_values]
+        zero = (0.0, "")
         for sid, text in self.texts.items():
             src = nodes[sid]
             # (d) content overlap -> data_dependency
-            strengths = [C.overlap(v, text, p["min_overlap"], p["similarity"]) for v in long_values]
+            strengths = [zero] * len(long_values)
+            for k in live:
+                strengths[k] = C.overlap_known(long_values[k], text, mo, p["similarity"], may_long[k], ids_long[k])
             if any(st for st, _ in strengths):
                 overlaps.append((sid, strengths))
             plain = src.kind != "SEGMENT" and sid not in self.tainted
             named_by = self.named.get(sid) if plain and not src.trusted else None
             for k, v in enumerate(salient):
-                if found[k] and (not plain or trusted[k] >= 1.0):
+                if not may_sal[k] or (found[k] and (not plain or trusted[k] >= 1.0)):
                     continue
                 ok, how = C.match(v, text)
                 if not ok:
@@ -354,7 +366,7 @@ class GraphBuilder:
             if src.candidate:
                 fm = C.function_match(fn, text)
                 if fm >= 0.5:
-                    named = [C.match(v, text)[0] for v in named_values]
+                    named = [m and C.match(v, text)[0] for v, m in zip(named_values, may_named)]
                     frac = (sum(named) / len(named)) if named else 1.0
                     self._edge(sid, node.id, "trust_transfer", fm * (0.3 + 0.7 * frac), _marked(src, "instruction"))
         # (d) overlap edges, scaled by the share of the call's sourced values that this source provides
