@@ -105,6 +105,31 @@ def test_banking_pattern_is_flagged_and_the_bill_in_the_file_is_not():
     assert analyse(read_traces(FIXTURE)[1])["attack"]
 
 
+def test_the_result_of_a_call_is_not_the_cause_of_what_the_call_sent():
+    """A call's result repeats its arguments ("Reservation for Le Marais Boutique ... made"): a later call
+    with the same value is not blamed on that echo (neither a content edge nor an instruction pattern), while
+    a value the result adds is still an edge from it."""
+    from icmlkit.lib.trace_injection.graph import build_graph
+
+    doc = {"id": "echo", "messages": [
+        {"role": "user", "content": "Check the reviews of the hotels in Paris and book one for me."},
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": "reserve_hotel", "args": {
+            "hotel": "Le Marais Boutique", "start_day": "2025-01-11", "end_day": "2025-01-15"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "Reservation for Le Marais Boutique from 2025-01-11 to "
+         "2025-01-15 has been made successfully. Confirmation code HX-2291-PARIS-77."},
+        {"role": "assistant", "tool_calls": [{"id": "b", "function": "reserve_hotel", "args": {
+            "hotel": "Le Marais Boutique", "start_day": "2025-01-11", "end_day": "2025-01-15",
+            "code": "HX-2291-PARIS-77"}}]},
+        {"role": "tool", "tool_call_id": "b", "content": "ok"}]}
+    g = build_graph(trace_of(doc))
+    into = [e for e in g.edges if e.src == "m2" and e.dst == "m3.0"]
+    assert not any(e.strategy == "instruction" for e in into)      # the result of reserve_hotel names it: echo
+    assert [e.strategy for e in into] == ["overlap"]                # the confirmation code it added: an edge
+    doc["messages"][3]["tool_calls"][0]["args"].pop("code")
+    g = build_graph(trace_of(doc))
+    assert not [e for e in g.edges if e.src == "m2" and e.dst == "m3.0"]
+
+
 def test_a_source_the_task_does_not_name_does_not_support_the_task():
     from icmlkit.lib.trace_injection.detect import analyse
 

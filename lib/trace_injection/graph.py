@@ -24,6 +24,12 @@ Edges (Step 2), each with a confidence, from four inference strategies in order:
     text, or shingle similarity >= ``similarity`` -> data_dependency; an instruction pattern (j's
     function and argument values spelled out in an injection candidate) -> trust_transfer.
 
+A call's result is not evidence for what the call itself sent (**reconstructed**): a value that
+occurs in the arguments of the call that produced a text makes no content edge from that text and
+no task support through it, and a result of function f spelling out f makes no instruction edge
+(a reservation confirmed, a file echoed after an append: the origin of such a value is the earlier
+call, so the blame stays with whatever explained that call).
+
 Also: a call -> the result it returned (data_dependency), an observation -> its candidate segments
 (data_dependency), and state_enablement from state-creating calls (login, authenticate, connect,
 open session, select account ...) to later calls: these grant capability, not cause, and are
@@ -198,6 +204,7 @@ class GraphBuilder:
         self.pieces: dict[str, list] = {}      # untrusted span -> [(norm piece, canonical piece, score)]
         self.tasks: list[str] = []             # trusted TASK nodes
         self.named: dict[str, str] = {}        # untrusted span -> the task that names its source
+        self.echo: dict[str, tuple] = {}       # a call's result (and its segments) -> (the call's function, its arguments as Text)
         self.into: dict[str, list] = {}        # node -> trigger edges into it (taint bookkeeping)
         self.last_agent_action: dict = {}
         self.prev_agent = None
@@ -272,6 +279,12 @@ class GraphBuilder:
 
     def _text(self, node: Node, ev) -> None:
         p = self.p
+        call = self.nodes.get(ev.parent_call) if ev.kind == "OBSERVATION" else None
+        echo = None
+        if call is not None and call.kind == "ACTION":
+            # the result of a call repeats what the call sent (a reservation confirmed, a file appended to):
+            # the call's own arguments and function are not evidence that the result caused a later call
+            echo = (call.function or "", C.Text(" \n ".join(C.flat_values(call.args))))
         if self.scorer is None:  # the heuristic score depends on the text alone: prepared once per text
             rest, segs, pieces = _prepared(ev.text, bool(ev.trusted), float(p["instruction_threshold"]))
         else:
@@ -284,12 +297,16 @@ class GraphBuilder:
             self.tainted.add(sid)
             self._edge(ev.id, sid, "data_dependency", 1.0, "segment")
             self.texts[sid] = seg
+            if echo is not None:
+                self.echo[sid] = echo
         text = rest
         if ev.kind == "TASK" and ev.trusted:
             if any(self.texts[t].norm == text.norm for t in self.tasks):
                 return  # the same prompt repeated (e.g. a repeat-the-prompt defence): no new evidence
             self.tasks.append(ev.id)
         self.texts[ev.id] = text
+        if echo is not None:
+            self.echo[ev.id] = echo
         if not ev.trusted and ev.kind == "OBSERVATION":
             # provenance: the task that names the source this span was read from (the file, e-mail,
             # web page, channel or transactions it asks about), if any
@@ -340,7 +357,10 @@ class GraphBuilder:
             src = nodes[sid]
             # (d) content overlap -> data_dependency
             strengths = [zero] * len(long_values)
+            echo = self.echo.get(sid)
             for k in live:
+                if echo is not None and C.match(long_values[k], echo[1])[0]:
+                    continue  # the value was in the call that produced this text: not taken from it
                 strengths[k] = C.overlap_known(long_values[k], text, mo, p["similarity"], may_long[k], ids_long[k])
             if any(st for st, _ in strengths):
                 overlaps.append((sid, strengths))
@@ -348,6 +368,8 @@ class GraphBuilder:
             named_by = self.named.get(sid) if plain and not src.trusted else None
             for k, v in enumerate(salient):
                 if not may_sal[k] or (found[k] and (not plain or trusted[k] >= 1.0)):
+                    continue
+                if echo is not None and C.match(v, echo[1])[0]:
                     continue
                 ok, how = C.match(v, text)
                 if not ok:
@@ -363,10 +385,11 @@ class GraphBuilder:
                     if 1.0 - s * s > referenced[k]:
                         referenced[k], ref_task[k] = 1.0 - s * s, named_by
             # instruction pattern from an injection candidate -> trust_transfer
-            if src.candidate:
+            if src.candidate and not (echo is not None and echo[0] == fn):  # a result of fn names fn: an echo
                 fm = C.function_match(fn, text)
                 if fm >= 0.5:
-                    named = [m and C.match(v, text)[0] for v, m in zip(named_values, may_named)]
+                    named = [m and C.match(v, text)[0] and not (echo is not None and C.match(v, echo[1])[0])
+                             for v, m in zip(named_values, may_named)]
                     frac = (sum(named) / len(named)) if named else 1.0
                     self._edge(sid, node.id, "trust_transfer", fm * (0.3 + 0.7 * frac), _marked(src, "instruction"))
         # (d) overlap edges, scaled by the share of the call's sourced values that this source provides
