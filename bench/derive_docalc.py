@@ -387,25 +387,29 @@ def zid_check(G, y, x, coll, rng, numeric: bool) -> dict:
     r = gid(G, {y}, {x}, data)
     obs = gid(G, {y}, {x}, [frozenset()]).identifiable
     try:
-        theirs, est_y0 = y0_trso(G, {y}, {x}, [Z for Z in data if Z])
+        theirs, est_y0, expr_y0 = y0_trso(G, {y}, {x}, [Z for Z in data if Z])
         y0_error = None
     except Exception as exc:  # y0 raises on some inputs: counted apart
-        theirs, est_y0, y0_error = None, None, f"{type(exc).__name__}: {exc}"[:120]
+        theirs, est_y0, expr_y0, y0_error = None, None, None, f"{type(exc).__name__}: {exc}"[:120]
     row = {"query": f"P({y} | do({x}))", "experiments": [sorted(Z) for Z in coll], "ours": r.identifiable,
            "observational": obs, "y0": theirs, "y0_error": y0_error,
            "ours_estimand": E.text(r.estimand) if r.estimand is not None else None, "y0_estimand": est_y0,
-           "error_vs_exact": None, "free_ok": None}
-    if r.identifiable and numeric:
+           "error_vs_exact": None, "free_ok": None, "y0_error_vs_exact": None}
+    if (r.identifiable or expr_y0 is not None) and numeric:
         scm = DiscreteSCM.random(G, rng)
-        used = {Z for _, Z in r.components if Z}
-        T = DiscreteTables(scm.joint(), G.nodes, {Z: scm.experimental_joint(Z) for Z in used})
+        T = DiscreteTables(scm.joint(), G.nodes, {Z: scm.experimental_joint(Z) for Z in data if Z})
         names = list(G.nodes)
-        fr = set(E.free(r.estimand))
-        row["free_ok"] = fr <= {x, y}
-        tg = [v for v in names if v in fr | {x, y}]
-        val = evaluate_table(r.estimand, T, tg)[0].reshape([scm.card[v] if v in tg else 1 for v in names])
-        a, b = np.broadcast_arrays(val, full_table(scm, {y}, {x}, set(), names))
-        row["error_vs_exact"] = float(np.abs(a - b).max())
+        ref = full_table(scm, {y}, {x}, set(), names)
+        for key, e in (("error_vs_exact", r.estimand), ("y0_error_vs_exact", expr_y0)):
+            if e is None:
+                continue
+            fr = set(E.free(e))
+            if key == "error_vs_exact":
+                row["free_ok"] = fr <= {x, y}
+            tg = [v for v in names if v in fr | {x, y}]
+            val = evaluate_table(e, T, tg)[0].reshape([scm.card[v] if v in tg else 1 for v in names])
+            a, b = np.broadcast_arrays(val, ref)
+            row[key] = float(np.abs(a - b).max())
     return row
 
 
@@ -843,6 +847,8 @@ def report(results: dict) -> tuple[dict, str]:
         n_extra = sum(1 for r in num if not r["free_ok"])
         x_in = sum(1 for r in errs if any(r["query"].split("do(")[1][:-2] in e for e in r["experiments"]))
         helped = sum(1 for r in zr if r["ours"] and not r["observational"])
+        y0_num = [r for r in zr if r.get("y0_error_vs_exact") is not None]
+        y0_off = [r for r in y0_num if r["y0_error_vs_exact"] > 1e-9]
         n_id = sum(1 for r in zr if r["ours"])
         targets["zid_agrees_with_y0"] = target(
             agree / len(answered) if answered else None, 1.0, bool(answered) and agree == len(answered),
@@ -856,10 +862,20 @@ def report(results: dict) -> tuple[dict, str]:
             f"max |gID estimand on the exact experimental joints - exact P(y|do(x))| over {len(num)} identified "
             f"queries (random binary SCMs, latents explicit); {n_extra} estimands also mention variables other "
             "than x and y (as ID's napkin estimand mentions W2): checked at every value of them")
+        if y0_num:
+            targets["zid_y0_estimands_off_exact"] = target(
+                len(y0_off), None, True,
+                f"of {len(y0_num)} y0 TRSO estimands evaluated on the same exact experimental joints (each factor "
+                "PP[pi_i][I](A|C) read as P_do{Z_i}(A|C,I)), those off the exact P(y|do(x)) by more than 1e-9 "
+                f"(largest error {max(r['y0_error_vs_exact'] for r in y0_num):.2g}); ours: "
+                f"{sum(1 for r in num if r['error_vs_exact'] > 1e-9)}")
         targets["zid_identified_only_with_experiments"] = target(
             helped, None, True, f"of {len(zr)} queries, {n_id} identifiable, {helped} of them not from the "
             "observational joint alone")
         dis = [r for r in answered if r["ours"] != r["y0"]][:5]
+        off_ex = [{**r, "y0_error_vs_exact": f"{r['y0_error_vs_exact']:.3g}",
+                   "error_vs_exact": f"{r['error_vs_exact']:.1e}" if r["error_vs_exact"] is not None else None}
+                  for r in y0_off[:4]]
         md += ["## (g) zID / gID: identification from experiments vs y0 0.2.11 (TRSO)", "",
                f"{len(zr)} queries on {zd['graphs']} graphs; verdicts agree on {agree} of the {len(answered)} that "
                f"y0 answers; y0 raised on {len(errs)} ({', '.join(sorted({r['y0_error'].split(':')[0] for r in errs}))})"
@@ -867,6 +883,11 @@ def report(results: dict) -> tuple[dict, str]:
                f"exact value {_g(worst, '.1e')} over {len(num)}.", ""]
         if dis:
             md += [table(dis, ["graph", "query", "experiments", "ours", "y0", "ours_estimand", "y0_estimand"]), ""]
+        if y0_num:
+            md += [f"y0's estimands on the same exact joints: {len(y0_off)} of {len(y0_num)} off the exact value.", ""]
+        if off_ex:
+            md += [table(off_ex, ["graph", "query", "experiments", "ours_estimand", "error_vs_exact", "y0_estimand",
+                                  "y0_error_vs_exact"]), ""]
         ex, seen = [], set()
         for r in zr:
             key = (r["graph"], str(r["experiments"]))

@@ -171,8 +171,10 @@ def test_gid_agrees_with_y0_trso():
     for text, coll, want in cases:
         G = parse_dagitty(text)
         ours = gid(G, {"Y"}, {"X"}, [OBS] + [frozenset(z) for z in coll]).identifiable
-        theirs, _ = y0_trso(G, {"Y"}, {"X"}, [frozenset(z) for z in coll])
+        theirs, _, expr = y0_trso(G, {"Y"}, {"X"}, [frozenset(z) for z in coll])
         assert ours == theirs == want, text
+        if expr is not None:  # y0's estimand, read as ours, is exact here too
+            assert _exact_error(G, expr, {"Y"}, {"X"}, experiments=coll) < 1e-12, text
 
 
 def test_cli_identify_simplify(capsys):

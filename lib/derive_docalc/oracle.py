@@ -43,7 +43,31 @@ def causaleffect_identify(G: ADMG, Y, X, W=(), simplify: bool = False) -> Expr |
     return _convert(P)
 
 
-def y0_trso(G: ADMG, Y, X, experiments) -> tuple[bool, str | None]:
+def _from_y0(e, domains: dict) -> Expr:
+    """A y0 expression (Sum, Product, Fraction, (Population)Probability) as ours. A factor of domain
+    pi_i, PP[pi_i][I](A | C) (I = the interventions active there, inside that domain's experiment
+    Z_i), is read as P_do{Z_i}(A | C, I): in the randomised experiment conditioning on i is doing i;
+    the target domain pi* is the observational joint."""
+    from y0 import dsl
+
+    if isinstance(e, dsl.One):
+        return ONE
+    if isinstance(e, dsl.Sum):
+        return Sum(tuple(v.name for v in e.ranges), _from_y0(e.expression, domains))
+    if isinstance(e, dsl.Product):
+        return Prod(tuple(_from_y0(f, domains) for f in e.expressions))
+    if isinstance(e, dsl.Fraction):
+        return Frac(_from_y0(e.numerator, domains), _from_y0(e.denominator, domains))
+    if isinstance(e, dsl.Probability):
+        d = e.distribution
+        acted = {i.name for v in d.children for i in (getattr(v, "interventions", None) or ())}
+        pop = getattr(e, "population", None)
+        do = domains.get(str(pop), frozenset()) if pop is not None else frozenset()
+        return Prob(tuple(v.name for v in d.children), tuple({v.name for v in d.parents} | acted), tuple(do))
+    raise TypeError(f"unhandled y0 expression {type(e).__name__}")
+
+
+def y0_trso(G: ADMG, Y, X, experiments) -> tuple[bool, str | None, Expr | None]:
     """y0 0.2.11's TRSO (Tikka & Karvanen's surrogate-outcome / transportability algorithm,
     ``y0.algorithm.transport.identify_target_outcomes``) on P(y | do(x)) with the observational
     joint and one domain per experiment Z_i observing every other variable: z-identification in
@@ -51,7 +75,7 @@ def y0_trso(G: ADMG, Y, X, experiments) -> tuple[bool, str | None]:
     recursion). Returns (identifiable, estimand text or None). y0 0.2.11's
     ``NxMixedGraph.remove_in_edges`` drops every node it is not asked about (so an experiment on a
     node that becomes isolated crashes); it is replaced by a version that keeps the nodes for the
-    duration of the call."""
+    duration of the call. Returns (identifiable, y0's estimand text, that estimand as ours or None)."""
     require_module("y0", "derive-docalc")
     from y0.algorithm.transport import identify_target_outcomes
     from y0.dsl import Population, Variable
@@ -76,4 +100,7 @@ def y0_trso(G: ADMG, Y, X, experiments) -> tuple[bool, str | None]:
                                      surrogate_outcomes=outcomes, surrogate_interventions=interventions)
     finally:
         yg.NxMixedGraph.remove_in_edges = original
-    return r is not None, (str(r) if r is not None else None)
+    if r is None:
+        return False, None, None
+    domains = {str(p): Z for p, Z in zip(interventions, exps)}
+    return True, str(r), _from_y0(r, domains)
