@@ -59,7 +59,8 @@ def run_command(run, data, output, shard, resume, cfg):
 
     \b
     JSON keys: model, n_pairs, n_prompts, n_cached, acc_normal, acc_misleading, mvi_sensitivity,
-    invalid_rate, n_judged, seconds, prompts_per_second, template_hash, output.
+    circular_consistency, vanilla_accuracy (--circular; null otherwise), invalid_rate, n_judged,
+    seconds, prompts_per_second, template_hash, output.
     Record fields: id, pair_id, category, level, subcategory, type, rotation, permutation, reply,
     letter, answer_letter, valid, correct, latency_s, model, template_hash.
     Examples:
@@ -95,9 +96,14 @@ def score(run, predictions, output, cfg):
 
     \b
     JSON keys: model, n_pairs, acc_normal, acc_misleading, mvi_sensitivity, mvi_sensitivity_ci,
-    flip_rate, mcnemar_p, invalid_rate, per_category, per_level (per_subcategory for FILM).
+    flip_rate, mcnemar_p, invalid_rate, circular_consistency, vanilla_accuracy, per_category,
+    per_level (per_subcategory for FILM).
     Table columns: group_by, group, level, n_pairs, acc_normal, acc_misleading, mvi_sensitivity,
-    ci_low, ci_high, flip_rate, n_flip, n_reverse, mcnemar_p, invalid_rate.
+    ci_low, ci_high, flip_rate, n_flip, n_reverse, mcnemar_p, invalid_rate, circular_consistency,
+    vanilla_accuracy.
+    circular_consistency (circular runs; null otherwise): the share of items right under every
+    cyclic shift of the options (MMBench CircularEval); vanilla_accuracy: right at the seeded
+    order (shift 0).
     Examples:
       mvi-bench score effnet.jsonl -o table.md --json
       mvi-bench score part1.jsonl part2.jsonl part3.jsonl part4.jsonl -o table.csv

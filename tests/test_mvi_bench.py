@@ -111,6 +111,56 @@ def test_circular_item_is_right_only_when_every_rotation_is():
     assert s["acc_normal"] == 0.0 and s["acc_misleading"] == 1.0
 
 
+def test_circular_consistency_per_category_with_a_scripted_model(synth, tmp_path, capsys):
+    """A scripted model whose CircularEval consistency is known per category: resemblance answers
+    the gold letter (1), representation always 'A' (right in exactly one shift: 0), material the
+    gold letter on normal images and 'A' on misleading ones (0.5; MVI-S 1), every other category the
+    gold letter except on shift 1 (0, while its vanilla accuracy is 1)."""
+    from icmlkit.lib.mvi_bench import api, read_dataset
+    from icmlkit.lib.mvi_bench.config import LETTERS, RunConfig, ScoreConfig
+    from icmlkit.lib.mvi_bench.metric import markdown_table
+    from icmlkit.lib.mvi_bench.models import Model
+    from icmlkit.lib.mvi_bench.protocol import permutation
+
+    class Scripted(Model):
+        name = "scripted"
+
+        def answer(self, req):
+            item, rot = req.key.rsplit("/", 1)
+            cat = item.split("_")[0]
+            wrong = LETTERS[(LETTERS.index(req.gold) + 1) % len(req.options)]
+            if cat == "representation" or (cat == "material" and "misleading" in item):
+                return "A"
+            if cat in ("resemblance", "material"):
+                return req.gold
+            return wrong if rot == "1" else req.gold
+
+    ds = read_dataset(synth)
+    res = api.run(RunConfig(model="scripted", circular=True), ds, model=Scripted())
+    assert res.summary["circular_consistency"] == pytest.approx(6 / 24)  # 4 resemblance + 2 material items of 24
+    recs = res.records
+    out = tmp_path / "c.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    s = js(capsys, "score", out, "--bootstrap", 0, "-o", tmp_path / "c.md")
+    cc = {c: v["circular_consistency"] for c, v in s["per_category"].items()}
+    assert cc == {"resemblance": 1.0, "representation": 0.0, "material": 0.5, "mirror": 0.0, "occlusion": 0.0,
+                  "illusion": 0.0}
+    va = {c: v["vanilla_accuracy"] for c, v in s["per_category"].items()}
+    # representation's vanilla accuracy: the items whose gold option is shown as A at the seeded order
+    rep = [n for n, _ in ds.pairs if n.category == "representation"]
+    at_a = sum(permutation(0, n.pair_id, len(n.choices))[0] == n.choices.index(n.answer) for n in rep)
+    assert va["representation"] == at_a / len(rep)
+    assert va["resemblance"] == va["mirror"] == va["occlusion"] == va["illusion"] == 1.0
+    assert s["per_category"]["material"]["mvi_sensitivity"] == 1.0
+    assert s["circular_consistency"] == pytest.approx(0.25) and s["per_level"]["concept"]["circular_consistency"] == 0.5
+    assert "circular consistency" in (tmp_path / "c.md").read_text()
+    # a plain (non-circular) run has no CircularEval figures
+    plain = api.run(RunConfig(model="scripted"), ds, model=Scripted())
+    assert plain.summary["circular_consistency"] is None and plain.summary["vanilla_accuracy"] is None
+    assert "circular consistency" not in markdown_table(api.score(ScoreConfig(bootstrap=0), [
+        ("r", i + 1, r) for i, r in enumerate(plain.records)]).rows)
+
+
 # ----------------------------------------------------------------------------------- the parser
 
 OPTIONS = ["a cat", "a coffee cup", "a rocket", "a motorcycle"]

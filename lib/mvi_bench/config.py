@@ -49,7 +49,8 @@ class RunConfig:
     format: str = option("auto", "Data layout: official (annotations.json + images), parquet (HF), film "
                          "(FILM folder), or auto by the path.", choices=FORMATS)
     circular: bool = option(False, "Circular evaluation (MMBench style): every cyclic shift of the seeded "
-                            "permutation; an item is right only when all shifts are.")
+                            "permutation; an item is right only when all shifts are. Adds the CircularEval "
+                            "consistency and the vanilla (shift 0) accuracy per category.")
     parser: str = option("robust", "robust: exact letter > 'Answer: X'/'(X)' > unique option text > invalid; "
                          "official: the first word-bounded A-D (the evaluation scripts' rule); "
                          "official-extract: the official utils' extractor (any A-D letter counts).", choices=PARSERS)

@@ -16,7 +16,12 @@ For a group g of pairs (a category, a level, a FILM sub-category, or all):
   misleading item is wrong. McNemar exact p: two-sided binomial test of b (normal right, misleading
   wrong) against c (normal wrong, misleading right), p = 1 when b + c = 0.
 - invalid rate: share of the asked prompts whose reply did not parse (they count as wrong).
-- Circular evaluation: an item is right only when every rotation's answer is right.
+- Circular evaluation: an item is right only when every rotation's answer is right (so Acc_n and
+  Acc_m of a circular run are CircularEval accuracies). Beside MVI-S, for circular runs only (null
+  otherwise): ``circular_consistency``, the share of the group's items (normal and misleading
+  together) answered correctly under every cyclic shift of the options (MMBench's CircularEval),
+  and ``vanilla_accuracy``, the share right at the seeded order alone (rotation 0, MMBench's
+  VanillaEval); their gap is the accuracy that depended on the option position.
 """
 from __future__ import annotations
 
@@ -31,7 +36,8 @@ from icmlkit.lib.core.runtime import numpy_rng
 from icmlkit.lib.mvi_bench.config import CATEGORIES, LEVEL_OF, LEVELS, RECONSTRUCTED_LEVELS, ScoreConfig
 
 COLUMNS = ["group_by", "group", "level", "n_pairs", "acc_normal", "acc_misleading", "mvi_sensitivity",
-           "ci_low", "ci_high", "flip_rate", "n_flip", "n_reverse", "mcnemar_p", "invalid_rate"]
+           "ci_low", "ci_high", "flip_rate", "n_flip", "n_reverse", "mcnemar_p", "invalid_rate", "circular_consistency",
+           "vanilla_accuracy"]
 RECORD_FIELDS = ("id", "pair_id", "category", "type", "correct")
 
 
@@ -62,7 +68,9 @@ def _nan_none(x):
     return None if math.isnan(x) else round(x, 6)
 
 
-def _group_stats(n_ok: np.ndarray, m_ok: np.ndarray, invalid: tuple[int, int], cfg: ScoreConfig, rng) -> dict:
+def _group_stats(n_ok: np.ndarray, m_ok: np.ndarray, invalid: tuple[int, int], cfg: ScoreConfig, rng,
+                 first: np.ndarray | None = None) -> dict:
+    """``first``: for circular runs, the (P, 2) correctness at rotation 0 (normal, misleading)."""
     P = len(n_ok)
     acc_n, acc_m = float(n_ok.mean()), float(m_ok.mean())
     s = mvi_sensitivity(acc_n, acc_m)
@@ -80,14 +88,18 @@ def _group_stats(n_ok: np.ndarray, m_ok: np.ndarray, invalid: tuple[int, int], c
     n_right = int(n_ok.sum())
     return {"n_pairs": P, "acc_normal": acc_n, "acc_misleading": acc_m, "mvi_sensitivity": s, "ci_low": lo,
             "ci_high": hi, "flip_rate": b / n_right if n_right else float("nan"), "n_flip": b, "n_reverse": c,
-            "mcnemar_p": mcnemar_exact(b, c), "invalid_rate": invalid[0] / invalid[1] if invalid[1] else 0.0}
+            "mcnemar_p": mcnemar_exact(b, c), "invalid_rate": invalid[0] / invalid[1] if invalid[1] else 0.0,
+            "circular_consistency": None if first is None else (n_right + int(m_ok.sum())) / (2 * P),
+            "vanilla_accuracy": None if first is None else float(first.mean())}
 
 
 def collect_pairs(records: list[tuple[str, int, dict]]) -> tuple[str, list[dict]]:
     """Validate per-sample records ``(file, line, record)`` and fold them into pairs.
 
     Returns (model id, pairs), each pair ``{pair_id, category, subcategory, normal, misleading,
-    asked, invalid}`` with the items' correctness (every rotation right, for circular runs)."""
+    normal_first, misleading_first, shifts, asked, invalid}`` with the items' correctness (every
+    rotation right, for circular runs), their correctness at rotation 0 (``*_first``; the item's
+    lowest rotation when rotation 0 is absent) and the most rotations asked of an item (``shifts``)."""
     items: dict[str, dict] = {}
     seen: set = set()
     models = set()
@@ -108,10 +120,14 @@ def collect_pairs(records: list[tuple[str, int, dict]]) -> tuple[str, list[dict]
         models.add(str(r.get("model", "")))
         it = items.setdefault(str(r["id"]), {"pair_id": str(r["pair_id"]), "category": r["category"],
                                               "subcategory": str(r.get("subcategory") or ""), "type": r["type"],
-                                              "correct": True, "asked": 0, "invalid": 0, "where": (file, line)})
+                                              "correct": True, "asked": 0, "invalid": 0, "where": (file, line),
+                                              "first": (None, True)})
         if it["pair_id"] != str(r["pair_id"]) or it["type"] != r["type"]:
             raise InputError(f"item {r['id']}: field pair_id/type differs between its records", file, line)
         it["correct"] = it["correct"] and r["correct"]
+        rot = int(r.get("rotation") or 0)
+        if it["first"][0] is None or rot < it["first"][0]:
+            it["first"] = (rot, r["correct"])
         it["asked"] += 1
         it["invalid"] += 0 if r.get("valid", r.get("letter") is not None) else 1
     if len(models) > 1:
@@ -120,11 +136,14 @@ def collect_pairs(records: list[tuple[str, int, dict]]) -> tuple[str, list[dict]
     pairs: dict[str, dict] = {}
     for iid, it in items.items():
         p = pairs.setdefault(it["pair_id"], {"pair_id": it["pair_id"], "category": it["category"],
-                                             "subcategory": it["subcategory"], "asked": 0, "invalid": 0})
+                                             "subcategory": it["subcategory"], "asked": 0, "invalid": 0,
+                                             "shifts": 0})
         if it["type"] in p:
             f, ln = it["where"]
             raise InputError(f"item {iid}: pair {it['pair_id']} has two {it['type']} items", f, ln)
         p[it["type"]] = it["correct"]
+        p[it["type"] + "_first"] = it["first"][1]
+        p["shifts"] = max(p["shifts"], it["asked"])
         p["asked"] += it["asked"]
         p["invalid"] += it["invalid"]
     out = []
@@ -143,12 +162,14 @@ def collect_pairs(records: list[tuple[str, int, dict]]) -> tuple[str, list[dict]
 def score_pairs(pairs: list[dict], cfg: ScoreConfig, seed: int = 0, model: str = "") -> ScoreResult:
     """The table (overall, per level, per category, per FILM sub-category) and the summary."""
     rng = numpy_rng(seed, "bootstrap")
+    circular = any(p.get("shifts", 1) > 1 for p in pairs)  # a circular run asks every item several times
 
     def stats(sel: list[dict]) -> dict:
         n_ok = np.array([p["normal"] for p in sel], dtype=bool)
         m_ok = np.array([p["misleading"] for p in sel], dtype=bool)
         inv = (sum(p["invalid"] for p in sel), sum(p["asked"] for p in sel))
-        return _group_stats(n_ok, m_ok, inv, cfg, rng)
+        first = np.array([[p["normal_first"], p["misleading_first"]] for p in sel], dtype=bool) if circular else None
+        return _group_stats(n_ok, m_ok, inv, cfg, rng, first)
 
     rows = [{"group_by": "overall", "group": "all", "level": "", **stats(pairs)}]
     for lvl, cats in LEVELS.items():
@@ -169,13 +190,15 @@ def score_pairs(pairs: list[dict], cfg: ScoreConfig, seed: int = 0, model: str =
 
     def brief(r: dict) -> dict:
         return {k: r[k] for k in ("n_pairs", "acc_normal", "acc_misleading", "mvi_sensitivity", "ci_low", "ci_high",
-                                  "flip_rate", "mcnemar_p", "invalid_rate")}
+                                  "flip_rate", "mcnemar_p", "invalid_rate", "circular_consistency",
+                                  "vanilla_accuracy")}
 
     o = clean[0]
     summary = {
         "model": model, "n_pairs": o["n_pairs"], "acc_normal": o["acc_normal"], "acc_misleading": o["acc_misleading"],
         "mvi_sensitivity": o["mvi_sensitivity"], "mvi_sensitivity_ci": [o["ci_low"], o["ci_high"]],
         "flip_rate": o["flip_rate"], "mcnemar_p": o["mcnemar_p"], "invalid_rate": o["invalid_rate"],
+        "circular_consistency": o["circular_consistency"], "vanilla_accuracy": o["vanilla_accuracy"],
         "per_category": {r["group"]: brief(r) for r in clean if r["group_by"] == "category"},
         "per_level": {r["group"]: brief(r) for r in clean if r["group_by"] == "level"},
     }
@@ -209,7 +232,9 @@ def markdown_table(rows: list[dict], title: str = "") -> str:
     def f(v):
         return "nan" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
 
-    head = ["group", "level", "n", "Acc_n", "Acc_m", "MVI-S", "95% CI", "flip", "McNemar p", "invalid"]
+    circular = any(r.get("circular_consistency") is not None for r in rows)
+    head = ["group", "level", "n", "Acc_n", "Acc_m", "MVI-S", "95% CI", "flip", "McNemar p", "invalid"] + \
+        (["circular consistency", "vanilla acc"] if circular else [])
     out = [f"**{title}**\n" if title else "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         g = r["group"] + (" [reconstructed level]" if r["group"] in RECONSTRUCTED_LEVELS else "")
@@ -217,5 +242,7 @@ def markdown_table(rows: list[dict], title: str = "") -> str:
         ci = "nan" if r["ci_low"] is None else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
         out.append("| " + " | ".join([name, r["level"] or "-", str(r["n_pairs"]), f(r["acc_normal"]),
                                       f(r["acc_misleading"]), f(r["mvi_sensitivity"]), ci, f(r["flip_rate"]),
-                                      f(r["mcnemar_p"]), f(r["invalid_rate"])]) + " |")
+                                      f(r["mcnemar_p"]), f(r["invalid_rate"])]
+                                     + ([f(r["circular_consistency"]), f(r["vanilla_accuracy"])] if circular else []))
+                   + " |")
     return "\n".join(x for x in out if x != "") + "\n"

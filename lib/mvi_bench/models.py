@@ -13,8 +13,9 @@
   (vLLM, LMDeploy, ...) through :class:`icmlkit.lib.llm.ChatClient`: one user turn with the image
   as a base64 data URL first and the prompt text second, ``temperature`` 0, ``max_tokens`` 5.
 - ``hf:PATH``: a local Hugging Face vision-language model folder (AutoProcessor + its chat
-  template + ``AutoModelForImageTextToText``, greedy). Needs the ``hf`` extra; UNTESTED here (no
-  vision-language weights are available offline on this machine).
+  template + ``AutoModelForImageTextToText``, greedy). Needs the ``hf`` extra. No real
+  vision-language weights are available offline here: the path is tested on tiny randomly
+  initialised LLaVA and Idefics3 folders (see :class:`HFVisionModel`).
 """
 from __future__ import annotations
 
@@ -200,9 +201,18 @@ class EndpointModel(Model):
 
 
 class HFVisionModel(Model):
-    """A local Hugging Face vision-language model folder (untested here: no such weights offline)."""
+    """A local Hugging Face vision-language model folder: ``AutoProcessor`` (its chat template and
+    image processor) + ``AutoModelForImageTextToText``, greedy ``generate``; the reply is the decoded
+    new tokens (special tokens skipped).
+
+    Tested end to end (tests/test_mvi_bench_hf.py) on tiny randomly initialised folders written by
+    ``save_pretrained`` of two classes: ``LlavaForConditionalGeneration`` (CLIP vision tower + Llama)
+    and ``Idefics3ForConditionalGeneration`` (the SmolVLM family), each with a byte-level tokenizer
+    and a chat template; no real vision-language weights exist offline here. One ``generate`` at a
+    time (a lock), so the loopback server may wrap it."""
 
     def __init__(self, path: str, *, device="cpu", max_new_tokens: int = 5, system_prompt: str = ""):
+        from icmlkit.lib.core.errors import InputError
         from icmlkit.lib.hf.models import quiet_transformers, require_transformers, resolve_model_path
 
         tr = require_transformers("hf")
@@ -210,20 +220,38 @@ class HFVisionModel(Model):
         folder = resolve_model_path(path)
         self.name = f"hf:{folder.name}"
         self.device, self.max_new_tokens, self.system_prompt = device, max_new_tokens, system_prompt
-        self.processor = tr.AutoProcessor.from_pretrained(str(folder), local_files_only=True)
+        self._lock = threading.Lock()
         auto = getattr(tr, "AutoModelForImageTextToText", None) or getattr(tr, "AutoModelForVision2Seq")
-        self.model = auto.from_pretrained(str(folder), local_files_only=True).to(device).eval()
+        try:
+            self.processor = tr.AutoProcessor.from_pretrained(str(folder), local_files_only=True)
+            self.model = auto.from_pretrained(str(folder), local_files_only=True).to(device).eval()
+        except (ValueError, KeyError, OSError, ImportError, AttributeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"not a vision-language model folder that transformers {tr.__version__} can load "
+                             f"as AutoProcessor + AutoModelForImageTextToText ({first[:200]})", str(path)) from None
+        if not hasattr(self.processor, "image_processor"):
+            raise InputError("the folder's processor has no image processor (a text-only model?)", str(path))
+        if not getattr(self.processor, "chat_template", None):
+            raise InputError("the folder's processor has no chat template (chat_template.jinja or "
+                             "processor_config.json)", str(path))
+        self.architecture = type(self.model).__name__
+        self.transformers_version = tr.__version__
 
     def answer(self, req: Request) -> str:
         import torch
 
         msgs = [{"role": "system", "content": [{"type": "text", "text": self.system_prompt}]}] if self.system_prompt else []
         msgs.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": req.prompt}]})
-        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        inputs = self.processor(text=[text], images=[decode_rgb(req.image)], return_tensors="pt").to(self.device)
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False)
-        return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0]
+        with self._lock:
+            text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            inputs = self.processor(text=[text], images=[decode_rgb(req.image)], return_tensors="pt").to(self.device)
+            with torch.no_grad():
+                out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False)
+            return self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0]
+
+    def settings(self) -> dict:
+        return {"architecture": self.architecture, "folder": self.name[3:], "transformers": self.transformers_version,
+                "dtype": str(next(self.model.parameters()).dtype).replace("torch.", "")}
 
 
 def load_model(spec: str, *, seed: int = 0, device="cpu", cfg=None) -> Model:

@@ -202,7 +202,8 @@ def run_bench(cfg: RunConfig, data: Dataset, model: Model, *, seed: int = 0, sha
     sc = score_pairs(pairs, ScoreConfig(bootstrap=0), seed=seed, model=model.name).summary
     summary = {"model": model.name, "n_pairs": len(pairs), "n_prompts": len(records), "n_cached": n_cached,
                "acc_normal": sc["acc_normal"], "acc_misleading": sc["acc_misleading"],
-               "mvi_sensitivity": sc["mvi_sensitivity"], "invalid_rate": sc["invalid_rate"], "n_judged": n_judged,
+               "mvi_sensitivity": sc["mvi_sensitivity"], "circular_consistency": sc["circular_consistency"],
+               "vanilla_accuracy": sc["vanilla_accuracy"], "invalid_rate": sc["invalid_rate"], "n_judged": n_judged,
                "seconds": round(seconds, 3),
                "prompts_per_second": round(len(todo) / seconds, 3) if todo and seconds > 0 else None,
                "template_hash": thash}

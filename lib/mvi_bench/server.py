@@ -2,8 +2,10 @@
 
 ``serve(model, latency=0.2)`` starts ``POST /v1/chat/completions`` on 127.0.0.1 (a free port) in a
 thread: it decodes the base64 data-URL image and the prompt text of the one user turn, asks the
-wrapped local :class:`~icmlkit.lib.mvi_bench.models.Model` (e.g. the EfficientNet scorer) and answers a
-chat completion. ``latency`` seconds are slept per request (outside any lock) to imitate a remote
+wrapped local :class:`~icmlkit.lib.mvi_bench.models.Model` (e.g. the EfficientNet scorer, or a
+``hf:PATH`` :class:`~icmlkit.lib.mvi_bench.models.HFVisionModel`, which the tests serve) and answers a
+chat completion. The request's ``max_tokens`` and ``temperature`` are not applied: the wrapped model
+keeps its own settings. ``latency`` seconds are slept per request (outside any lock) to imitate a remote
 model; every payload is kept in ``server.payloads`` (tests check the data URL, temperature and
 max_tokens). It binds to 127.0.0.1 only.
 """
