@@ -217,6 +217,10 @@ BOOT = 10000
 P_TAGS = {"label-drift": "", "covariate-drift": "rotated_", "fast-label-drift": "fast_"}  # target names
 
 
+def _keys(summary: dict, keys) -> dict:
+    return {k: summary.get(k) for k in keys}
+
+
 def personal_settings(quick: bool) -> dict:
     """label drift (digits, the digits part's stream) and covariate drift (rotated-MNIST, the
     rotated-mnist part's stream); lr 0.2, E 5 (the trained settings) and --personalised."""
@@ -241,7 +245,7 @@ def personalised(ctx) -> dict:
     """Each (setting, strategy, seed) is one cached item; tuning as in the other parts (budget 9 on
     seed 100), scored by the personalised next-period accuracy; dds-saw with the noisy oracle is
     tuned under that oracle."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # one thread: two spin against other jobs on the shared cores
     out = {}
     for name, (scfg, base) in personal_settings(ctx.quick).items():
         tag = name.split()[0]
@@ -250,9 +254,8 @@ def personalised(ctx) -> dict:
                      variants=personal_variants(base), metric=P_METRIC)
         res = {}
         for label, cfg in cfgs.items():
-            res[label] = [ctx.cached(_key("personalised", tag, label, seed), lambda cfg=cfg, seed=seed: {
-                k: run_stream(cfg, streams[seed], seed=seed, warn=False).summary.get(k) for k in P_KEYS})
-                for seed in ctx.seeds]
+            res[label] = [ctx.cached(_key("personalised", tag, label, seed), lambda cfg=cfg, seed=seed: _keys(
+                run_stream(cfg, streams[seed], seed=seed, warn=False).summary, P_KEYS)) for seed in ctx.seeds]
             ctx.log(f"{name} {label:18s} personal next {np.mean([v[P_METRIC] for v in res[label]]):.4f} global next "
                     f"{np.mean([v['acc_next_time_avg'] for v in res[label]]):.4f}")
         pairs = {}
