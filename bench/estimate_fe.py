@@ -785,12 +785,13 @@ def alanine_basins_markdown(R: dict) -> list[str]:
     r, md, t, e, st = ab["reference"], ab["plain_md"], ab["card_train"], ab["card_eval"], ab["settings"]
     ev = alanine_basin_evals(ab)
     rows = []
+    z = lambda v: "0 (reference)" if v == 0 else _f(v)  # noqa: E731 - C7eq, the reference basin
     for b in ("C7eq", "alphaR", "C7ax", "alphaL"):
-        rows.append({"basin": b, "reference (umbrella on phi + MBAR)": _f(r["delta_f_kcal"][b]),
-                     "reference window halves": " / ".join(_f(h[b]) for h in r["halves_kcal"]),
+        rows.append({"basin": b, "reference (umbrella on phi + MBAR)": z(r["delta_f_kcal"][b]),
+                     "reference window halves": " / ".join(z(h[b]) for h in r["halves_kcal"]),
                      "population": f"{r['population'][b]:.4f}",
-                     f"plain MD {md['ps']:.0f} ps (frames)": f"{_f(md['delta_f_kcal'][b])} ({md['counts'][b]})",
-                     "CARD reweighted": _f(e["delta_f_kcal"][b]), "CARD raw samples": e["raw_counts"][b],
+                     f"plain MD {md['ps']:.0f} ps (frames)": f"{z(md['delta_f_kcal'][b])} ({md['counts'][b]})",
+                     "CARD reweighted": z(e["delta_f_kcal"][b]), "CARD raw samples": e["raw_counts"][b],
                      "CARD basin ESS": f"{e['ess_per_basin'][b]:.1f}"})
     return ["## Alanine dipeptide basin free energies in vacuum (issue 57)", "",
             f"F_basin - F_C7eq in kcal/mol at {ab['temperature']} K, ACE-ALA-NME built in (amber14/ff14SB), basins by "

@@ -250,7 +250,7 @@ def basin_free_energies(labels: np.ndarray, log_w: np.ndarray, names, reference:
         ess[nm] = float(w.sum() ** 2 / (w ** 2).sum())
         lz[nm] = float(m + np.log(w.sum()))
     for nm in names:
-        out[nm] = None if lz[nm] is None or lz[reference] is None else -(lz[nm] - lz[reference])
+        out[nm] = None if lz[nm] is None or lz[reference] is None else lz[reference] - lz[nm]
     return {"delta_f_kT": out, "population": pops, "ess": ess, "reference": reference}
 
 
