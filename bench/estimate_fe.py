@@ -31,6 +31,16 @@ transfer             one model per environment over FreeSolv molecules chosen by
                      lambda MBAR (MAE target <= 0.5 kcal/mol, energy-evaluation ratios reported).
 transfer-hbonds      the same with X-H constraints, and the held-out rows re-estimated with sample seeds
                      1 and 2 (the same models and references).
+basins               issue 57: the torsion basins each held-out transfer molecule's reference MD visits,
+                     stated per molecule; a planar torsion held in one basin with the other basin within
+                     3 kcal/mol gets lambda-MBAR from each basin and a vacuum umbrella along the bond's
+                     twist (the ergodic reference); the transfer MAEs re-quoted with basin-consistent
+                     references (targets transfer_mae*_basin_consistent_kcal).
+alanine-basins       issue 57: alanine dipeptide's C7eq / alphaR / C7ax / alphaL free energies in vacuum:
+                     umbrella sampling along phi + MBAR (the reference; plain MD for comparison) vs CARD
+                     trained on a short phi-umbrella run, its samples importance-reweighted and assigned
+                     by (phi, psi) (targets alanine_basin_df_abs_error_kcal <= 0.3,
+                     alanine_evals_over_reference < 1).
 
 The library reports each run's breakdown (MD, training, estimation seconds); the whole of each library
 call is timed once by time_call (repeats=1: runs of minutes). Run:  make bench TOOL=estimate-fe
