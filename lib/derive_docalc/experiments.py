@@ -38,7 +38,8 @@ from icmlkit.lib.causal.admg import ADMG
 from icmlkit.lib.causal.parse import Query
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.derive_docalc import expr as E
-from icmlkit.lib.derive_docalc.identify import NotIdentifiable, identify, identify_id, mutilate, simplify
+from icmlkit.lib.derive_docalc.identify import (NotIdentifiable, identify, identify_id, move_conditions_to_actions,
+                                                mutilate, simplify)
 
 __all__ = ["GIDResult", "gid", "gid_query", "relabel", "identify_from_experiment", "experiments", "mutilate"]
 
@@ -123,15 +124,8 @@ def gid(G: ADMG, Y, X, available, simplified: bool = True) -> GIDResult:
 def gid_query(G: ADMG, q: Query, available, simplified: bool = True) -> GIDResult:
     """gID of a conditional query P(y | do(x), w): rule 2 moves w into the actions where it can,
     then gID(y u w, x) / sum_y gID(y u w, x) [reconstructed for w; see the module docstring]."""
-    Y, X, W = q.Y, q.X, q.W
-    changed = True
-    while changed and W:
-        changed = False
-        for z in sorted(W, key=G.index.get):
-            if G.d_separated(Y, {z}, X | (W - {z}), bar=X, under={z}):
-                X, W = X | {z}, W - {z}
-                changed = True
-                break
+    Y = q.Y
+    X, W = move_conditions_to_actions(G, Y, q.X, q.W)
     if not W:
         return gid(G, Y, X, available, simplified)
     r = gid(G, Y | W, X, available, simplified=False)

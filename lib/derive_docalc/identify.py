@@ -121,9 +121,9 @@ def identify_id(G: ADMG, Y, X) -> Expr:
     return canonical(_id(Y, X, _Dist(Prob(tuple(V)), V, raw=True), G, order))
 
 
-def identify(G: ADMG, q: Query) -> Expr:
-    """IDC: the estimand of P(y | do(x), w) or raise :class:`NotIdentifiable`."""
-    Y, X, W = q.Y, q.X, q.W
+def move_conditions_to_actions(G: ADMG, Y: frozenset, X: frozenset, W: frozenset) -> tuple:
+    """IDC's first step: by rule 2, move every z of w into the actions while y is d-separated from z
+    given x and the rest of w in G with x's in-edges and z's out-edges cut; returns (X, W)."""
     changed = True
     while changed and W:
         changed = False
@@ -132,6 +132,13 @@ def identify(G: ADMG, q: Query) -> Expr:
                 X, W = X | {z}, W - {z}
                 changed = True
                 break
+    return X, W
+
+
+def identify(G: ADMG, q: Query) -> Expr:
+    """IDC: the estimand of P(y | do(x), w) or raise :class:`NotIdentifiable`."""
+    Y = q.Y
+    X, W = move_conditions_to_actions(G, Y, q.X, q.W)
     if not W:
         return identify_id(G, Y, X)
     joint = identify_id(G, Y | W, X)

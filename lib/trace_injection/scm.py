@@ -46,19 +46,25 @@ def _topo(nodes: set, parents: dict, order: dict) -> list:
     return sorted(nodes, key=lambda n: order[n])
 
 
-def prob(parents: dict, leak: dict, order: dict, target: str, do: dict | None = None,
-         max_frontier: int = 20) -> tuple[float, bool]:
-    """Exact P(X_target = 1 | do) for the noisy-OR model; returns (probability, exact)."""
-    do = do or {}
-    anc = ancestors({k: ({} if k in do else v) for k, v in parents.items()}, target)
-    topo = _topo(anc, parents, order)
+def _elimination_plan(parents: dict, order: dict, target: str, fixed) -> tuple:
+    """The target's ancestors once the in-edges of ``fixed`` are cut, in topological order, and each
+    one's number of children among them (a variable leaves the joint table when the count hits 0)."""
+    anc = ancestors({k: ({} if k in fixed else v) for k, v in parents.items()}, target)
     children_left = {n: 0 for n in anc}
     for v in anc:
-        if v in do:
+        if v in fixed:
             continue
         for u in parents.get(v, {}):
             if u in anc:
                 children_left[u] += 1
+    return anc, _topo(anc, parents, order), children_left
+
+
+def prob(parents: dict, leak: dict, order: dict, target: str, do: dict | None = None,
+         max_frontier: int = 20) -> tuple[float, bool]:
+    """Exact P(X_target = 1 | do) for the noisy-OR model; returns (probability, exact)."""
+    do = do or {}
+    anc, topo, children_left = _elimination_plan(parents, order, target, do)
     const: dict = {}           # nodes with a fixed value
     frontier: list = []        # variables in the joint table, in axis order
     table = np.ones(1, dtype=np.float64)  # shape (2,)*len(frontier), flattened lazily
@@ -166,15 +172,7 @@ def prob_batch(parents: dict, leak: dict, order: dict, target: str, dos: list,
     nb = len(dos)
     always = set(dos[0]).intersection(*dos[1:]) if dos else set()
     some = set().union(*dos) - always if dos else set()
-    anc = ancestors({k: ({} if k in always else v) for k, v in parents.items()}, target)
-    topo = _topo(anc, parents, order)
-    children_left = {n: 0 for n in anc}
-    for v in anc:
-        if v in always:
-            continue
-        for u in parents.get(v, {}):
-            if u in anc:
-                children_left[u] += 1
+    anc, topo, children_left = _elimination_plan(parents, order, target, always)
     const: dict = {}
     frontier: list = []
     table = np.ones(nb, dtype=np.float64)
