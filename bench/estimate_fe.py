@@ -41,6 +41,9 @@ alanine-basins       issue 57: alanine dipeptide's C7eq / alphaR / C7ax / alphaL
                      trained on a short phi-umbrella run, its samples importance-reweighted and assigned
                      by (phi, psi) (targets alanine_basin_df_abs_error_kcal <= 0.3,
                      alanine_evals_over_reference < 1).
+solvation-flexible   issue 57: CARD (internal coordinates) vacuum -> OBC2 on the smallest FreeSolv molecules
+                     with 6-12 heavy atoms and >= 2 rotatable bonds (rule in flexible_select), shorter MD
+                     and training, vs lambda-MBAR and experiment, with basin checks of both samples.
 
 The library reports each run's breakdown (MD, training, estimation seconds); the whole of each library
 call is timed once by time_call (repeats=1: runs of minutes). Run:  make bench TOOL=estimate-fe
@@ -547,6 +550,14 @@ def targets_of(R: dict) -> dict:
             ev["ratio"], 1.0, ev["ratio"] < 1.0,
             f"CARD's energy evaluations (training umbrella MD {ev['card_md']}, Stage II/III {ev['card_train']}, "
             f"{ev['card_samples']} samples) over the umbrella reference's {ev['reference']}")
+    for r in (R.get("flexible") or {}).get("rows", {}).values():
+        d = r["abs_diff_kcal"]
+        targets[f"solvation_flexible_{r['compound']}_abs_diff_kcal"] = target(
+            d, 0.3, d is not None and d <= 0.3,
+            f"{r['name']} ({r['heavy_atoms']} heavy atoms, {r['n_rotors']} rotatable bonds): |CARD - lambda MBAR| "
+            f"(CARD {_f(r['card_delta_g_kcal'])} +- {_f(r['card_err_kcal'])} with {r['evals_card']} energy evaluations, "
+            f"MBAR {_f(r['mbar_delta_g_kcal'])} +- {_f(r['mbar_err_kcal'])} with {r['evals_mbar']}, expt "
+            f"{r['freesolv_expt_kcal']:.2f}); the 2-4 heavy-atom parts' threshold, shorter MD and training here")
     for k, a in sorted(R.get("alanine", {}).items()):
         targets[f"alanine_dipeptide_{k}_forward_ess"] = target(
             a["ess_forward"], None, True, f"reported (no threshold in the issue): forward ESS in vacuum; overlap "
@@ -697,7 +708,7 @@ def markdown(R: dict) -> str:
                           "ESS rev": _pct(a["ess_reverse"]), "s MD": f"{a['seconds_md']:.0f}",
                           "s train": f"{a['seconds_train']:.0f}", "s estimate": f"{a['seconds_estimate']:.0f}"}
                          for k, a in sorted(R["alanine"].items())])]
-    lines += basins_markdown(R) + alanine_basins_markdown(R)
+    lines += basins_markdown(R) + alanine_basins_markdown(R) + flexible_markdown(R)
     return "\n".join(lines)
 
 
@@ -1228,6 +1239,192 @@ def part_alanine_basins(ctx) -> dict:
             "env": "vacuum", "temperature": T}
 
 
+# ----------------------------------------------------------------------------- solvation-flexible (issue 57)
+# 6-12 heavy-atom flexible FreeSolv molecules: the smallest that pass the rule (see flexible_select), with
+# shorter MD and training than the 2-4 heavy-atom parts (2 shared CPU cores, minutes per molecule)
+CFG["flexible"] = {"heavy_atoms": [6, 12], "min_rotors": 2, "n_molecules": 2, "n_frames": 1000, "interval": 20,
+                   "equil": 2000, "train_fraction": 0.6, "steps": 300, "stage2_steps": 60, "n_samples": 1000,
+                   "lambda_frames": 100, "lambda_interval": 50, "lambda_equil": 1000}
+QUICK["flexible"] = {"n_molecules": 1, "n_frames": 60, "interval": 5, "equil": 50, "steps": 5, "stage2_steps": 2,
+                     "n_samples": 50, "lambda_frames": 12, "lambda_interval": 10, "lambda_equil": 50}
+
+
+def flexible_select(cfg) -> list[dict]:
+    """The rule: FreeSolv entries with heavy_atoms[0]-heavy_atoms[1] heavy atoms in the SMILES, elements
+    C N O S Cl, no bracket atoms, no triple bond (the transfer part's rule otherwise), and at least
+    ``min_rotors`` rotatable bonds, counted as the heavy-atom torsions of kind "rotor" of
+    :func:`icmlkit.lib.estimate_fe.basins.torsions` (a non-ring bond with a heavy neighbour beyond each
+    end, the two ends not both trigonal: the strict rotatable-bond count, terminal CH3/OH rotors and
+    double bonds left out); ordered by heavy atoms, then all atoms, then compound id; the first
+    ``n_molecules`` (the smallest: they fit the budget)."""
+    from icmlkit.lib.estimate_fe import basins as B
+    from icmlkit.lib.estimate_fe.transfer import _TOKEN, RULE, select_freesolv
+
+    c = cfg["flexible"]
+    lo, hi = c["heavy_atoms"]
+    entries = select_freesolv(freesolv_dir() / "database.txt", {**RULE, "heavy_atoms": (lo, hi)})
+    out = []
+    for heavy in range(lo, hi + 1):  # the smallest first: open only as many systems as needed
+        found = []
+        for e in entries:
+            if len(_TOKEN.findall(e["smiles"])) != heavy:
+                continue
+            s = open_system(f"freesolv:{e['compound']}")
+            rotors = [t for t in B.torsions(s) if t["kind"] == "rotor"]
+            if len(rotors) >= c["min_rotors"]:
+                found.append({**e, "heavy_atoms": heavy, "n_atoms": s.n_atoms, "n_rotors": len(rotors)})
+        out += sorted(found, key=lambda e: (e["n_atoms"], e["compound"]))
+        if len(out) >= c["n_molecules"]:
+            break
+    return out[:c["n_molecules"]]
+
+
+def flexible_card(cfg, e: dict, folder: Path) -> dict:
+    """CARD (internal coordinates) vacuum -> OBC2 on one flexible molecule, with end-state BAR on the same
+    frames; the models and frames are kept in ``folder`` for the basin check."""
+    c = cfg["flexible"]
+    cid = e["compound"]
+    folder.mkdir(parents=True, exist_ok=True)
+    card, rec = once(lambda: solvation(
+        lambda env: open_system(f"freesolv:{cid}", env=env, temperature=T), folder,
+        n_frames=c["n_frames"], interval=c["interval"], steps=c["steps"], stage2_steps=c["stage2_steps"],
+        n_samples=c["n_samples"], equil=c["equil"], arch={**cfg["model"], "coords": "internal"},
+        train_fraction=c["train_fraction"], seed=0))
+    per, eb = card["per_environment"], card["endstate_bar"]
+    row = {"card_delta_g_kcal": card["delta_g_kcal"], "card_err_kcal": card["delta_g_err_kcal"],
+           "card_exp_forward_delta_g_kcal": card["delta_g_exp_forward_kcal"],
+           "endstate_bar_delta_g_kcal": eb["delta_g_kcal"], "endstate_bar_err_kcal": eb["delta_g_err_kcal"],
+           "overlap_per_env": {k: per[k]["overlap"] for k in per},
+           "ess_forward_per_env": {k: per[k]["ess_forward"] for k in per},
+           "ess_reverse_per_env": {k: per[k]["ess_reverse"] for k in per},
+           "val_nll_per_env": {k: per[k]["val_nll"] for k in per},
+           "evals_card": card["energy_evals"], "evals_card_without_md": card["energy_evals_estimate"],
+           "evals_endstate_bar": eb["energy_evals"],
+           "seconds_md": card["seconds_md"], "seconds_train": card["seconds_train"],
+           "seconds_estimate": card["seconds_estimate"], "seconds_call": rec["median_s"]}
+    print(f"[solvation-flexible] {e['name']}: CARD {_f(row['card_delta_g_kcal'])} +- {_f(row['card_err_kcal'])} "
+          f"(ESS fwd {row['ess_forward_per_env']}), end-state BAR {_f(eb['delta_g_kcal'])}, {row['evals_card']} evals, "
+          f"{rec['median_s']:.0f} s", file=sys.stderr, flush=True)
+    return row
+
+
+def flexible_reference(cfg, cid: str) -> dict:
+    """The 11-window lambda-MBAR reference (the transfer part's reference sizes) and, for the basin check,
+    its first (vacuum) window's frames drawn again with the same seed stream and start."""
+    from icmlkit.lib.core.runtime import stream_seed
+    from icmlkit.lib.estimate_fe.mm import MMSystem
+
+    c, b = cfg["flexible"], cfg["baseline"]
+    lam, rec = once(lambda: lambda_window_mbar(*_files(cid), temperature=T, windows=b["windows"],
+                                               frames_per_window=c["lambda_frames"], interval=c["lambda_interval"],
+                                               equil=c["lambda_equil"], seed=7))
+    w0 = MMSystem(*_files(cid), env="obc2", temperature=T).sample(
+        c["lambda_frames"], seed=stream_seed(7, "window-0"), interval=c["lambda_interval"], equil=c["lambda_equil"],
+        lambda_value=0.0)
+    print(f"[solvation-flexible] {cid}: lambda-MBAR {lam['delta_g_kcal']:.3f} +- {lam['delta_g_err_kcal']:.3f}, "
+          f"min overlap {lam['overlap']:.3f}, {rec['median_s']:.0f} s", file=sys.stderr, flush=True)
+    return {"delta_g_kcal": lam["delta_g_kcal"], "err_kcal": lam["delta_g_err_kcal"], "min_neighbour_overlap": lam["overlap"],
+            "energy_evals": lam["energy_evals"], "seconds": rec["median_s"], "window0_x": w0["x"].tolist()}
+
+
+def flexible_basins(cfg, cid: str, folder: Path, x_ref_vacuum) -> dict:
+    """Basin check (:func:`icmlkit.lib.estimate_fe.basins.basin_check`) of CARD's reweighted samples (each
+    environment's model, ``n_samples`` drawn with the estimate's own seed) against the reference's vacuum
+    window frames (vacuum) and against CARD's own OBC2 MD frames (OBC2: the reference's OBC2 window is
+    not re-drawn, it starts from the window before)."""
+    import numpy as np
+
+    from icmlkit.lib.core.runtime import stream_seed
+    from icmlkit.lib.estimate_fe import basins as B
+    from icmlkit.lib.estimate_fe import card as C
+
+    n = cfg["flexible"]["n_samples"]
+    out, evals = {}, 0
+    for env in ("vacuum", "obc2"):
+        s = open_system(f"freesolv:{cid}", env=env, temperature=T)
+        stem = f"{s.name}.{env}"
+        m = B.model_log_weights(C.load(folder / f"{stem}.pt"), s, n, seed=stream_seed(0, env))
+        evals += m["energy_evals"]
+        if env == "vacuum":
+            x_ref, names = np.asarray(x_ref_vacuum), ("reference_window0", "card_reweighted")
+        else:
+            with np.load(folder / f"{stem}.frames.npz") as f:
+                x_ref = f["x"]
+            names = ("card_md", "card_reweighted")
+        out[env] = B.basin_check(s, x_ref, m["x"], log_w_b=m["log_w"], names=names)
+        out[env]["ess_forward"] = m["ess"]
+    out["energy_evals"] = int(evals)
+    print(f"[solvation-flexible] {cid}: basin check mismatch vacuum {out['vacuum']['mismatch']}, obc2 "
+          f"{out['obc2']['mismatch']}", file=sys.stderr, flush=True)
+    return out
+
+
+@bench.part("solvation-flexible", doc="issue 57: CARD vacuum -> OBC2 on 6-12 heavy-atom flexible FreeSolv "
+            "molecules vs lambda-MBAR, with basin checks", hours=0.2)
+def part_solvation_flexible(ctx) -> dict:
+    need_freesolv()
+    cfg = config(ctx.quick)
+    picked = ctx.cached("selection", lambda: flexible_select(cfg))
+    rows = {}
+    for e in picked:
+        cid = e["compound"]
+        folder = ctx.folder / cid
+        card = ctx.cached(f"card-{cid}", lambda e=e, folder=folder: flexible_card(cfg, e, folder))
+        ref = ctx.cached(f"reference-{cid}", lambda cid=cid: flexible_reference(cfg, cid))
+        models = [folder / f"{open_system(f'freesolv:{cid}').name}.{env}.pt" for env in ("vacuum", "obc2")]
+        basins = ctx.cached(f"basins-{cid}", lambda cid=cid, folder=folder, ref=ref: flexible_basins(
+            cfg, cid, folder, ref["window0_x"])) if all(p.is_file() for p in models) else None
+        entry = freesolv_entry(cid)
+        m = ref["delta_g_kcal"]
+        rows[cid] = {**{k: e[k] for k in ("compound", "name", "smiles", "heavy_atoms", "n_atoms", "n_rotors")},
+                     **card, "mbar_delta_g_kcal": m, "mbar_err_kcal": ref["err_kcal"],
+                     "mbar_min_neighbour_overlap": ref["min_neighbour_overlap"], "evals_mbar": ref["energy_evals"],
+                     "seconds_mbar": ref["seconds"],
+                     "abs_diff_kcal": None if card["card_delta_g_kcal"] is None else abs(card["card_delta_g_kcal"] - m),
+                     "abs_diff_endstate_bar_kcal": None if card["endstate_bar_delta_g_kcal"] is None
+                     else abs(card["endstate_bar_delta_g_kcal"] - m),
+                     "freesolv_expt_kcal": entry["expt_kcal"], "freesolv_calc_tip3p_kcal": entry["calc_kcal"],
+                     "basin_check": basins}
+    return {"rows": rows, "settings": cfg["flexible"], "model": {**cfg["model"], "coords": "internal"}}
+
+
+def flexible_markdown(R: dict) -> list[str]:
+    F = R.get("flexible")
+    if not F:
+        return []
+    c = F["settings"]
+    rows = []
+    for r in F["rows"].values():
+        bc = r.get("basin_check")
+        flag = "not run" if not bc else "; ".join(
+            f"{env} " + ("MISMATCH (" + ", ".join("-".join(map(str, t["atoms"])) + f" tvd {t['tvd']:.2f}"
+                                                 for t in bc[env]["torsions"] if t["flag"]) + ")"
+                         if bc[env]["mismatch"] else "ok") for env in ("vacuum", "obc2"))
+        rows.append({"molecule": f"{r['name']} ({r['smiles']})", "heavy / all atoms, rotors":
+                     f"{r['heavy_atoms']} / {r['n_atoms']}, {r['n_rotors']}",
+                     "CARD (BAR)": f"{_f(r['card_delta_g_kcal'])} +- {_f(r['card_err_kcal'])}",
+                     "lambda MBAR": f"{_f(r['mbar_delta_g_kcal'])} +- {_f(r['mbar_err_kcal'])}",
+                     "abs diff CARD": _f(r["abs_diff_kcal"]), "end-state BAR (abs diff)":
+                     f"{_f(r['endstate_bar_delta_g_kcal'])} ({_f(r['abs_diff_endstate_bar_kcal'])})",
+                     "FreeSolv expt": f"{r['freesolv_expt_kcal']:.2f}",
+                     "ESS fwd vac / obc2": f"{_pct(r['ess_forward_per_env']['vacuum'])} / "
+                                           f"{_pct(r['ess_forward_per_env']['obc2'])}",
+                     "evals CARD (MD + training + samples)": r["evals_card"], "evals MBAR": r["evals_mbar"],
+                     "s CARD / s MBAR": f"{r['seconds_call']:.0f} / {r['seconds_mbar']:.0f}",
+                     "basin check": flag})
+    return ["## Flexible FreeSolv molecules, 6-12 heavy atoms (issue 57)", "",
+            f"Rule: {c['heavy_atoms'][0]}-{c['heavy_atoms'][1]} heavy atoms, elements C N O S Cl, no bracket atoms, no "
+            f"triple bond, at least {c['min_rotors']} rotatable bonds (heavy-atom torsions of kind rotor: non-ring, a "
+            "heavy neighbour beyond each end, the ends not both trigonal); the smallest first (heavy atoms, then all "
+            f"atoms, then compound id), the first {c['n_molecules']}. CARD with internal coordinates, vacuum -> OBC2 at "
+            f"298.15 K, shorter than the small-molecule parts: {c['n_frames']} MD frames per environment every "
+            f"{c['interval']} fs after {c['equil']} steps, train fraction {c['train_fraction']}, {c['steps']}+"
+            f"{c['stage2_steps']} steps, {c['n_samples']} samples; end-state BAR on the same frames; lambda-MBAR 11 "
+            f"windows x {c['lambda_frames']} frames every {c['lambda_interval']} fs after {c['lambda_equil']} steps. "
+            "Basin check: CARD's reweighted samples against the reference's vacuum window frames (vacuum) and "
+            "against CARD's OBC2 MD frames (OBC2).", "", table(rows), ""]
+
+
 SOLVATION_PARTS = ("solvation-cartesian", "solvation-internal", "solvation-kl", "solvation-1ns", "solvation-hbonds")
 
 
@@ -1259,6 +1456,8 @@ def report(results: dict) -> tuple[dict, str]:
                 R[f"transfer{sfx}"]["basin_consistent"] = basin_requote(R, sfx)
     if "alanine-basins" in results:
         R["alanine_basins"] = results["alanine-basins"]
+    if "solvation-flexible" in results:
+        R["flexible"] = results["solvation-flexible"]
     return targets_of(R), markdown(R)
 
 
