@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO
 from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.estimate_fe import basins as B
+from icmlkit.lib.estimate_fe.mm import place_atom
 
 FREESOLV = REPO.parent / "shared" / "data" / "freesolv" / "amber.tar.gz"
 needs_freesolv = pytest.mark.skipif(not FREESOLV.exists(), reason="FreeSolv not present in ../shared/data/freesolv")
@@ -19,24 +20,15 @@ needs_freesolv = pytest.mark.skipif(not FREESOLV.exists(), reason="FreeSolv not 
 DCE = SimpleNamespace(name="toy-dce", z=np.array([17, 6, 6, 17, 1, 1]), bonds=[(0, 1), (1, 2), (2, 3), (1, 4), (2, 5)])
 
 
-def _nerf(a, b, c, bond, angle, torsion):
-    angle, torsion = np.radians(angle), np.radians(torsion)
-    bc = (c - b) / np.linalg.norm(c - b)
-    n = np.cross(b - a, bc)
-    n /= np.linalg.norm(n)
-    m = np.cross(n, bc)
-    return c - bond * np.cos(angle) * bc + bond * np.sin(angle) * (np.cos(torsion) * m + np.sin(torsion) * n)
-
-
 def dce_frames(theta_deg) -> np.ndarray:
     """Frames of the toy molecule with the Cl-C=C-Cl dihedral ``theta_deg`` (one per value)."""
     out = []
     for t in np.atleast_1d(theta_deg):
         c1, c2 = np.zeros(3), np.array([1.33, 0.0, 0.0])
         cl1 = np.array([-0.9, 1.45, 0.0])
-        cl2 = _nerf(cl1, c1, c2, 1.73, 122.0, t)
+        cl2 = place_atom(cl1, c1, c2, 1.73, 122.0, t)
         h1 = c1 + (c1 - cl1) / np.linalg.norm(c1 - cl1) * 1.08
-        h2 = _nerf(cl1, c1, c2, 1.08, 120.0, t + 180.0)
+        h2 = place_atom(cl1, c1, c2, 1.08, 120.0, t + 180.0)
         out.append(np.stack([cl1, c1, c2, cl2, h1, h2]))
     return np.array(out)
 

@@ -139,7 +139,7 @@ def _cache_dir(kind: str) -> Path:
     return Path(tempfile.gettempdir()) / f"icmlkit-{kind}-{os.getuid()}"
 
 
-def _nerf(a, b, c, bond: float, angle: float, torsion: float) -> np.ndarray:
+def place_atom(a, b, c, bond: float, angle: float, torsion: float) -> np.ndarray:
     """The point d with |cd| = bond, angle(b, c, d) = angle and dihedral(a, b, c, d) = torsion (degrees)."""
     angle, torsion = np.radians(angle), np.radians(torsion)
     bc = (c - b) / np.linalg.norm(c - b)
@@ -161,13 +161,13 @@ def alanine_dipeptide_pdb() -> Path:
     openmm, app, unit = _openmm()
     X = {("ACE", "CH3"): np.zeros(3), ("ACE", "C"): np.array([1.52, 0.0, 0.0])}
     X[("ALA", "N")] = X[("ACE", "C")] + 1.33 * np.array([np.cos(np.radians(64)), np.sin(np.radians(64)), 0.0])
-    X[("ALA", "CA")] = _nerf(X[("ACE", "CH3")], X[("ACE", "C")], X[("ALA", "N")], 1.46, 122, 180)
-    X[("ACE", "O")] = _nerf(X[("ALA", "CA")], X[("ALA", "N")], X[("ACE", "C")], 1.23, 123, 0)
-    X[("ALA", "C")] = _nerf(X[("ACE", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.52, 111, -150)  # phi
-    X[("NME", "N")] = _nerf(X[("ALA", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.33, 116, 150)  # psi
-    X[("ALA", "O")] = _nerf(X[("NME", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.23, 121, 180)
-    X[("ALA", "CB")] = _nerf(X[("ALA", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.53, 110, -122.5)  # L-Ala
-    X[("NME", "C")] = _nerf(X[("ALA", "CA")], X[("ALA", "C")], X[("NME", "N")], 1.46, 122, 180)
+    X[("ALA", "CA")] = place_atom(X[("ACE", "CH3")], X[("ACE", "C")], X[("ALA", "N")], 1.46, 122, 180)
+    X[("ACE", "O")] = place_atom(X[("ALA", "CA")], X[("ALA", "N")], X[("ACE", "C")], 1.23, 123, 0)
+    X[("ALA", "C")] = place_atom(X[("ACE", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.52, 111, -150)  # phi
+    X[("NME", "N")] = place_atom(X[("ALA", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.33, 116, 150)  # psi
+    X[("ALA", "O")] = place_atom(X[("NME", "N")], X[("ALA", "CA")], X[("ALA", "C")], 1.23, 121, 180)
+    X[("ALA", "CB")] = place_atom(X[("ALA", "C")], X[("ALA", "N")], X[("ALA", "CA")], 1.53, 110, -122.5)  # L-Ala
+    X[("NME", "C")] = place_atom(X[("ALA", "CA")], X[("ALA", "C")], X[("NME", "N")], 1.46, 122, 180)
     residues = ("ACE", "ALA", "NME")
     atoms = sorted(X.items(), key=lambda kv: residues.index(kv[0][0]))  # stable: the order above within a residue
     lines = [f"ATOM  {k:5d} {name:<4s} {res} A{residues.index(res) + 1:4d}    {x:8.3f}{y:8.3f}{z:8.3f}  1.00  0.00"
