@@ -708,7 +708,7 @@ def markdown(R: dict) -> str:
                           "ESS rev": _pct(a["ess_reverse"]), "s MD": f"{a['seconds_md']:.0f}",
                           "s train": f"{a['seconds_train']:.0f}", "s estimate": f"{a['seconds_estimate']:.0f}"}
                          for k, a in sorted(R["alanine"].items())])]
-    lines += basins_markdown(R) + alanine_basins_markdown(R) + flexible_markdown(R)
+    lines += basins_markdown(R) + alanine_basins_markdown(R) + alanine_basins_obc2_markdown(R) + flexible_markdown(R)
     return "\n".join(lines)
 
 
@@ -830,6 +830,29 @@ def alanine_basins_markdown(R: dict) -> list[str]:
             f"{e['basin_check_vs_plain_md']['mismatch']} (flagged torsions: "
             + (", ".join("-".join(map(str, x["atoms"])) for x in e["basin_check_vs_plain_md"]["torsions"] if x["flag"])
                or "none") + ").", ""]
+
+
+def alanine_basins_obc2_markdown(R: dict) -> list[str]:
+    ab = R.get("alanine_basins_obc2")
+    if not ab:
+        return []
+    r, rs, st = ab["reference"], ab["reference_short"], ab["settings"]
+    vac = (R.get("alanine_basins") or {}).get("reference", {}).get("delta_f_kcal", {})
+    z = lambda v: "0 (reference)" if v == 0 else _f(v)  # noqa: E731 - C7eq, the reference basin
+    rows = [{"basin": b, f"OBC2 reference, {r['ps_per_window']:.0f} ps windows": z(r["delta_f_kcal"][b]),
+             "its window halves": " / ".join(z(h[b]) for h in r["halves_kcal"]),
+             "OBC2 population": f"{r['population'][b]:.4f}",
+             f"OBC2 check run, {rs['ps_per_window']:.0f} ps windows": z(rs["delta_f_kcal"][b]),
+             "its window halves ": " / ".join(z(h[b]) for h in rs["halves_kcal"]), "vacuum reference": z(vac.get(b))}
+            for b in ("C7eq", "alphaR", "C7ax", "alphaL")]
+    return ["## Alanine dipeptide basin free energies in OBC2 (issue 57)", "",
+            f"F_basin - F_C7eq in kcal/mol at {ab['temperature']} K, amber14/ff14SB with OBC2, the vacuum section's "
+            f"basins. Reference: umbrella sampling along phi, {r['windows']} windows every {st['step_deg']:.0f} degrees "
+            f"(k = {r['k']:.0f} kJ/mol/rad^2, {r['ps_per_window']:.0f} ps each; cut to the budget), MBAR weights on "
+            f"every frame ({r['energy_evals']} energy evaluations, {r['seconds']:.0f} s; smallest neighbour overlap "
+            f"{r['overlap']:.3f}); a second, independent run with {rs['ps_per_window']:.0f} ps windows "
+            f"({rs['energy_evals']} evaluations, {rs['seconds']:.0f} s, smallest overlap {rs['overlap']:.3f}) is the "
+            "convergence check. CARD in OBC2 was not run.", "", table(rows), ""]
 
 
 def settings_note(cfg: dict) -> str:
@@ -978,7 +1001,13 @@ CFG["alanine_basins"] = {"k": 300.0, "step_deg": 10.0, "ref_frames": 500, "ref_i
                          "md_frames": 1000, "md_interval": 500, "md_equil": 5000,
                          "card_frames": 56, "card_interval": 100, "card_equil": 1000,
                          "steps": 450, "stage2_steps": 90, "n_samples": 2000}
+# the OBC2 umbrella reference, cut to the budget: 24 windows 15 degrees apart (k halved so each window is as
+# wide relative to the spacing as vacuum's 10 degrees at k = 300), 50 ps each after 2 ps of equilibration; a
+# second, independent run at 25 ps per window (short_frames, another seed) is the convergence check
+CFG["alanine_basins_obc2"] = {"k": 150.0, "step_deg": 15.0, "ref_frames": 500, "ref_interval": 100, "ref_equil": 2000,
+                              "short_frames": 250}
 QUICK["basins"] = {"step_deg": 30.0, "frames_per_window": 10, "equil": 50}
+QUICK["alanine_basins_obc2"] = {"step_deg": 60.0, "ref_frames": 10, "ref_interval": 10, "ref_equil": 50, "short_frames": 6}
 QUICK["alanine_basins"] = {"step_deg": 60.0, "ref_frames": 10, "ref_interval": 10, "ref_equil": 50, "md_frames": 20,
                            "md_interval": 10, "md_equil": 50, "card_frames": 10, "card_interval": 10, "card_equil": 50,
                            "steps": 5, "stage2_steps": 2, "n_samples": 50}
@@ -1114,7 +1143,7 @@ def part_basins(ctx) -> dict:
     return {"molecules": out, "settings": cfg["basins"]}
 
 
-def alanine_reference(cfg, s) -> dict:
+def alanine_reference(cfg, s, key: str = "alanine_basins", frames: int | None = None, seed: int = 11) -> dict:
     """Umbrella sampling along phi (windows every ``step_deg``, k in kJ/mol/rad^2), MBAR weights for every
     frame, basins by (phi, psi): the reference basin free energies; the two halves of each window give
     a second and a third estimate (the spread is the error figure quoted)."""
@@ -1122,11 +1151,11 @@ def alanine_reference(cfg, s) -> dict:
 
     from icmlkit.lib.estimate_fe import basins as B
 
-    a = cfg["alanine_basins"]
+    a = {**cfg[key], **({"ref_frames": frames} if frames else {})}
     phi, psi = B.alanine_phi_psi(s)
     centres = np.arange(-180.0, 180.0 - 1e-9, a["step_deg"])
     u = B.umbrella(s, phi, centres, k=a["k"], frames_per_window=a["ref_frames"], interval=a["ref_interval"],
-                   equil=a["ref_equil"], seed=11)
+                   equil=a["ref_equil"], seed=seed)
     lab = B.assign_alanine(u["theta"], B.dihedrals(u["x"], psi))
     names = list(B.ALANINE_BASINS)
     fe = B.basin_free_energies(lab, u["log_w"], names, "C7eq")
@@ -1134,7 +1163,7 @@ def alanine_reference(cfg, s) -> dict:
     halves = [B.basin_free_energies(lab[half == h], u["log_w"][half == h], names, "C7eq")["delta_f_kT"] for h in (0, 1)]
     kT = kcal_per_kT(T)
     kc = lambda d: {k: None if v is None else v * kT for k, v in d.items()}  # noqa: E731
-    print(f"[alanine-basins] reference (umbrella on phi, {len(centres)} windows): "
+    print(f"[alanine-basins/{s.env}] reference (umbrella on phi, {len(centres)} windows): "
           f"{ {k: _f(v) for k, v in kc(fe['delta_f_kT']).items()} } kcal/mol, halves "
           f"{[{k: _f(v) for k, v in kc(h).items()} for h in halves]}, overlap {u['overlap']:.3f}, "
           f"{u['seconds']:.0f} s", file=sys.stderr, flush=True)
@@ -1237,6 +1266,21 @@ def part_alanine_basins(ctx) -> dict:
     card_ev = ctx.cached("card-eval", ev)
     return {"reference": ref, "plain_md": md, "card_train": tr, "card_eval": card_ev, "settings": cfg["alanine_basins"],
             "env": "vacuum", "temperature": T}
+
+
+@bench.part("alanine-basins-obc2", doc="alanine dipeptide C7eq/alphaR/C7ax basin free energies in OBC2: the "
+            "umbrella-MBAR reference (24 windows x 50 ps, and x 25 ps as a check); CARD in OBC2 not run", hours=0.15)
+def part_alanine_basins_obc2(ctx) -> dict:
+    """The alanine-basins reference in OBC2 implicit solvent (amber14 + implicit/obc2.xml), settings cut to
+    the budget (``CFG['alanine_basins_obc2']``); the vacuum part's basin partition, MBAR and window-halves
+    check, and a second, independent umbrella run at half the window length (another seed) as a convergence
+    check. Two cached items (about three and five minutes), not one per window."""
+    cfg = config(ctx.quick)
+    s = open_system("alanine-dipeptide", env="obc2", temperature=T)
+    c = cfg["alanine_basins_obc2"]
+    short = ctx.cached("reference-short", lambda: alanine_reference(cfg, s, "alanine_basins_obc2", c["short_frames"]))
+    ref = ctx.cached("reference", lambda: alanine_reference(cfg, s, "alanine_basins_obc2", seed=17))
+    return {"reference": ref, "reference_short": short, "settings": c, "env": "obc2", "temperature": T}
 
 
 # ----------------------------------------------------------------------------- solvation-flexible (issue 57)
@@ -1458,6 +1502,8 @@ def report(results: dict) -> tuple[dict, str]:
         R["alanine_basins"] = results["alanine-basins"]
     if "solvation-flexible" in results:
         R["flexible"] = results["solvation-flexible"]
+    if "alanine-basins-obc2" in results:
+        R["alanine_basins_obc2"] = results["alanine-basins-obc2"]
     return targets_of(R), markdown(R)
 
 
