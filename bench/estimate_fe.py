@@ -836,14 +836,16 @@ def alanine_basins_obc2_markdown(R: dict) -> list[str]:
     ab = R.get("alanine_basins_obc2")
     if not ab:
         return []
-    r, rs, st = ab["reference"], ab["reference_short"], ab["settings"]
+    r, rs, st, md = ab["reference"], ab["reference_short"], ab["settings"], ab.get("plain_md")
     vac = (R.get("alanine_basins") or {}).get("reference", {}).get("delta_f_kcal", {})
     z = lambda v: "0 (reference)" if v == 0 else _f(v)  # noqa: E731 - C7eq, the reference basin
     rows = [{"basin": b, f"OBC2 reference, {r['ps_per_window']:.0f} ps windows": z(r["delta_f_kcal"][b]),
              "its window halves": " / ".join(z(h[b]) for h in r["halves_kcal"]),
              "OBC2 population": f"{r['population'][b]:.4f}",
              f"OBC2 check run, {rs['ps_per_window']:.0f} ps windows": z(rs["delta_f_kcal"][b]),
-             "its window halves ": " / ".join(z(h[b]) for h in rs["halves_kcal"]), "vacuum reference": z(vac.get(b))}
+             "its window halves ": " / ".join(z(h[b]) for h in rs["halves_kcal"]),
+             **({f"OBC2 plain MD {md['ps']:.0f} ps (frames)": f"{z(md['delta_f_kcal'][b])} ({md['counts'][b]})"}
+                if md else {}), "vacuum reference": z(vac.get(b))}
             for b in ("C7eq", "alphaR", "C7ax", "alphaL")]
     return ["## Alanine dipeptide basin free energies in OBC2 (issue 57)", "",
             f"F_basin - F_C7eq in kcal/mol at {ab['temperature']} K, amber14/ff14SB with OBC2, the vacuum section's "
@@ -1280,7 +1282,9 @@ def part_alanine_basins_obc2(ctx) -> dict:
     c = cfg["alanine_basins_obc2"]
     short = ctx.cached("reference-short", lambda: alanine_reference(cfg, s, "alanine_basins_obc2", c["short_frames"]))
     ref = ctx.cached("reference", lambda: alanine_reference(cfg, s, "alanine_basins_obc2", seed=17))
-    return {"reference": ref, "reference_short": short, "settings": c, "env": "obc2", "temperature": T}
+    # plain OBC2 MD (the vacuum part's settings): alphaR against C7eq where both lie at phi < 0, no phi barrier
+    md = ctx.cached("plain-md", lambda: alanine_plain_md(cfg, s, ctx.folder))
+    return {"reference": ref, "reference_short": short, "plain_md": md, "settings": c, "env": "obc2", "temperature": T}
 
 
 # ----------------------------------------------------------------------------- solvation-flexible (issue 57)
