@@ -1276,7 +1276,7 @@ def part_alanine_basins_obc2(ctx) -> dict:
     """The alanine-basins reference in OBC2 implicit solvent (amber14 + implicit/obc2.xml), settings cut to
     the budget (``CFG['alanine_basins_obc2']``); the vacuum part's basin partition, MBAR and window-halves
     check, and a second, independent umbrella run at half the window length (another seed) as a convergence
-    check. Two cached items (about three and five minutes), not one per window."""
+    check, and plain OBC2 MD. Three cached items (about three, five and two minutes), not one per window."""
     cfg = config(ctx.quick)
     s = open_system("alanine-dipeptide", env="obc2", temperature=T)
     c = cfg["alanine_basins_obc2"]
