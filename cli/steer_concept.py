@@ -241,10 +241,10 @@ def fit(run, neutral_path, sources, targets, method, clip, concepts, cfg, output
 def apply(run, steer, arrays, output, strength, key):
     """Apply a steering file to arrays (.npz): each layer_<L> gets its layer's steps, in order.
 
-    The arrays must be what the steer was fitted on, else exit 2 with one line: for a steer fitted
-    on `embed` output, a file `embed` (or merge, run) wrote, of the same model and site, with every
-    steered layer_<L>; for a steer fitted on plain arrays (no layers), the array of the name it was
-    fitted on, or --key.
+    The arrays must be what the steer was fitted on, else exit 1 (a data error) with one line naming
+    the file: for a steer fitted on `embed` output, a file `embed` (or merge, run) wrote, of the same
+    model and site, whose metadata records and whose arrays hold every steered layer_<L>; for a
+    steer fitted on plain arrays (no layers), the array of the name it was fitted on, or --key.
 
     \b
     JSON keys: steered (array names), rows, strength, mean_shift (mean ||x' - x||), seconds,

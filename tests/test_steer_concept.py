@@ -478,8 +478,9 @@ def test_generate_writes_the_known_answer_and_fit_recovers_it(tmp_path, capsys):
 
 def test_apply_refuses_arrays_the_steer_was_not_fitted_on(tmp_path, capsys):
     """`apply` steered any 2-D array of matching width (truth.npz's covariance, exit 0): it now
-    refuses, in one line with exit 2, arrays other than the one the steer was fitted on, files
-    `embed` did not write (for an embed-fitted steer) and files of another model, site or layer."""
+    refuses, in one line naming the file with exit 1 (DESIGN's data-error code), arrays other than
+    the one the steer was fitted on, files `embed` did not write (for an embed-fitted steer) and
+    files of another model, site or layer (in the arrays or in the metadata's layers)."""
     from icmlkit.lib.steer_concept.io import save_activations
 
     g = tmp_path / "g"
@@ -488,7 +489,7 @@ def test_apply_refuses_arrays_the_steer_was_not_fitted_on(tmp_path, capsys):
     assert call(capsys, "fit", "--neutral", g / "neutral.npz", "--source", g / "source.npz", "--target",
                 g / "target.npz", "-o", st)[0] == 0
     code, _, err = call(capsys, "apply", st, g / "truth.npz", "-o", tmp_path / "bad.npz")
-    assert code == 2 and "truth.npz" in err and "'x'" in err and len(err.strip().splitlines()) == 1, err
+    assert code == 1 and "truth.npz" in err and "'x'" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "bad.npz").exists()
     code, out, err = call(capsys, "apply", st, g / "source.npz", "-o", tmp_path / "ok.npz", "--json")
     assert code == 0 and json.loads(out)["steered"] == ["x"], err
@@ -508,10 +509,13 @@ def test_apply_refuses_arrays_the_steer_was_not_fitted_on(tmp_path, capsys):
     save_activations(tmp_path / "site.npz", {f"layer_{L}": rng.standard_normal((3, 4)) for L in (0, 1)}, None,
                      {**meta, "site": "block"})
     save_activations(tmp_path / "layer.npz", {"layer_0": rng.standard_normal((3, 4))}, None, {**meta, "layers": [0]})
+    # the arrays are all there, but the metadata says they are of other layers (renamed arrays)
+    save_activations(tmp_path / "relabel.npz", {f"layer_{L}": rng.standard_normal((3, 4)) for L in (0, 1)}, None,
+                     {**meta, "layers": [2, 3]})
     for bad, words in (("plain.npz", "not written by `steer-concept embed`"), ("other.npz", "model 'another'"),
-                       ("site.npz", "site 'block'"), ("layer.npz", "layer_1")):
+                       ("site.npz", "site 'block'"), ("layer.npz", "layer_1"), ("relabel.npz", "layers [2, 3]")):
         code, _, err = call(capsys, "apply", est, tmp_path / bad, "-o", tmp_path / "x.npz")
-        assert code == 2 and bad in err and words in err and len(err.strip().splitlines()) == 1, (bad, err)
+        assert code == 1 and bad in err and words in err and len(err.strip().splitlines()) == 1, (bad, err)
         assert not (tmp_path / "x.npz").exists()
 
 

@@ -343,11 +343,13 @@ MATCH_KEYS = ("model", "site")
 
 def apply_targets(steering: Steering, acts, key: str | None = None) -> list:
     """[(layer, array name)] that ``apply`` steers in ``acts``, after checking that they are what
-    the steer was fitted on; otherwise a one-line :class:`UsageError` (exit 2) naming the file.
+    the steer was fitted on; otherwise a one-line :class:`InputError` naming the file (exit 1, the
+    contract's data-error code).
 
     - A steer fitted on activation files (its config records the ``model``): ``acts`` must carry
       ``embed``'s metadata (``embed``, ``merge`` and ``run`` write it) with the same model and site,
-      and hold a ``layer_<L>`` array for every steered layer.
+      its recorded ``layers`` must include every steered layer, and it must hold a ``layer_<L>``
+      array for each of them.
     - A steer fitted on plain arrays (no layers): the array named ``key``, else the array name the
       steer was fitted on (recorded as ``array`` by ``fit``; steers written before that need
       ``key``). Any other array, such as the covariance in ``generate``'s truth.npz, is refused."""
@@ -356,26 +358,31 @@ def apply_targets(steering: Steering, acts, key: str | None = None) -> list:
     cfg, meta, name = steering.config, acts.meta, acts.name
     if cfg.get("model") is not None:
         if not meta.get("model"):
-            raise UsageError(f"{name}: not written by `steer-concept embed` (no model/layer metadata); the steer "
-                             f"was fitted on {cfg['model']} activations at site {cfg.get('site')}")
+            raise InputError(f"not written by `steer-concept embed` (no model/layer metadata); the steer was "
+                             f"fitted on {cfg['model']} activations at site {cfg.get('site')}", name)
         diff = [k for k in MATCH_KEYS if k in cfg and meta.get(k) != cfg.get(k)]
         if diff:
-            raise UsageError(f"{name}: " + "; ".join(f"{k} {meta.get(k)!r} differs from the steer's {cfg.get(k)!r}"
-                                                     for k in diff))
+            raise InputError("; ".join(f"{k} {meta.get(k)!r} differs from the steer's {cfg.get(k)!r}" for k in diff),
+                             name)
+        if isinstance(meta.get("layers"), list) and steering.layers != [None]:
+            absent = [L for L in steering.layers if L not in meta["layers"]]
+            if absent:
+                raise InputError(f"its metadata records layers {meta['layers']}; the steer has steps for "
+                                 f"{[f'layer_{L}' for L in absent]}", name)
     if steering.layers == [None]:
         if key is None:
             key = cfg.get("array")
             if key is None:
-                raise UsageError(f"{name}: the steer does not record which array it was fitted on; pass --key")
+                raise InputError("the steer does not record which array it was fitted on; pass --key", name)
         if key not in acts.arrays:
-            raise UsageError(f"{name}: has no array {key!r} (the steer was fitted on {cfg.get('array', key)!r}; "
-                             f"the file has {sorted(acts.arrays)})")
+            raise InputError(f"has no array {key!r} (the steer was fitted on {cfg.get('array', key)!r}; the file "
+                             f"has {sorted(acts.arrays)})", name)
         return [(None, key)]
     present = layer_keys(acts.arrays)
     missing = [L for L in steering.layers if L not in present]
     if missing:
-        raise UsageError(f"{name}: the steer needs arrays {[f'layer_{L}' for L in missing]}; the file has "
-                         f"{sorted(acts.arrays)}")
+        raise InputError(f"the steer needs arrays {[f'layer_{L}' for L in missing]}; the file has "
+                         f"{sorted(acts.arrays)}", name)
     return [(L, present[L]) for L in steering.layers]
 
 
