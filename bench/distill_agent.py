@@ -108,6 +108,84 @@ def smollm2(ctx) -> dict:
     return ctx.cached(settings_key("smollm2-seed0", sizes), run)
 
 
+QUICK_QWEN = {"n_bc": 4, "n_mps": 4, "n_eval": 4, "n_indist": 2, "bc_epochs": 1, "imitation_pool": 4, "rl_steps": 1,
+              "rl_prompts": 1, "group": 2}
+
+
+@bench.part("qwen_teacher", doc="Qwen2.5-Coder-1.5B corrects the SmolLM2-135M student's earliest error (SCoRe SFT + "
+            "RL) vs imitation of Qwen's full trajectories at equal teacher tokens; held-out and in-distribution",
+            hours=0.75, seeds=(0, 1, 2), quick_seeds=(0,))
+def qwen_teacher(ctx) -> dict:
+    import hashlib
+
+    from icmlkit.lib.distill_agent.demo import QWEN_SIZES, teacher_pipeline
+
+    sizes = {**QWEN_SIZES, **(QUICK_QWEN if ctx.quick else {})}
+    key = "qwen-" + hashlib.sha256(settings_key("qwen", sizes).encode()).hexdigest()[:10]
+
+    def stage(name, fn):  # every stage a cached item: a killed run resumes at the first stage not done
+        return ctx.cached(f"{key}-{name}", fn)
+
+    out = teacher_pipeline(ctx.folder / key, ctx.seeds, sizes, log=_log(ctx), stage=stage)
+    out["settings_key"] = settings_key("qwen", sizes)
+    return out
+
+
+def paired_bootstrap(a: list, b: list, n: int = 10000, seed: int = 0) -> list:
+    """95% percentile interval of mean(a) - mean(b) over paired 0/1 items, resampled together."""
+    import random
+
+    rng = random.Random(seed)
+    d = [int(x) - int(y) for x, y in zip(a, b)]
+    means = sorted(sum(d[rng.randrange(len(d))] for _ in d) / len(d) for _ in range(n))
+    return [round(means[int(0.025 * n)], 4), round(means[int(0.975 * n) - 1], 4)]
+
+
+def _qwen_report(q: dict, targets: dict) -> list:
+    per = q["per_seed"]
+    if not per:
+        return ["qwen_teacher: no seed finished."]
+    splits = ("held_out", "in_dist")
+    runs = [r for r in ("D", "C", "A") if all(r in p["eval"] for p in per)]
+    acc = {(r, sp): round(statistics.mean(p["eval"][r][sp]["accuracy"] for p in per), 4) for r in runs for sp in splits}
+    d_items = [c for p in per for c in p["eval"]["D"]["held_out"]["correct"]]
+    a_items = [c for p in per for c in p["eval"]["A"]["held_out"]["correct"]]
+    diff = round(acc[("D", "held_out")] - acc[("A", "held_out")], 4)
+    ci = paired_bootstrap(d_items, a_items)
+    din = [c for p in per for c in p["eval"]["D"]["in_dist"]["correct"]]
+    ain = [c for p in per for c in p["eval"]["A"]["in_dist"]["correct"]]
+    ci_in = paired_bootstrap(din, ain)
+    tok_c = [p["teacher_model_tokens"]["C_mps"] for p in per]
+    tok_a = [p["teacher_model_tokens"]["A_imitation"] for p in per]
+    steps = q["sizes"]["rl_steps"]
+    note = (f"D (SCoRe-SFT + {steps} GRPO steps) minus A (imitation SFT) held-out accuracy, mean over {len(per)} seeds "
+            f"x {q['n_eval']} held-out tasks; 95% CI paired bootstrap over (seed, task); RL steps {steps} of the "
+            f"issue's >= 200 (a miss: CPU budget); Qwen generated tokens per seed C {tok_c} vs A {tok_a}; "
+            f"in-distribution D-A {round(acc[('D', 'in_dist')] - acc[('A', 'in_dist')], 4)} CI {ci_in}; "
+            f"teacher accuracy on its own trajectories {q['teacher_solve']['accuracy']}")
+    targets["qwen_teacher_score_minus_imitation"] = target({"value": diff, "ci95": ci}, ">= 0.05, CI low > 0",
+                                                           diff >= 0.05 and ci[0] > 0, note)
+    names = {"D": "D SCoRe-SFT + RL", "C": "C SCoRe-SFT", "A": "A imitation SFT (equal Qwen tokens)"}
+    rows = [{"run": names[r], **{f"{sp} acc": acc[(r, sp)] for sp in splits},
+             **{f"seed {p['seed']} held-out": p["eval"][r]["held_out"]["accuracy"] for p in per},
+             "hallucination rate (held-out)": round(statistics.mean(p["eval"][r]["held_out"]["hallucination_rate"]
+                                                                    for p in per), 4)} for r in runs]
+    mps = [{"seed": p["seed"], "repaired": p["mps"]["n_repaired"], "repairs": p["mps"]["n_repairs"],
+            "correct after MPS": p["mps"]["n_correct"], "hard": p["mps"]["n_hard"],
+            "valid Qwen steps": p["mps"].get("teacher_valid_steps"), "C items": p["sft_items_C"],
+            "A items": p["imitation_items_A"], "Qwen tokens C": p["teacher_model_tokens"]["C_mps"],
+            "Qwen tokens A": p["teacher_model_tokens"]["A_imitation"],
+            "RL items": p["train"]["D"].get("rl_items")} for p in per]
+    return [f"Qwen teacher (teacher {q['teacher']}, student {q['student']}, seeds {[p['seed'] for p in per]}, "
+            f"{q['n_eval']} held-out and {q['n_indist']} in-distribution tasks; {q['seconds']} s in the last run; "
+            f"sizes {q['sizes']}).", "",
+            f"Teacher alone on {q['teacher_solve']['n']} tasks: accuracy {q['teacher_solve']['accuracy']}, "
+            f"{q['teacher_solve']['tokens_per_trajectory']} generated tokens per trajectory. B (shared cold start, "
+            f"exact-teacher BC init) trained once.", "", table(rows), "",
+            f"D - A held out: {diff} (95% CI {ci}); in distribution: "
+            f"{round(acc[('D', 'in_dist')] - acc[('A', 'in_dist')], 4)} (95% CI {ci_in}).", "", table(mps), ""]
+
+
 @bench.report
 def report(results: dict) -> tuple[dict, str]:
     targets, md = {}, []
@@ -150,6 +228,9 @@ def report(results: dict) -> tuple[dict, str]:
                        "hallucination rate": e[k]["hallucination_rate"]}
                       for k, label in (("base", "untouched"), ("B", "B BC init (before SCoRe)"),
                                        ("C", "C SCoRe-SFT (after)"), ("A", "A imitation SFT (equal teacher tokens)"))])]
+    q = results.get("qwen_teacher")
+    if q is not None:
+        md += ["", *_qwen_report(q, targets)]
     return targets, "\n".join(md)
 
 

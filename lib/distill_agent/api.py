@@ -38,7 +38,7 @@ def bc_init(tasks: list[dict], teacher: str, agent_cfg, mps_cfg, *, seed: int, s
     counter = Counter()
     t = make_teacher(teacher, counter, mps_cfg, agent_cfg, seed)
     policy = None
-    if teacher != "oracle":
+    if teacher != "oracle" and hasattr(t, "client"):
         from icmlkit.lib.distill_agent.backends import EndpointPolicy
 
         policy = EndpointPolicy(t.client, counter, mps_cfg.teacher_temperature, True)
@@ -55,7 +55,7 @@ def mps(tasks: list[dict], student: str, teacher: str, judge: str, cfg, agent_cf
         check_model_spec(spec, opt)
     counter = Counter()
     tj = make_judge(judge, counter, cfg, agent_cfg, seed)
-    tt = make_teacher(teacher, counter, cfg, agent_cfg, seed)
+    tt = make_teacher(teacher, counter, cfg, agent_cfg, seed, device=device)
     st = make_student(student, counter, agent_cfg, seed, temperature=cfg.temperature, top_p=cfg.top_p,
                       top_k=cfg.top_k, device=device)
     check_vocabulary(st, tasks, student)

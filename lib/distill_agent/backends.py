@@ -7,6 +7,8 @@
   [reconstructed] paraphrases of the roles in the upstream prompts (judge with gold answer and
   numbered steps returning JSON; ONE-step repair; plan rewrite when the error is step 1).
 - a local model folder or ``smollm2``: a student through :class:`~icmlkit.lib.distill_agent.model.LocalPolicy`.
+- a local model as the TEACHER (``qwen2.5-coder-1.5b-instruct`` or a folder):
+  :class:`~icmlkit.lib.distill_agent.teacher.LocalTeacher` (greedy, its generated tokens counted).
 
 Teacher tokens are counted as whitespace-separated words of everything the teacher and the judge
 wrote [reconstructed: a tokenizer-free proxy that is the same for every backend].
@@ -80,6 +82,7 @@ def answers_match(answer, gold) -> bool:
 class Counter:
     def __init__(self):
         self.teacher_tokens = 0
+        self.model_tokens = 0  # tokens a local teacher model generated (its tokenizer)
         self.llm_calls = 0
         self.judge_failures = 0
 
@@ -237,12 +240,17 @@ def make_judge(spec, counter, mps_cfg, agent_cfg, seed):
     raise UsageError(f"--judge {spec!r}: expected oracle or openai://HOST:PORT/v1?model=NAME")
 
 
-def make_teacher(spec, counter, mps_cfg, agent_cfg, seed):
+def make_teacher(spec, counter, mps_cfg, agent_cfg, seed, device=None):
     if spec == "oracle":
         return OracleTeacher(counter)
     if is_endpoint(spec):
         return EndpointTeacher(make_client(spec, "--teacher", agent_cfg, seed), counter, mps_cfg, agent_cfg)
-    raise UsageError(f"--teacher {spec!r}: expected oracle or openai://HOST:PORT/v1?model=NAME")
+    from icmlkit.lib.distill_agent.teacher import is_local_teacher, load_teacher
+
+    if is_local_teacher(spec):
+        return load_teacher(spec, counter, max_new=agent_cfg.step_tokens, batch=agent_cfg.batch, device=device)
+    raise UsageError(f"--teacher {spec!r}: expected oracle, openai://HOST:PORT/v1?model=NAME, a local model name "
+                     "(qwen2.5-coder-1.5b-instruct) or a model folder")
 
 
 def make_student(spec, counter, agent_cfg, seed, *, temperature, top_p=1.0, top_k=0, device=None):

@@ -247,6 +247,215 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
     return out
 
 
+# The real-teacher experiment (issue 58): Qwen2.5-Coder-1.5B-Instruct corrects the SmolLM2-135M
+# student's earliest error vs imitation of its full trajectories at equal teacher (generated) tokens,
+# sized to a CPU budget of about 40 minutes for three seeds [reconstructed sizes].
+QWEN_SIZES = {"n_bc": 64, "n_mps": 24, "n_eval": 40, "n_indist": 12, "keys": (2, 2), "key_pool": 16,
+              "bc_epochs": 3, "sft_epochs": 1, "lora": 8, "lr": 1e-3, "batch": 4, "max_steps": 6,
+              "step_tokens": 32, "imitation_pool": 24, "rl_steps": 4, "rl_prompts": 2, "group": 4,
+              "rl_lr": 5e-4, "teacher_tokens": 40, "teacher_batch": 16}
+
+
+def teacher_pipeline(folder, seeds, sizes: dict, teacher: str = "qwen2.5-coder-1.5b-instruct",
+                     student: str = "smollm2", device=None, log=None, stage=None) -> dict:
+    """SCoRe with a real teacher model against imitation of that teacher, one student per seed:
+
+    - tasks: the synthetic toy's natural-language questions (``sizes['keys']`` keys), one task set
+      (environment seed 0) for every seed; B is the shared cold start (BC init: LoRA SFT of the
+      student on the EXACT teacher's trajectories of ``n_bc`` seed tasks, trained once, seed 0);
+    - per seed s: MPS of B on ``n_mps`` tasks (the exact judge finds the earliest wrong step; the
+      TEACHER MODEL writes ONE corrected step from the verified prefix; the student resumes; at most
+      3 repairs); C = SCoRe-SFT from B on the correct trajectories of the first half; D = C +
+      SCoRe-RL (GRPO from the verified prefixes of the second half, key-step reward, the reference
+      form: unbiased group std, PPO mini-batches of one prompt, clip 0.2); A = imitation SFT from B on
+      the teacher model's own correct full trajectories, taken in order until their generated tokens
+      reach the MPS repairs' generated tokens (equal teacher tokens, both counted in the teacher's
+      tokenizer; the trajectories are cached and shared by the seeds);
+    - A, C and D are evaluated greedily on ``n_eval`` held-out questions (never trained on) and on
+      ``n_indist`` training questions (half from C's SFT tasks, half from A's imitation tasks: the
+      same items for every run).
+
+    ``stage(name, fn)`` runs ``fn()`` once per name (the benchmark's ``ctx.cached``: a killed run
+    resumes at the first stage not done); model folders live under ``folder``."""
+    import shutil
+
+    from icmlkit.lib.distill_agent import api
+    from icmlkit.lib.distill_agent import loop
+    from icmlkit.lib.distill_agent.backends import Counter, make_judge, make_student
+    from icmlkit.lib.distill_agent.config import (AgentConfig, EnvConfig, EvalConfig, MPSConfig, RLConfig, SFTConfig,
+                                                  ToRLConfig, ToSFTConfig)
+    from icmlkit.lib.distill_agent.model import save_student
+    from icmlkit.lib.distill_agent.teacher import load_teacher
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    say = log or (lambda *a: None)
+    stage = stage or (lambda name, fn: fn())
+    t0 = time.time()
+    agent = _cfg(AgentConfig, max_steps=sizes["max_steps"], step_tokens=sizes["step_tokens"], batch=64)
+    mcfg, ecfg = _cfg(MPSConfig), _cfg(EvalConfig)
+    n_bc, n_mps, n_imit = sizes["n_bc"], sizes["n_mps"], sizes["imitation_pool"]
+    total = n_bc + n_mps + n_imit
+    pool = api.make_env(_cfg(EnvConfig, n_tasks=(total + sizes["n_eval"]) * 3, min_keys=sizes["keys"][0],
+                             max_keys=sizes["keys"][1], key_pool=sizes["key_pool"], question="natural"), seed=0).items
+    seen, uniq = set(), []
+    for t in pool:
+        if t["question"] not in seen:
+            seen.add(t["question"])
+            uniq.append(t)
+    if len(uniq) < total + sizes["n_eval"]:
+        raise UsageError(f"{len(uniq)} distinct questions; {total + sizes['n_eval']} needed (raise key_pool)")
+    bc_t, mps_t, imit_t = uniq[:n_bc], uniq[n_bc:n_bc + n_mps], uniq[n_bc + n_mps:total]
+    held = uniq[total:total + sizes["n_eval"]]
+    half = sizes["n_indist"] // 2
+    indist = mps_t[:min(half, n_mps // 2)] + imit_t[:sizes["n_indist"] - min(half, n_mps // 2)]
+    sft_kw = dict(lr=sizes["lr"], batch=sizes["batch"], lora=sizes["lora"], max_len=384)
+    counter = Counter()
+    cache = folder / "teacher_cache.jsonl"
+    tch = {}
+
+    def get_teacher():
+        if "t" not in tch:
+            tch["t"] = load_teacher(teacher, counter, max_new=sizes["teacher_tokens"], batch=sizes["teacher_batch"],
+                                    cache_path=cache, device=device)
+        return tch["t"]
+
+    def save(res, path):
+        save_student(path, res.model, res.tokenizer, {"run": path.name})
+        return res.summary
+
+    # B: the shared cold start
+    B = folder / "B_bc_init"
+
+    def train_b():
+        bc = api.bc_init(bc_t, "oracle", agent, mcfg, seed=0)
+        data = api.to_sft(bc.items, _cfg(ToSFTConfig, split="all"), seed=0)
+        res = api.sft([it["messages"] for it in data.items], _cfg(SFTConfig, init=student, epochs=sizes["bc_epochs"],
+                                                                   **sft_kw), seed=0, device=device)
+        return save(res, B)
+
+    out = {"sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()}, "teacher": teacher,
+           "student": student, "n_eval": len(held), "n_indist": len(indist), "seeds": list(seeds)}
+    if not (B / "model.safetensors").is_file():  # a stage result without its folder: train it again
+        out["B"] = train_b()
+    out["B"] = stage("B", lambda: out.get("B") or train_b())
+    say(f"B ready ({time.time() - t0:.0f}s)")
+
+    # the teacher's own trajectories on the imitation pool (shared by every seed), and its accuracy
+    def imitation():
+        res = get_teacher().solve_many(imit_t, agent)
+        from icmlkit.lib.distill_agent.backends import answers_match
+
+        return [{"steps": r["steps"], "final": r["final"], "tokens": r["tokens"],
+                 "correct": answers_match(r["final"], t["answer"])} for r, t in zip(res, imit_t)]
+
+    imit = stage("teacher_imitation", imitation)
+    out["teacher_solve"] = {"n": len(imit), "accuracy": round(sum(r["correct"] for r in imit) / len(imit), 4),
+                            "tokens_per_trajectory": round(sum(r["tokens"] for r in imit) / len(imit), 2)}
+    say(f"teacher trajectories {out['teacher_solve']} ({time.time() - t0:.0f}s)")
+
+    out["per_seed"] = []
+    for s in seeds:
+        sf = folder / f"seed{s}"
+
+        def run_mps(s=s):
+            from icmlkit.lib.distill_agent.env import DSLExecutor, replay
+
+            c2 = Counter()
+            judge = make_judge("oracle", c2, mcfg, agent, s)
+            st = make_student(str(B), c2, agent, s, temperature=mcfg.temperature, top_p=mcfg.top_p,
+                              top_k=mcfg.top_k, device=device)
+            tt = get_teacher()
+            tt.counter, hits, asked = c2, tt.hits, []
+            steps_many = tt.steps_many
+
+            def logged(items):
+                res = steps_many(items)
+                asked.extend(zip(items, res))
+                return res
+
+            tt.steps_many = logged
+            try:
+                m = loop.mps(mps_t, st, tt, judge, mcfg, agent, seed=s, counter=c2)
+            finally:
+                tt.steps_many = steps_many
+            valid = 0  # Qwen steps the exact replay accepts after their verified prefix
+            for (task, prefix, _j), step in asked:
+                obs = DSLExecutor(task["env"]).run(step["code"])[0] if step["code"] else "None"
+                valid += int(replay(task["env"], list(prefix) + [{**step, "observation": obs}])[0] is None)
+            return {"records": m.records, "summary": {**m.summary, "teacher_model_tokens": c2.model_tokens,
+                                                      "teacher_cache_hits": tt.hits - hits,
+                                                      "teacher_steps": len(asked), "teacher_valid_steps": valid}}
+
+        m = stage(f"seed{s}-mps", run_mps)
+        budget = m["summary"]["teacher_model_tokens"]
+        say(f"seed {s} MPS {m['summary']} ({time.time() - t0:.0f}s)")
+        conv_a, used, used_words = [], 0, 0
+        from icmlkit.lib.distill_agent.agent import conversation
+        from icmlkit.lib.distill_agent.backends import words
+
+        for r, t in zip(imit, imit_t):
+            if used >= budget:
+                break
+            if r["correct"]:
+                used += r["tokens"]
+                used_words += sum(words(x["thought"]) + words(x["code"]) for x in r["steps"])
+                conv_a.append(conversation(t["question"], r["steps"]))
+        cont = _cfg(SFTConfig, init=str(B), epochs=sizes["sft_epochs"], **sft_kw)
+        C, D, A_ = sf / "C_score_sft", sf / "D_score_rl", sf / "A_imitation"
+        c_data = api.to_sft(m["records"], _cfg(ToSFTConfig, split="first"), seed=s)
+
+        def train_c(s=s):
+            if not c_data.items:
+                shutil.copytree(B, C, dirs_exist_ok=True)
+                return {"steps": 0, "note": "no correct MPS trajectory in the SFT half: C is B"}
+            return save(api.sft([it["messages"] for it in c_data.items], cont, seed=s, device=device), C)
+
+        def train_a(s=s):
+            if not conv_a:
+                shutil.copytree(B, A_, dirs_exist_ok=True)
+                return {"steps": 0, "note": "no correct teacher trajectory within the budget: A is B"}
+            return save(api.sft(conv_a, cont, seed=s, device=device), A_)
+
+        def train_d(s=s):
+            items = api.to_rl(m["records"], _cfg(ToRLConfig), seed=s).items
+            if not items:
+                items = [{"prompt": [{"role": "user", "content": t["question"]}], "chosen": "", "rejected": "",
+                          "gt_answer": t["answer"], "env": t["env"]} for t in mps_t[n_mps // 2:]]
+            rc = _cfg(RLConfig, reward="score", group=sizes["group"], steps=sizes["rl_steps"],
+                      prompts=sizes["rl_prompts"], lr=sizes["rl_lr"], lora=sizes["lora"], adv_std="unbiased",
+                      ppo_mini_batch=1)
+            res = api.rl(items, str(C), rc, agent, seed=s, device=device)
+            return {**save(res, D), "rl_items": len(items), "curve": res.curve}
+
+        per = {"seed": s, "mps": m["summary"], "sft_items_C": len(c_data.items), "imitation_items_A": len(conv_a),
+               "teacher_model_tokens": {"C_mps": budget, "A_imitation": used},
+               "teacher_words": {"C_mps_teacher_steps": None, "A_imitation": used_words}, "train": {}, "eval": {}}
+        for name, path, fn in (("C", C, train_c), ("A", A_, train_a), ("D", D, train_d)):
+            key = f"seed{s}-train-{name}"
+            if not (path / "model.safetensors").is_file():
+                per["train"][name] = fn()
+            per["train"][name] = stage(key, lambda v=per["train"].get(name), fn=fn: v or fn())
+            say(f"seed {s} {name} trained ({time.time() - t0:.0f}s)")
+        for name, path in (("D", D), ("A", A_), ("C", C)):
+            if name == "C" and not sizes.get("eval_C", False):
+                continue
+            for split, tasks in (("held_out", held), ("in_dist", indist)):
+                def ev(path=path, tasks=tasks, s=s):
+                    r = api.evaluate(str(path), tasks, ecfg, agent, seed=s, device=device)
+                    return {**r.summary, "correct": [bool(x["correct"]) for x in r.items]}
+
+                per["eval"].setdefault(name, {})[split] = stage(f"seed{s}-eval-{name}-{split}", ev)
+            say(f"seed {s} {name}: held-out {per['eval'][name]['held_out']['accuracy']} in-dist "
+                f"{per['eval'][name]['in_dist']['accuracy']} ({time.time() - t0:.0f}s)")
+        per["teacher_words"]["C_mps_teacher_steps"] = sum(
+            words(rep["teacher_guided_step"]["thought"]) + words(rep["teacher_guided_step"]["code"])
+            for r in m["records"] for rep in r["repair_steps"])
+        out["per_seed"].append(per)
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
 def run_demo(folder, seed: int = 0, device=None, train_bc: bool = False) -> dict:
     """``distill-agent demo``: the A-D experiment at a small size (one seed), B the shipped student
     for seed 0 (``train_bc``: trained here, as it was made)."""
@@ -264,4 +473,4 @@ def run_demo(folder, seed: int = 0, device=None, train_bc: bool = False) -> dict
             "bc_student": res["bc_student"]}
 
 
-__all__ = ["pipeline", "run_demo", "json"]
+__all__ = ["pipeline", "student_pipeline", "teacher_pipeline", "run_demo", "json"]

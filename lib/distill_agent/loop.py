@@ -193,6 +193,8 @@ def mps(tasks: list[dict], student, teacher, judge, cfg, agent_cfg, *, seed: int
                "n_correct": sum(1 for j in judged if j["is_correct"]), "n_hard": sum(hard),
                "teacher_tokens": counter.teacher_tokens, "llm_calls": counter.llm_calls,
                "judge_failures": counter.judge_failures}
+    if counter.model_tokens:
+        summary["teacher_model_tokens"] = counter.model_tokens
     return MPSResult(records, summary)
 
 
@@ -214,7 +216,12 @@ def bc_init(tasks: list[dict], teacher_spec: str, teacher, agent_cfg, *, seed: i
                 s["observation"], fin = ex.run(s["code"])
                 s["is_finished"] = fin is not None
         finals = [s[-1]["observation"] if s[-1]["is_finished"] else None for s in all_steps]
+        model_toks = None
+    elif policy is None:  # a local teacher model (teacher.LocalTeacher): whole greedy trajectories
+        sol = teacher.solve_many(tasks, agent_cfg, search)
+        all_steps, finals, model_toks = [x["steps"] for x in sol], [x["final"] for x in sol], [x["tokens"] for x in sol]
     else:
+        model_toks = None
         runs = [Run(t) for t in tasks]
         try:
             for i, r in enumerate(runs):
@@ -224,11 +231,12 @@ def bc_init(tasks: list[dict], teacher_spec: str, teacher, agent_cfg, *, seed: i
             close(runs)
         all_steps = [r.steps for r in runs]
         finals = [r.final for r in runs]
-    rows, toks = [], 0
-    for t, steps, fin in zip(tasks, all_steps, finals):
+    rows, toks, mtoks = [], 0, 0
+    for i, (t, steps, fin) in enumerate(zip(tasks, all_steps, finals)):
         if not answers_match(fin, t["answer"]):
             continue
         toks += sum(words(s["thought"]) + words(s["code"]) for s in steps)
+        mtoks += model_toks[i] if model_toks else 0
         info = {"id": t["id"], "question": t["question"], "true_answer": t["answer"]}
         if t.get("env") is not None:
             info["env"] = t["env"]
@@ -236,8 +244,13 @@ def bc_init(tasks: list[dict], teacher_spec: str, teacher, agent_cfg, *, seed: i
         rows.append({"timestamp": None, "steps": steps[1:] if plan else steps,
                      "first_thought": plan["thought"] if plan else "", "original_task_info": info,
                      "evaluation_result": {"is_correct": True, "error_analysis": None}})
-    return MPSResult(rows, {"n_tasks": len(tasks), "n_kept": len(rows), "teacher_tokens": counter.teacher_tokens,
-                            "teacher_tokens_kept": toks, "llm_calls": counter.llm_calls})
+        if model_toks:
+            rows[-1]["teacher_model_tokens"] = model_toks[i]
+    summary = {"n_tasks": len(tasks), "n_kept": len(rows), "teacher_tokens": counter.teacher_tokens,
+               "teacher_tokens_kept": toks, "llm_calls": counter.llm_calls}
+    if model_toks:
+        summary.update(teacher_model_tokens=sum(model_toks), teacher_model_tokens_kept=mtoks)
+    return MPSResult(rows, summary)
 
 
 # --------------------------------------------------------------------------- eval
