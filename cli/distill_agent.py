@@ -27,7 +27,8 @@ wrong step e (1-indexed, step 1 = the plan); the steps before e are kept, the te
 step, the student resumes (at most 3 repairs). Correct trajectories train the student (SCoRe-SFT);
 the verified prefixes before the last repair seed GRPO with a key-step reward (SCoRe-RL).
 Teacher / judge: `oracle` (the exact teacher of the synthetic toy) or openai://HOST:PORT/v1?model=NAME;
-student: a model folder written by `sft`/`rl`, a Hugging Face folder, smollm2, or an endpoint.
+the teacher may also be a local model (qwen2.5-coder-1.5b-instruct or a model folder: greedy, after a worked
+example, its generated tokens counted; reconstructed); student: a model folder written by `sft`/`rl`, a Hugging Face folder, smollm2, or an endpoint.
 
 {RECONSTRUCTED}
 
@@ -96,7 +97,8 @@ cli.alias("make-env", "generate")
 
 @cli.command("bc-init")
 @click.argument("seeds")
-@click.option("--teacher", required=True, help="oracle (tasks of `generate`) or openai://HOST:PORT/v1?model=NAME.")
+@click.option("--teacher", required=True, help="oracle (tasks of `generate`), openai://HOST:PORT/v1?model=NAME, "
+              "or a local model (qwen2.5-coder-1.5b-instruct, a model folder).")
 @output_option("Teacher trajectories (JSON Lines, the upstream BC-init schema).", suffixes=(".jsonl",),
                required=True)
 @search_option
@@ -108,7 +110,8 @@ def bc_init(run, seeds, teacher, output, search_file, cfg, mps_cfg):
     Train the student on them with `to-sft --split all` and `sft`.
 
     \b
-    JSON keys: n_tasks, n_kept, teacher_tokens, teacher_tokens_kept, llm_calls.
+    JSON keys: n_tasks, n_kept, teacher_tokens, teacher_tokens_kept, llm_calls; teacher_model_tokens,
+    teacher_model_tokens_kept (a local teacher).
     Example:  distill-agent bc-init seeds.jsonl --teacher oracle -o bc.jsonl --json
     """
     from icmlkit.lib.distill_agent.api import bc_init as go
@@ -122,7 +125,8 @@ def bc_init(run, seeds, teacher, output, search_file, cfg, mps_cfg):
 @cli.command(device=True)
 @click.argument("tasks")
 @click.option("--student", required=True, help="Model folder, smollm2, or openai://HOST:PORT/v1?model=NAME.")
-@click.option("--teacher", required=True, help="oracle or openai://HOST:PORT/v1?model=NAME.")
+@click.option("--teacher", required=True, help="oracle, openai://HOST:PORT/v1?model=NAME, or a local model "
+              "(qwen2.5-coder-1.5b-instruct, a model folder: ONE greedy step from the verified prefix).")
 @click.option("--judge", required=True, help="oracle or openai://HOST:PORT/v1?model=NAME.")
 @output_option("MPS trajectories (JSON Lines, upstream schema).", suffixes=(".jsonl",), required=True)
 @shard_option()
@@ -137,7 +141,8 @@ def mps(run, tasks, student, teacher, judge, output, shard, search_file, cfg, ag
     Only the first step of a teacher answer is kept; the student resumes after it.
 
     \b
-    JSON keys: n_tasks, n_repaired, n_repairs, n_correct, n_hard, teacher_tokens, llm_calls, judge_failures.
+    JSON keys: n_tasks, n_repaired, n_repairs, n_correct, n_hard, teacher_tokens, llm_calls, judge_failures,
+    teacher_model_tokens (a local teacher: the tokens it generated).
     Example:  distill-agent mps tasks.jsonl --student student_bc --teacher oracle --judge oracle -o mps.jsonl --json
     """
     from icmlkit.lib.distill_agent.api import mps as go

@@ -189,3 +189,21 @@ def test_teacher_pipeline_runs_at_a_tiny_size(bpe_folder, tmp_path):
     again = teacher_pipeline(tmp_path / "w", [0], sizes, teacher=str(bpe_folder), student=str(bpe_folder),
                              stage=stage)
     assert len(store) == n and again["per_seed"][0]["eval"] == per["eval"]
+
+
+def test_cli_mps_with_a_local_teacher_folder(bpe_folder, tmp_path, capsys):
+    """`distill-agent mps --teacher FOLDER`: the local teacher through the CLI; its generated tokens
+    are in the JSON summary."""
+    from fuzzing import run_inprocess
+
+    tasks = tmp_path / "t.jsonl"
+    code, out, err = run_inprocess("distill-agent", ["generate", "--n-tasks", "2", "--min-keys", "2", "--max-keys", "2",
+                                                     "--question", "natural", "-o", str(tasks)], capsys)
+    assert code == 0, err
+    code, out, err = run_inprocess("distill-agent", ["mps", str(tasks), "--student", str(bpe_folder), "--teacher",
+                                                     str(bpe_folder), "--judge", "oracle", "--max-steps", "3",
+                                                     "--step-tokens", "6", "-o", str(tmp_path / "m.jsonl"), "--json"],
+                                   capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["n_tasks"] == 2 and summary["n_repairs"] >= 1 and summary["teacher_model_tokens"] > 0
