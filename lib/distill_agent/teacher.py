@@ -184,9 +184,9 @@ class LocalTeacher:
         keys = [json.dumps(["turn", q, _step_key(s)]) for q, s in requests]
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         self.hits += len(keys) - len(todo)
-        if todo:
-            new = self.lm.turns([self._ids(*requests[i]) for i in todo])
-            for i, ids in zip(todo, new):
+        for k in range(0, len(todo), self.lm.batch):  # the cache file is written after every batch
+            part = todo[k:k + self.lm.batch]
+            for i, ids in zip(part, self.lm.turns([self._ids(*requests[i]) for i in part])):
                 self.cache[keys[i]] = {"text": A.truncate_at_stop(self.lm.codec.decode(ids)), "tokens": len(ids)}
             self._save()
         out = [self.cache[k] for k in keys]
@@ -214,8 +214,19 @@ class LocalTeacher:
         keys = [json.dumps(["solve", t["question"], agent_cfg.max_steps]) for t in tasks]
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         self.hits += len(keys) - len(todo)
-        runs = [loop.Run(tasks[i]) for i in todo]
-        toks = [0] * len(todo)
+        for k in range(0, len(todo), self.lm.batch):  # the cache file is written after every batch
+            self._solve([tasks[i] for i in todo[k:k + self.lm.batch]], [keys[i] for i in todo[k:k + self.lm.batch]],
+                        agent_cfg, search)
+        out = [self.cache[k] for k in keys]
+        self.counter.model_tokens += sum(o["tokens"] for o in out)
+        self.counter.teacher_tokens += sum(words(s["thought"]) + words(s["code"]) for o in out for s in o["steps"])
+        return [dict(o) for o in out]
+
+    def _solve(self, tasks, keys, agent_cfg, search) -> None:
+        from icmlkit.lib.distill_agent import loop
+
+        runs = [loop.Run(t) for t in tasks]
+        toks = [0] * len(tasks)
         codec = self.lm.codec
         try:
             for r in runs:
@@ -234,14 +245,9 @@ class LocalTeacher:
                 self.lm.episodes([self._ids(r.task["question"], []) for r in runs], on_turn)
         finally:
             loop.close(runs)
-        for i, r, k in zip(todo, runs, toks):
-            self.cache[keys[i]] = {"steps": r.steps, "final": r.final, "tokens": k}
-        if todo:
-            self._save()
-        out = [self.cache[k] for k in keys]
-        self.counter.model_tokens += sum(o["tokens"] for o in out)
-        self.counter.teacher_tokens += sum(words(s["thought"]) + words(s["code"]) for o in out for s in o["steps"])
-        return [dict(o) for o in out]
+        for key, r, k in zip(keys, runs, toks):
+            self.cache[key] = {"steps": r.steps, "final": r.final, "tokens": k}
+        self._save()
 
 
 def is_local_teacher(spec: str) -> bool:
