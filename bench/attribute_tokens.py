@@ -20,7 +20,17 @@ each example's result is a cached item, the toy training checkpoints every 500 s
 - ``smol_forced``: the gold answer / chain teacher-forced on 200 longer items per task (NIAH-KV 8-12
   lines, VT 3 chains): Recall@10% for every method, RISE/RISE+AP on the first 24;
 - ``smol_timing``: M in {8, 32, 128, 512} for flashtrace, token-wise IFR and IG on SmolLM2 (a
-  120-token prompt), and FlashTrace at M = 8 / 512 with prompts of 200, 1000 and 2000 tokens.
+  120-token prompt), and FlashTrace at M = 8 / 512 with prompts of 200, 1000 and 2000 tokens;
+- ``qwen_vt_hops``: Qwen2.5-Coder-1.5B-Instruct (``qwen2.5-coder-1.5b-instruct``, lib/hf) on 40 RULER-style
+  VT items with 3 hops per chain (``--style ruler``: 3 chains, 3 noise sentences, ~220 prompt tokens in its
+  chat template) and a chain-of-thought question; greedy replies (48 new tokens) judged by
+  ``judge_vt_reply``; on each correct item its own reply attributed (output span = the answer's digits,
+  reasoning = the chain it wrote): FlashTrace hops 0/1/2 and token-wise IFR (one capture), gradient x
+  input and random on all, IG (4 steps) on the first 8, RISE/RISE+AP (10 deletion groups) on the first 2;
+  paired bootstrap CIs of the Recall@10% differences; single-threaded (~25 min);
+- ``qwen_timing``: FlashTrace (hops 1) vs token-wise IFR on Qwen at M in {32, 128, 512} (a ~200-token
+  prompt); token-wise at 512 measured, or extrapolated linearly from the smaller M when the fit predicts
+  more than 9 min (the payload says which); run holding both CPU locks (~12 min).
 
 No method has a knob tuned: each runs at its stated setting (IG 8 steps, 16 in the toy timing;
 FlashTrace hops 1). ``--quick``: a 20-step one-layer toy model, 6 toy / 2 teacher-forced / 1 correct
@@ -46,10 +56,14 @@ TC = TraceConfig(ig_steps=8)
 TC_TIMING_TOY = dataclasses.replace(TC, ig_steps=16)
 SIZES = {"toy_n": 200, "toy_faith": 60, "toy_ablation": 10, "correct_n": 200, "correct_max": None,
          "forced_n": 200, "forced_faith": 24, "lengths": [8, 32, 128, 512], "prompts": [200, 1000, 2000],
-         "toy_prompt": 200, "smol_prompt": 120, "repeats": 3}
+         "toy_prompt": 200, "smol_prompt": 120, "repeats": 3,
+         "qwen_screen": 40, "qwen_batch": 8, "qwen_max": 24, "qwen_ig_n": 4, "qwen_faith_n": 2, "qwen_groups": 10,
+         "qwen_lengths": [32, 128, 512], "qwen_prompt": 200, "qwen_repeats": 2, "qwen_tokenwise_max_s": 540}
 QUICK = {"toy_n": 6, "toy_faith": 3, "toy_ablation": 2, "correct_n": 4, "correct_max": 1,
          "forced_n": 2, "forced_faith": 1, "lengths": [8, 32], "prompts": [40, 80],
-         "toy_prompt": 40, "smol_prompt": 40, "repeats": 1}
+         "toy_prompt": 40, "smol_prompt": 40, "repeats": 1,
+         "qwen_screen": 2, "qwen_batch": 2, "qwen_max": 1, "qwen_ig_n": 1, "qwen_faith_n": 1, "qwen_groups": 2,
+         "qwen_lengths": [8, 16, 32], "qwen_prompt": 40, "qwen_repeats": 1, "qwen_tokenwise_max_s": 60}
 TOY_QUICK = ToyConfig(steps=20, layers=1, eval_n=4)
 
 
@@ -287,6 +301,193 @@ def smol_timing(ctx) -> dict:
     return timing_parts(ctx, smol, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace"], sizes(ctx)["smol_prompt"], TC)
 
 
+# ----------------------------------------------------------------------------- Qwen: multi-hop VT, timing
+
+QWEN = "qwen2.5-coder-1.5b-instruct"
+QWEN_HOPS = (0, 1, 2)
+QWEN_METHODS = [api.hop_method(h) for h in QWEN_HOPS] + ["ifr-tokenwise", "gradxinput", "ig", "random"]
+QWEN_TC = TraceConfig(ig_steps=4)
+QWEN_NEW_TOKENS = 48
+QWEN_SEED = 11
+
+
+def qwen_task(ctx) -> TaskConfig:
+    """3 chains (1 queried + 2 distractors) of 3 assignments each, 3 noise sentences: about 220 prompt
+    tokens with Qwen's chat template."""
+    return TaskConfig(n=sizes(ctx)["qwen_screen"], chains=3, hops=3, fillers=3, style="ruler")
+
+
+def qwen_replies(ctx, bundle, rows) -> list[str]:
+    """Qwen's greedy replies (chat template, at most 48 new tokens), one cached item per batch of 8."""
+    b = sizes(ctx)["qwen_batch"]
+    out = []
+    for k in range(0, len(rows), b):
+        chunk = rows[k:k + b]
+        key = f"qwen-vt-replies-seed{QWEN_SEED}-{chunk[0]['id']}-{chunk[-1]['id']}-new{QWEN_NEW_TOKENS}"
+        out += ctx.cached(key, lambda chunk=chunk: api.generate_replies(bundle, [r["prompt"] for r in chunk],
+                                                                         QWEN_NEW_TOKENS, chat=True, batch_size=b))
+    return out
+
+
+def bootstrap_diff(a, b, *, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Mean of the paired differences a - b with a 95 % percentile bootstrap interval over items."""
+    import numpy as np
+
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if len(d) == 0:
+        return {"mean": None, "ci95": None, "n": 0}
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(1)
+    return {"mean": round(float(d.mean()), 4), "ci95": [round(float(np.quantile(means, 0.025)), 4),
+                                                        round(float(np.quantile(means, 0.975)), 4)],
+            "n": int(len(d)), "wins": int((d > 0).sum()), "losses": int((d < 0).sum())}
+
+
+def _qwen_items(ctx, bundle, rows, ig_n: int, faith_n: int, groups: int) -> tuple[list, list]:
+    """Every method on the correct items, in three passes so that a killed run keeps the cheap ones:
+    (1) on every item the IFR family (hops 0/1/2 and token-wise from one capture), random and
+    gradient x input, one cached item each; (2) IG (4 steps) on the first ``ig_n``; (3) RISE /
+    RISE+AP of every method on the first ``faith_n`` (``groups`` deletion groups), one cached item
+    per (item, method). Returns (per-example rows, token counts per item)."""
+    import numpy as np
+
+    exs = [api.prepare(r, bundle.tokenizer, where="qwen-vt", chat=True, require_gold=True) for r in rows]
+    ec = EvalConfig(methods=QWEN_METHODS, faithfulness=False)
+    tags = [re.sub(r"[^\w.+-]", "_", f"qwen-vt-seed{QWEN_SEED}-{ex.id}") for ex in exs]
+
+    def att_row(ex, att):
+        r = api.score_attribution(bundle, att, ec, 0, faithfulness=False)
+        return dict(r, seconds=round(att.seconds, 3), scores=[round(float(x), 7) for x in att.scores[:ex.n_prompt]])
+
+    def base(ex):
+        atts = list(api.attribute_ifr_family(bundle, ex, QWEN_TC, hops=QWEN_HOPS).values())
+        atts += [api.attribute(bundle, ex, dataclasses.replace(QWEN_TC, method=m)) for m in ("random", "gradxinput")]
+        return [att_row(ex, a) for a in atts]
+
+    got = []
+    for i, (ex, tag) in enumerate(zip(exs, tags)):
+        got.append(ctx.cached(f"{tag}-base", lambda ex=ex: base(ex)))
+        ctx.log(f"qwen item {i + 1}/{len(exs)} {ex.id}: " + ", ".join(f"{p['method']} {p['recall_at_10']:.3f}"
+                                                                      for p in got[-1]))
+    for i, (ex, tag) in enumerate(zip(exs[:ig_n], tags)):
+        got[i] = got[i] + [ctx.cached(f"{tag}-ig{QWEN_TC.ig_steps}", lambda ex=ex: att_row(
+            ex, api.attribute(bundle, ex, dataclasses.replace(QWEN_TC, method="ig"))))]
+        ctx.log(f"qwen item {i + 1} IG: {got[i][-1]['recall_at_10']:.3f}")
+    fc = EvalConfig(groups=groups)
+    pad = api.pad_id(bundle)
+    for i, (ex, tag) in enumerate(zip(exs[:faith_n], tags)):
+        out = []
+        for r in got[i]:
+            def curve(r=r, ex=ex):
+                att = api.Attribution(ex, r["method"], np.asarray(r["scores"] + [0.0] * (ex.n - ex.n_prompt)),
+                                      [], [], 0.0)
+                c = api.score_attribution(bundle, att, fc, pad, faithfulness=True)
+                return {"rise": c["rise"], "rise_ap": c["rise_ap"]}
+            out.append(dict(r, **ctx.cached(f"{tag}-rise-g{groups}-{r['method']}", curve)))
+        got[i] = out
+        ctx.log(f"qwen item {i + 1} RISE: " + ", ".join(f"{p['method']} {p['rise']}" for p in out))
+    per = [{k: v for k, v in r.items() if k != "scores"} for g in got for r in g]
+    shapes = [{"n_tokens": ex.n, "n_prompt": ex.n_prompt, "n_eligible": int(ex.eligible.sum()),
+               "n_gold": int(ex.gold.sum())} for ex in exs]
+    return per, shapes
+
+
+@bench.part("qwen_vt_hops", doc="Qwen2.5-Coder-1.5B-Instruct on 3-hop RULER-style VT with chain-of-thought: "
+            "accuracy; Recall@10% of FlashTrace hops 0/1/2, token-wise IFR, gradient x input, IG (4 steps), random "
+            "on the items it answers correctly; RISE/RISE+AP on the first few", hours=0.6)
+def qwen_vt_hops(ctx) -> dict:
+    """Single-threaded (the shared 2-core machine). Screening: ``qwen_screen`` items, Qwen's greedy
+    reply judged by ``judge_vt_reply``; its own reply is the attributed target (output span = the
+    answer's digits, reasoning span = the written chain before it: the span FlashTrace's hops go
+    through). Every correct item gets the IFR family, random and gradient x input; the first
+    ``qwen_ig_n`` IG (4 steps); the first ``qwen_faith_n`` RISE/RISE+AP with ``qwen_groups`` deletion
+    groups (the budget's cut; 20 groups cost 210 s per method and item here)."""
+    from icmlkit.lib.core.runtime import limit_threads
+
+    s = sizes(ctx)
+    with limit_threads(1):
+        qwen = api.load(QWEN)
+        rows = make_task("vt", qwen_task(ctx), seed=QWEN_SEED)
+        replies = qwen_replies(ctx, qwen, rows)
+        from icmlkit.lib.attribute_tokens.tasks import judge_vt_reply
+
+        judged = [judge_vt_reply(r, t) for r, t in zip(rows, replies)]
+        keep = [j for j in judged if j is not None]
+        acc = {"n": len(rows), "correct": len(keep), "accuracy": round(len(keep) / len(rows), 4),
+               "chain_ok": sum(bool(j["chain_ok"]) for j in keep), "example_reply": replies[0][:120]}
+        ctx.log(f"qwen VT accuracy: {acc}")
+        keep = keep[:s["qwen_max"]] if s["qwen_max"] else keep
+        per, shapes = _qwen_items(ctx, qwen, keep, s["qwen_ig_n"], s["qwen_faith_n"], s["qwen_groups"])
+    secs = {m: [p["seconds"] for p in per if p["method"] == m] for m in QWEN_METHODS}
+    agg = aggregate(per, secs, QWEN_METHODS)
+    rec = {m: {p["id"]: p["recall_at_10"] for p in per if p["method"] == m} for m in QWEN_METHODS}
+    ids = list(rec["ifr-span"])
+    diffs = {f"{a}_minus_{b}": bootstrap_diff([rec[a][i] for i in ids], [rec[b][i] for i in ids])
+             for a, b in (("flashtrace", "ifr-span"), ("flashtrace-hops2", "ifr-span"),
+                          ("flashtrace", "ifr-tokenwise"), ("flashtrace-hops2", "ifr-tokenwise"),
+                          ("flashtrace", "gradxinput"), ("flashtrace", "random"))}
+    ig_ids = list(rec["ig"])
+    diffs["flashtrace_minus_ig"] = bootstrap_diff([rec["flashtrace"][i] for i in ig_ids], [rec["ig"][i] for i in ig_ids])
+    import numpy as np
+
+    return {"model": QWEN, "task": dataclasses.asdict(qwen_task(ctx)), "task_seed": QWEN_SEED,
+            "max_new_tokens": QWEN_NEW_TOKENS, "accuracy": acc, "aggregate": agg, "recall_differences": diffs,
+            "ig_steps": QWEN_TC.ig_steps, "threads": 1,
+            "counts": {"items": len(keep), "ig_items": min(len(keep), s["qwen_ig_n"]),
+                       "faith_items": min(len(keep), s["qwen_faith_n"]), "deletion_groups": s["qwen_groups"]},
+            "tokens": {k: round(float(np.mean([x[k] for x in shapes])), 1) if shapes else None
+                       for k in ("n_tokens", "n_prompt", "n_eligible", "n_gold")},
+            "per_example": per}
+
+
+@bench.part("qwen_timing", doc="Qwen2.5-Coder-1.5B-Instruct: seconds of FlashTrace (hops 1) and token-wise IFR vs "
+            "target length M up to 512 (token-wise at 512 measured, or extrapolated when it would pass the "
+            "budget)", hours=0.25)
+def qwen_timing(ctx) -> dict:
+    """``api.timing_example`` at M in ``qwen_lengths`` (a ~200-token prompt, the target padded with
+    filler, the whole target as output span). FlashTrace: a ``time_call`` per M (median of 2, one
+    warm-up at the first M); token-wise IFR: one timed run per M (no repeat: at M = 512 it takes
+    minutes). When the straight line through token-wise's measured smaller M predicts more than
+    ``qwen_tokenwise_max_s`` at the largest M, that point is not run and its figure is extrapolated
+    linearly (the payload says which). Threads: torch's default (2 on this machine; run it holding
+    both CPU locks). Each time_call is a cached item (a killed run resumes)."""
+    import numpy as np
+    import torch
+
+    s = sizes(ctx)
+    qwen = api.load(QWEN)
+    lengths, P = s["qwen_lengths"], s["qwen_prompt"]
+    ft, tw, how, n_prompt = [], [], [], None
+    for i, M in enumerate(lengths):
+        ex = api.timing_example(qwen, M, P)
+        n_prompt = ex.n_prompt
+        c_ft = dataclasses.replace(QWEN_TC, method="flashtrace", hops=1)
+        c_tw = dataclasses.replace(QWEN_TC, method="ifr-tokenwise")
+        ft.append(ctx.cached(f"qwen-time-flashtrace-M{M}-p{P}", lambda: time_call(
+            lambda: api.attribute(qwen, ex, c_ft), repeats=s["qwen_repeats"], warmup=1 if i == 0 else 0)))
+        if i == len(lengths) - 1 and len(tw) >= 2:
+            a, b = np.polyfit(lengths[:len(tw)], [r["median_s"] for r in tw], 1)[::-1]
+            pred = a + b * M
+            if pred > s["qwen_tokenwise_max_s"]:
+                tw.append({"median_s": pred, "min_s": pred, "max_s": pred, "repeats": 0, "warmup": 0,
+                           "extrapolated_from": lengths[:len(tw)], "fit_intercept_s": round(float(a), 3),
+                           "fit_slope_s_per_token": round(float(b), 5)})
+                how.append("extrapolated")
+                continue
+        tw.append(ctx.cached(f"qwen-time-tokenwise-M{M}-p{P}", lambda: time_call(
+            lambda: api.attribute(qwen, ex, c_tw), repeats=1, warmup=0)))
+        how.append("measured")
+        ctx.log(f"qwen timing M={M}: flashtrace {ft[-1]['median_s']:.2f} s, token-wise {tw[-1]['median_s']:.2f} s")
+    ratios = [speed_ratio(b, a) for a, b in zip(ft, tw)]
+    return {"model": QWEN, "target_lengths": list(lengths), "n_prompt_tokens": n_prompt, "threads": torch.get_num_threads(),
+            "methods": ["flashtrace", "ifr-tokenwise"],
+            "seconds": {"flashtrace": [round(r["median_s"], 3) for r in ft],
+                        "ifr-tokenwise": [round(r["median_s"], 3) for r in tw]},
+            "tokenwise_how": how, "timings": {"flashtrace": ft, "ifr-tokenwise": tw},
+            "speedup_vs_tokenwise": [round(r["ratio"], 3) for r in ratios],
+            "speedup_vs_tokenwise_range": [[round(r["low"], 3), round(r["high"], 3)] for r in ratios]}
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -304,7 +505,47 @@ def flatten(results: dict) -> dict:
         R["smollm2"] = results["smol_forced"]["aggregate"]
     if "smol_timing" in results:
         R["timing_smollm2"], R["timing_smollm2_prompts"] = results["smol_timing"]["timing"], results["smol_timing"]["prompts"]
+    if "qwen_vt_hops" in results:
+        R["qwen_vt"] = results["qwen_vt_hops"]
+    if "qwen_timing" in results:
+        R["timing_qwen"] = results["qwen_timing"]
     return R
+
+
+def qwen_targets(R: dict) -> dict:
+    """The issue's three Qwen targets (met or missed)."""
+    out = {}
+    q = R.get("qwen_vt")
+    if q:
+        c = q["counts"]
+        for name, key, thr in (("qwen_hops1_minus_hops0", "flashtrace_minus_ifr-span", 0.05),
+                               ("qwen_flashtrace_minus_tokenwise", "flashtrace_minus_ifr-tokenwise", 0.0)):
+            d = q["recall_differences"][key]
+            if d["mean"] is None:
+                continue
+            out[name] = target(d["mean"], thr, d["mean"] >= thr, (
+                f"Recall@10% on {QWEN}'s correct 3-hop VT items (own chain-of-thought reply attributed): "
+                f"{key.replace('_minus_', ' - ')}, n={d['n']}, 95% bootstrap CI {d['ci95']}, "
+                f"{d['wins']} wins / {d['losses']} losses; accuracy {q['accuracy']['correct']}/{q['accuracy']['n']}; "
+                f"IG on {c['ig_items']}, RISE on {c['faith_items']} items"))
+    t = R.get("timing_qwen")
+    if t and 512 in t["target_lengths"]:
+        i = t["target_lengths"].index(512)
+        how = t["tokenwise_how"][i]
+        sp = t["speedup_vs_tokenwise"][i]
+        note = (f"token-wise IFR s / FlashTrace (hops 1) s at M=512 on {QWEN}, {t['threads']} threads, "
+                f"prompt {t['n_prompt_tokens']} tokens; token-wise {t['seconds']['ifr-tokenwise'][i]} s ")
+        if how == "extrapolated":
+            tw = t["timings"]["ifr-tokenwise"][i]
+            note += (f"EXTRAPOLATED linearly from token-wise measured at M={tw['extrapolated_from']} (not run at 512), "
+                     f"FlashTrace {t['seconds']['flashtrace'][i]} s measured")
+        else:
+            note += f"measured (one run), FlashTrace {t['seconds']['flashtrace'][i]} s measured (median)"
+        out["qwen_speedup_vs_tokenwise_at_512"] = target(sp, 50.0, sp >= 50, note)
+    elif t:
+        out[f"qwen_speedup_vs_tokenwise_at_{t['target_lengths'][-1]}"] = target(
+            t["speedup_vs_tokenwise"][-1], None, True, "reported only: M = 512 not timed in this run")
+    return out
 
 
 def targets_of(results: dict) -> dict:
@@ -365,6 +606,7 @@ def targets_of(results: dict) -> dict:
             targets[f"{who}_timing_flat_512_over_8_prompt_{p}"] = target(
                 ratio, 2.0, ratio <= 2.0, f"the same ratio with a {p}-token prompt (reported beside the issue's "
                 "setting above)")
+    targets.update(qwen_targets(results))
     ts = results.get("toy_model")
     if ts:
         targets["toy_accuracy_95"] = target([ts.get("accuracy_niah_kv"), ts.get("accuracy_vt")], 0.95,
@@ -406,6 +648,29 @@ def markdown(R: dict) -> str:
             rows.append(row)
         how = ("median of time_call repeats" if "timings" in t else "minimum of the repeats (legacy)")
         lines += [f"## {key} (prompt {t['n_prompt_tokens']} tokens; seconds, {how})", "", table(rows, digits=4)]
+    q = R.get("qwen_vt")
+    if q:
+        a, c = q["accuracy"], q["counts"]
+        lines += [f"## {q['model']} / 3-hop VT with chain-of-thought (own reply attributed)", "",
+                  f"Greedy accuracy {a['correct']}/{a['n']} ({a['accuracy']}; chain written in full on "
+                  f"{a['chain_ok']}); {c['items']} correct items attributed, IG ({q['ig_steps']} steps) on "
+                  f"{c['ig_items']}, RISE/RISE+AP on {c['faith_items']} ({c['deletion_groups']} deletion groups); "
+                  f"mean tokens {q['tokens']}; single-threaded.", "",
+                  table([{"method": m, "n": r.get("n"), "Recall@10%": r.get("recall_at_10"),
+                          "RISE (lower better)": r.get("rise"), "RISE+AP (lower better)": r.get("rise_ap"),
+                          "curves": r.get("n_curves"), "thinking ratio": r.get("thinking_ratio"),
+                          "s/example": r.get("seconds_per_example")} for m, r in q["aggregate"].items()], digits=4),
+                  "Paired Recall@10% differences (95 % bootstrap CI over items):", "",
+                  table([{"difference": k.replace("_minus_", " - "), **v} for k, v in q["recall_differences"].items()],
+                        digits=4)]
+    t = R.get("timing_qwen")
+    if t:
+        rows = [{"M": m, "flashtrace s": t["seconds"]["flashtrace"][i],
+                 "ifr-tokenwise s": t["seconds"]["ifr-tokenwise"][i], "token-wise": t["tokenwise_how"][i],
+                 "speedup": t["speedup_vs_tokenwise"][i],
+                 "range": "{}-{}".format(*t["speedup_vs_tokenwise_range"][i])} for i, m in enumerate(t["target_lengths"])]
+        lines += [f"## timing_qwen ({t['model']}, prompt {t['n_prompt_tokens']} tokens, {t['threads']} threads; "
+                  "FlashTrace median of time_call repeats, token-wise one run)", "", table(rows, digits=4)]
     for key in ("timing_toy_prompts", "timing_smollm2_prompts"):
         sweep = R.get(key)
         if not sweep:

@@ -202,13 +202,23 @@ def prepare_rows(rows, tok, where: str, *, span_unit="token", chat=False, requir
 
 def generate_target(bundle: Bundle, prompt: str, n_new: int, chat: bool = False) -> str:
     """Greedy continuation of ``prompt`` (``--generate N``) as text."""
+    text = generate_replies(bundle, [prompt], n_new, chat=chat)[0]
+    if not text:
+        raise UsageError("--generate: the model produced no tokens (it stopped at once)")
+    return text
+
+
+def generate_replies(bundle: Bundle, prompts: list[str], n_new: int, *, chat: bool = False,
+                     batch_size: int = 8) -> list[str]:
+    """Greedy continuations (at most ``n_new`` tokens, stopped at EOS) of ``prompts``, batched; each
+    prompt wrapped in the tokenizer's chat template as a user turn when ``chat``. Texts ('' when the
+    model stopped at once)."""
     from icmlkit.lib.hf import apply_chat_template, greedy_generate
 
-    p = apply_chat_template(bundle.tokenizer, [{"role": "user", "content": prompt}]) if chat else prompt
-    gen = greedy_generate(bundle.model, bundle.tokenizer, [p], max_new_tokens=n_new, add_special_tokens=not chat)[0]
-    if not gen.token_ids:
-        raise UsageError("--generate: the model produced no tokens (it stopped at once)")
-    return bundle.tokenizer.decode(gen.token_ids)
+    ps = [apply_chat_template(bundle.tokenizer, [{"role": "user", "content": p}]) if chat else p for p in prompts]
+    gens = greedy_generate(bundle.model, bundle.tokenizer, ps, max_new_tokens=n_new, batch_size=batch_size,
+                           add_special_tokens=not chat)
+    return [bundle.tokenizer.decode(g.token_ids) if g.token_ids else "" for g in gens]
 
 
 # ------------------------------------------------------------------------------ attribution
@@ -250,19 +260,7 @@ def attribute(bundle: Bundle, ex: Example, cfg, *, seed: int = 0, return_cache: 
     if method in IFR_METHODS:
         cache = ifr.capture(bundle.model, ex.ids, cfg.attention)
         if method == "ifr-tokenwise":
-            o0, o1 = ex.output_span
-            sinks = torch.arange(o0, o1 + 1)
-            keep_s = torch.as_tensor(~ex.stop[o0:o1 + 1])
-            if not bool(keep_s.any()):
-                keep_s = torch.ones_like(keep_s)
-            rows = ifr.tokenwise_rows(cache, sinks[keep_s], **kw)
-            t = rows.mean(0)
-            keep = torch.as_tensor(~ex.stop) & (torch.arange(n) <= ex.gen_span[1])
-            t = torch.where(keep, t, torch.zeros_like(t))
-            in_g = (torch.arange(n) >= ex.gen_span[0]) & (torch.arange(n) <= ex.gen_span[1])
-            hops = [t]
-            ratios = [float(t[in_g].sum() / t.sum()) if float(t.sum()) > 0 else 0.0]
-            scores = torch.where(torch.arange(n) < ex.n_prompt, t, torch.zeros_like(t))
+            scores, hops, ratios = _tokenwise(cache, ex, kw)
         else:
             h = cfg.hops if method == "flashtrace" else 0
             res = ifr.recursive(cache, prompt_len=ex.n_prompt, gen_span=ex.gen_span, output_span=ex.output_span,
@@ -285,6 +283,70 @@ def attribute(bundle: Bundle, ex: Example, cfg, *, seed: int = 0, return_cache: 
 
     scores = np.where(ex.eligible, scores, 0.0)
     return Attribution(ex, method, scores, hops, ratios, time.perf_counter() - t0)
+
+
+def _tokenwise(cache, ex: Example, kw: dict):
+    """Token-wise IFR on ``ex``'s output span (stop tokens dropped as sinks), rows averaged:
+    (prompt scores, [the masked vector], [its thinking ratio])."""
+    import torch
+
+    from icmlkit.lib.attribute_tokens import ifr
+
+    n = ex.n
+    o0, o1 = ex.output_span
+    sinks = torch.arange(o0, o1 + 1)
+    keep_s = torch.as_tensor(~ex.stop[o0:o1 + 1])
+    if not bool(keep_s.any()):
+        keep_s = torch.ones_like(keep_s)
+    t = ifr.tokenwise_rows(cache, sinks[keep_s], **kw).mean(0)
+    keep = torch.as_tensor(~ex.stop) & (torch.arange(n) <= ex.gen_span[1])
+    t = torch.where(keep, t, torch.zeros_like(t))
+    in_g = (torch.arange(n) >= ex.gen_span[0]) & (torch.arange(n) <= ex.gen_span[1])
+    ratios = [float(t[in_g].sum() / t.sum()) if float(t.sum()) > 0 else 0.0]
+    return torch.where(torch.arange(n) < ex.n_prompt, t, torch.zeros_like(t)), [t], ratios
+
+
+def hop_method(h: int) -> str:
+    """The name a hop count is reported under: ``ifr-span`` (0), ``flashtrace`` (1), ``flashtrace-hops<h>``."""
+    return "ifr-span" if h == 0 else "flashtrace" if h == 1 else f"flashtrace-hops{h}"
+
+
+def attribute_ifr_family(bundle: Bundle, ex: Example, cfg, *, hops=(0, 1, 2), tokenwise: bool = True) -> dict:
+    """FlashTrace at every hop count in ``hops`` (named by :func:`hop_method`) and token-wise IFR
+    from ONE captured forward pass: the recursion runs once to ``max(hops)`` hops and the final
+    scores at h hops are its hop-0 vector plus the first h ratio-weighted hop vectors (the same
+    numbers :func:`attribute` gives per method; cheaper on a large model). Returns {method:
+    Attribution}; each Attribution's ``seconds`` is the shared capture plus its own part."""
+    import numpy as np
+    import torch
+
+    from icmlkit.lib.attribute_tokens import ifr
+
+    kw = dict(chunk_tokens=cfg.chunk_tokens, sink_chunk=cfg.sink_chunk, threshold=cfg.renorm_threshold)
+    t0 = time.perf_counter()
+    cache = ifr.capture(bundle.model, ex.ids, cfg.attention)
+    t_cap = time.perf_counter() - t0
+    out = {}
+    if hops:
+        t1 = time.perf_counter()
+        res = ifr.recursive(cache, prompt_len=ex.n_prompt, gen_span=ex.gen_span, output_span=ex.output_span,
+                            stop_mask=ex.stop, hops=max(hops), **kw)
+        t_rec = time.perf_counter() - t1
+        in_p = torch.arange(ex.n) < ex.n_prompt
+        for h in sorted(set(hops)):
+            final = torch.where(in_p, res.hops[0], torch.zeros_like(res.hops[0]))
+            for k in range(1, h + 1):
+                final = final + res.ratios[k - 1] * torch.where(in_p, res.hops[k], torch.zeros_like(res.hops[k]))
+            sc = np.where(ex.eligible, final.double().numpy(), 0.0)
+            out[hop_method(h)] = Attribution(ex, hop_method(h), sc, [v.double().numpy() for v in res.hops[:h + 1]],
+                                             res.ratios[:h + 1], t_cap + t_rec * (h + 1) / (max(hops) + 1))
+    if tokenwise:
+        t1 = time.perf_counter()
+        sc, hv, ratios = _tokenwise(cache, ex, kw)
+        sc = np.where(ex.eligible, sc.double().numpy(), 0.0)
+        out["ifr-tokenwise"] = Attribution(ex, "ifr-tokenwise", sc, [v.double().numpy() for v in hv], ratios,
+                                           t_cap + time.perf_counter() - t1)
+    return out
 
 
 def _full(prompt_scores, n):
@@ -377,6 +439,29 @@ class EvalResult:
     summary: dict
 
 
+def pad_id(bundle: Bundle) -> int:
+    """The token that guided deletion writes over deleted prompt tokens (the pad token, else 0)."""
+    pad = getattr(bundle.tokenizer, "pad_token_id", None)
+    return 0 if pad is None else int(pad)
+
+
+def score_attribution(bundle: Bundle, att: Attribution, cfg, pad: int, *, faithfulness: bool | None = None) -> dict:
+    """One per-example row of ``eval``: Recall@top_frac against the gold spans, and RISE / RISE+AP
+    from the guided-deletion curve when ``faithfulness`` (default ``cfg.faithfulness``)."""
+    from icmlkit.lib.attribute_tokens import metrics
+
+    ex = att.example
+    rec = metrics.topk_recall(att.scores, ex.gold, ex.eligible, cfg.top_frac) if ex.has_gold else None
+    r = m = None
+    if cfg.faithfulness if faithfulness is None else faithfulness:
+        order = metrics.deletion_order(att.scores, ex.eligible)
+        curve = metrics.deletion_curve(bundle.model, ex.ids, order, cfg.groups, pad, ex.gen_span)
+        r = metrics.rise(curve)
+        m = metrics.rise_ap(curve, att.scores, order, cfg.groups)
+    return {"id": ex.id, "method": att.method, "recall_at_10": rec, "rise": r, "rise_ap": m,
+            "thinking_ratio": att.ratios[0] if att.ratios else None}
+
+
 def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: int = 0) -> EvalResult:
     """``eval``: Recall@top_frac, RISE and RISE+AP of each method over the examples (method sheet
     protocol; see :mod:`~icmlkit.lib.attribute_tokens.metrics`). ``trace_cfg`` supplies the method
@@ -385,28 +470,18 @@ def evaluate(bundle: Bundle, examples: list[Example], cfg, trace_cfg, *, seed: i
 
     import numpy as np
 
-    from icmlkit.lib.attribute_tokens import metrics
     from icmlkit.lib.core.console import progress
 
     if cfg.limit:
         examples = examples[:cfg.limit]
-    pad = getattr(bundle.tokenizer, "pad_token_id", None)
-    pad = 0 if pad is None else int(pad)
+    pad = pad_id(bundle)
     per, secs = [], {}
     for ex in progress(examples, desc="eval"):
         for method in cfg.methods:
             tc = dataclasses.replace(trace_cfg, method=method,
                                      hops=max(trace_cfg.hops, 1) if method == "flashtrace" else trace_cfg.hops)
             att = attribute(bundle, ex, tc, seed=seed)
-            rec = metrics.topk_recall(att.scores, ex.gold, ex.eligible, cfg.top_frac) if ex.has_gold else None
-            r = m = None
-            if cfg.faithfulness:
-                order = metrics.deletion_order(att.scores, ex.eligible)
-                curve = metrics.deletion_curve(bundle.model, ex.ids, order, cfg.groups, pad, ex.gen_span)
-                r = metrics.rise(curve)
-                m = metrics.rise_ap(curve, att.scores, order, cfg.groups)
-            per.append({"id": ex.id, "method": method, "recall_at_10": rec, "rise": r, "rise_ap": m,
-                        "thinking_ratio": att.ratios[0] if att.ratios else None})
+            per.append(score_attribution(bundle, att, cfg, pad))
             secs.setdefault(method, []).append(att.seconds)
     rows = []
     for method in cfg.methods:

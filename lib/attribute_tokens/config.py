@@ -99,13 +99,15 @@ class TaskConfig:
     hops: int = _opt(3, "vt: assignments in each chain.", min=1)
     fillers: int = _opt(10, "vt: filler sentences mixed into the prompt.", min=0)
     style: str = _opt("toy", "toy: the word vocabulary of train-toy's tokenizer; text: plain English-ish words "
-                      "for real tokenizers.", choices=("toy", "text"))
+                      "for real tokenizers; ruler: vt as RULER-style multi-hop variable tracking (VAR ABCDE = VAR "
+                      "FGHIJ, 5-digit values) with a chain-of-thought question, for instruction-tuned models "
+                      "(niah-kv: as text) [reconstructed].", choices=("toy", "text", "ruler"))
 
     def check(self) -> None:
         if self.lines_min > self.lines_max:
             raise UsageError("--lines-min must be <= --lines-max")
-        if self.style not in ("toy", "text"):
-            raise UsageError("--style must be toy or text")
+        if self.style not in ("toy", "text", "ruler"):
+            raise UsageError("--style must be toy, text or ruler")
 
 
 @dataclass

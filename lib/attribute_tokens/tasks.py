@@ -12,6 +12,14 @@ each chain step is a single-token induction lookup a 3-layer toy decoder learns 
 ``X2 = X1`` as three tokens, 6000 steps of the earlier recipe and VT-only probes stayed at chance
 among the chains). ``style="text"`` (SmolLM2) is unchanged: ``X2 = X1``, ``X3 = X2 = X1 = 47``.
 
+``style="ruler"`` (multi-hop variable tracking for an instruction-tuned model, Qwen2.5): RULER-VT's
+wording re-implemented -- ``VAR QKZVB = 48213.`` / ``VAR HXLTA = VAR QKZVB.`` (5-letter names,
+5-digit values), ``--hops`` assignments per chain (the first binds the number), the other chains
+distractors with their own numbers, "The grass is green."-style noise sentences, then a
+chain-of-thought question: write the chain ``VAR C = VAR B = VAR A = 48213`` on one line, then
+``Answer: 48213``. The reference target is that chain and answer (reasoning span = the chain,
+output span = the final number); a model's own reply is judged by :func:`judge_vt_reply`.
+
 Rows: ``{id, task, prompt, target, output_span, reasoning_span, gold_spans, span_unit: "char",
 answer}``; spans are inclusive character offsets into ``prompt + target`` (tokenizer-independent;
 ``trace``/``eval`` map them to tokens). ``style="toy"`` uses the word vocabulary of ``train-toy``'s
@@ -92,7 +100,96 @@ def _niah(rng, i: int, lines_min: int, lines_max: int, style: str) -> dict:
             "reasoning_span": None, "gold_spans": [gold], "span_unit": "char", "answer": answer}
 
 
+RULER_NOISE = ["The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
+               "There and back again."]
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _ruler_names(rng, n: int) -> list[str]:
+    """``n`` distinct random 5-letter upper-case names (RULER-VT's variable names)."""
+    out: list[str] = []
+    while len(out) < n:
+        name = "".join(LETTERS[int(j)] for j in rng.integers(0, 26, size=5))
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _vt_ruler(rng, i: int, chains: int, hops: int, fillers: int) -> dict:
+    """Multi-hop variable tracking with a chain-of-thought question (module docstring, ``ruler``)."""
+    names = _ruler_names(rng, chains * hops)
+    nums = []
+    while len(nums) < chains:
+        v = int(rng.integers(10000, 100000))
+        if v not in nums:
+            nums.append(v)
+    chain_vars = [names[c * hops:(c + 1) * hops] for c in range(chains)]
+    order = list(rng.permutation([c for c in range(chains) for _ in range(hops)]))
+    pos = [0] * chains
+    queue = []
+    for c in order:
+        queue.append(("stmt", int(c), pos[c]))
+        pos[c] += 1
+    for _ in range(fillers):
+        queue.insert(int(rng.integers(0, len(queue) + 1)), ("fill", None, None))
+    p = _Text(" ")
+    p.add("Memorize the variable assignments below. A variable is assigned either a number or the value of "
+          "another variable.\n", glue=True)
+    gold = []
+    first = True
+    for kind, c, h in queue:
+        glue = first
+        first = False
+        if kind == "fill":
+            p.add(RULER_NOISE[int(rng.integers(0, len(RULER_NOISE)))], glue=glue)
+            continue
+        rhs = str(nums[c]) if h == 0 else f"VAR {chain_vars[c][h - 1]}"
+        a, b = p.add(f"VAR {chain_vars[c][h]} = {rhs}.", glue=glue)
+        if c == 0:
+            gold.append([a, b - 1])  # the statement without its full stop
+    q = chain_vars[0][-1]
+    p.add(f"\nQuestion: what is the value of VAR {q}? Follow the assignments back from VAR {q}: first write "
+          "the chain on one line, as in VAR C = VAR B = VAR A = 12345, then write \"Answer:\" and the number.",
+          glue=True)
+    prompt = p.text()
+    cot = " = ".join([f"VAR {v}" for v in reversed(chain_vars[0])] + [str(nums[0])])
+    target = cot + "\nAnswer: " + str(nums[0])
+    base = len(prompt)
+    out = [base + len(target) - len(str(nums[0])), base + len(target) - 1]
+    return {"id": f"vt-{i}", "task": "vt", "prompt": prompt, "target": target, "output_span": out,
+            "reasoning_span": [base, base + len(cot) - 1], "gold_spans": gold, "span_unit": "char",
+            "answer": str(nums[0]), "hops": hops, "chain": [f"VAR {v}" for v in reversed(chain_vars[0])]}
+
+
+def judge_vt_reply(row: dict, reply: str) -> dict | None:
+    """A ``ruler`` VT row whose target is the model's own ``reply`` when the reply is correct, else
+    None. Correct: the first number after ``Answer:`` (else the reply's last number) is the queried
+    value. The target is cut after that number; output span = its characters, reasoning span = the
+    reply before it (the written chain) when that holds a word. ``chain_ok`` records whether the
+    reply also writes every variable of the queried chain [reconstructed: the judging rule]."""
+    import re
+
+    m = re.search(r"Answer\s*:\s*\**\s*(\d+)", reply)
+    if m is None:
+        nums = list(re.finditer(r"(?<![\w.])\d+(?!\w)", reply))
+        if not nums:
+            return None
+        a0, a1, val = nums[-1].start(), nums[-1].end(), nums[-1].group()
+    else:
+        a0, a1, val = m.start(1), m.end(1), m.group(1)
+    if val != row["answer"]:
+        return None
+    target = reply[:a1]
+    base = len(row["prompt"])
+    lead = target[:a0]
+    chain_ok = all(v in lead for v in row.get("chain", []))
+    return dict(row, id=f"{row['id']}-own", target=target, output_span=[base + a0, base + a1 - 1],
+                reasoning_span=[base, base + a0 - 1] if re.search(r"\w", lead) else None, chain_ok=chain_ok)
+
+
 def _vt(rng, i: int, chains: int, hops: int, fillers: int, style: str) -> dict:
+    if style == "ruler":
+        return _vt_ruler(rng, i, chains, hops, fillers)
     n_vars = chains * hops
     names = rng.choice(N_VARS, size=n_vars, replace=False)
     nums = rng.choice(N_NUMBERS, size=chains, replace=False) + 10
@@ -149,9 +246,10 @@ def make_task(kind: str, cfg, *, seed: int = 0) -> list[dict]:
 
     rng = numpy_rng(seed, f"task/{kind}/{cfg.style}")
     if kind == "niah-kv":
-        return [_niah(rng, i, cfg.lines_min, cfg.lines_max, cfg.style) for i in range(cfg.n)]
+        style = "text" if cfg.style == "ruler" else cfg.style
+        return [_niah(rng, i, cfg.lines_min, cfg.lines_max, style) for i in range(cfg.n)]
     if kind == "vt":
-        if cfg.chains * cfg.hops > N_VARS:
+        if cfg.chains * cfg.hops > N_VARS and cfg.style != "ruler":
             raise UsageError(f"--chains x --hops must be <= {N_VARS} variables")
         return [_vt(rng, i, cfg.chains, cfg.hops, cfg.fillers, cfg.style) for i in range(cfg.n)]
     raise UsageError(f"task must be niah-kv or vt, not {kind!r}")
