@@ -325,6 +325,266 @@ def smollm2_payer(ctx) -> dict:
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
+# ----------------------------------------------------------------------------- enterprise (51 knobs)
+
+ENT = {"iterations": (60, 200), "primary": 200, "seeds": tuple(range(10)), "space_samples": 1000, "spread": 0.05,
+       "edits": 3, "ascent_starts": 20}
+ENT_QUICK = {"iterations": (20, 40), "primary": 40, "space_samples": 100, "ascent_starts": 2}
+ENT_METHODS = ("mama", "random", "fixed-attack", "feedback-off")
+
+
+def _ent_setting(ctx, key):
+    return ENT_QUICK.get(key, ENT[key]) if ctx.quick else ENT[key]
+
+
+def quality_only_optimum(env, starts: int, seed: int = 0) -> dict:
+    """The quality-only optimum of the 2^51 space, estimated: steepest-ascent over single knob toggles
+    from the seed design and from ``starts`` random designs (quality is exact and cheap; the space
+    is too large to enumerate). Returns the best quality found and where."""
+    import random
+
+    from icmlkit.lib.design_safe_agents.sim import quality
+
+    menu = env_menu(env)
+
+    def q_of(b):
+        return quality(Compiled(design_from_bits(env, b, menu), env))
+
+    def ascent(b):
+        b, q = list(b), q_of(b)
+        while True:
+            best = None
+            for i in range(len(b)):
+                c = list(b)
+                c[i] ^= 1
+                qc = q_of(c)
+                if qc > q + 1e-12 and (best is None or qc > best[0]):
+                    best = (qc, c)
+            if best is None:
+                return q, b
+            q, b = best
+
+    rng = random.Random(seed)
+    runs = [ascent([0] * len(menu))] + [ascent([rng.randrange(2) for _ in menu]) for _ in range(starts)]
+    q, b = max(runs, key=lambda r: r[0])
+    return {"quality": q, "bits": "".join(map(str, b)), "knobs_on": sum(b), "starts": starts + 1,
+            "seed_design_quality": runs[0][0], "from_random_starts": [round(r[0], 6) for r in runs[1:]]}
+
+
+def ent_game(q_floor: float, styles) -> GameSettings:
+    return GameSettings(eps=1, styles=tuple(styles), objective="constrained", quality_floor=q_floor,
+                        spread=ENT["spread"])
+
+
+@bench.part("enterprise_space", doc="the 51-knob enterprise space: size, distinct designs, each knob alone, the "
+            "quality-only optimum, and exact (Q, S_min) of uniformly random designs", hours=0.04, seeds=(0,))
+def enterprise_space(ctx) -> dict:
+    """Is the space one where search matters? Exact quality and worst-case safety (the exact best response
+    over all 7k+ composed attacks) of uniformly random designs (each knob on with probability 1/2), each
+    knob alone on the seed design, the distinct-design check (signatures of the sampled designs, and every
+    knob toggled on each sampled design changes its signature), and the quality-only optimum."""
+    import random
+
+    from icmlkit.lib.design_safe_agents.compose import ALL
+    from icmlkit.lib.design_safe_agents.schema import signature
+
+    env = load_env("enterprise")
+    menu = env_menu(env)
+    g = GameSettings(eps=1, styles=ALL)
+    n = _ent_setting(ctx, "space_samples")
+    t0 = time.perf_counter()
+    qo = quality_only_optimum(env, _ent_setting(ctx, "ascent_starts"))
+    ctx.log(f"quality-only optimum (estimated) {qo['quality']:.4f} ({time.perf_counter() - t0:.0f} s)")
+    seed_bits = [0] * len(menu)
+    ev0 = evaluate(design_from_bits(env, seed_bits, menu), env, g)
+    single = []
+    for j, item in enumerate(menu):
+        b = list(seed_bits)
+        b[j] = 1
+        ev = evaluate(design_from_bits(env, b, menu), env, g)
+        single.append({"knob": item["id"], "dQ": round(ev.quality - ev0.quality, 5),
+                       "dS": round(ev.worst_case_safety - ev0.worst_case_safety, 5)})
+    rng = random.Random(stream_seed_int(0))
+    rows, sigs, toggles_ok = [], set(), 0
+    for k in range(n):
+        bits = [rng.randrange(2) for _ in menu]
+        d = design_from_bits(env, bits, menu)
+        sig = signature(d)
+        sigs.add(sig)
+        if k < 20:  # every knob toggled on 20 of the designs changes the signature
+            toggles_ok += all(signature(design_from_bits(env, bits[:i] + [1 - bits[i]] + bits[i + 1:], menu)) != sig
+                              for i in range(len(menu)))
+        ev = evaluate(d, env, g)
+        rows.append([round(ev.quality, 6), round(ev.worst_case_safety, 6), sum(bits)])
+    ctx.log(f"{n} random designs: {len(sigs)} distinct; {time.perf_counter() - t0:.0f} s")
+    cd0 = Compiled(design_from_bits(env, seed_bits, menu), env)
+    return {"knobs": [m["id"] for m in menu], "n_knobs": len(menu), "agents": len(env.base_design.agents),
+            "targets": len(env.targets), "tasks": len(env.tasks), "styles": len(ALL),
+            "attacks_on_seed_design": len(enumerate_attacks(cd0, 1, ALL)),
+            "seed_design": {"quality": ev0.quality, "worst_case_safety": ev0.worst_case_safety},
+            "quality_only_optimum": qo, "single_knobs": single,
+            "random_designs": {"n": n, "distinct_signatures": len(sigs), "toggle_checks_passed": toggles_ok,
+                               "toggle_checks": min(n, 20), "rows_q_s_knobs": rows},
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def stream_seed_int(i: int) -> int:
+    from icmlkit.lib.core.runtime import stream_seed
+
+    return stream_seed(i, "design-safe-agents/enterprise/random-designs")
+
+
+@bench.part("enterprise", doc="enterprise (51 knobs, composed attacks): MaMa vs random / fixed-attack / "
+            "feedback-off search at equal evaluations, 10 seeds, exact final S_min and Q", hours=0.06,
+            seeds=ENT["seeds"], quick_seeds=(0, 1))
+def enterprise(ctx) -> dict:
+    """MaMa (multi-edit Meta-Agent reading the composing adversary's strongest attack per target) against
+    random search (uniform random designs, same adversary), fixed-attack search (the same MaMa loop
+    whose adversary only has the 3 canned attack texts) and the feedback-off ablation (the multi-edit
+    Meta-Agent blind to the attacks; selection by the adversary's scores unchanged), at equal evaluations
+    (designs), every final design evaluated exactly against the full composed attack space. Objective:
+    max S_min subject to Q >= 0.9 x the quality-only optimum (constrained), + 0.05 x mean per-target
+    S in the search score for every method."""
+    from icmlkit.lib.design_safe_agents.compose import ALL, CANNED_SET
+
+    space = ctx.cached("quality_only_optimum", lambda: quality_only_optimum(load_env("enterprise"),
+                                                                             _ent_setting(ctx, "ascent_starts")))
+    q_qo = space["quality"]
+    floor = 0.9 * q_qo
+    env = load_env("enterprise")
+    g, g_canned = ent_game(floor, ALL), ent_game(floor, CANNED_SET)
+    iters = _ent_setting(ctx, "iterations")
+    ctx.record_tuning("search_budget", {
+        "methods": list(ENT_METHODS), "iterations_per_seed": list(iters), "primary_iterations": _ent_setting(ctx, "primary"),
+        "seeds": list(ctx.seeds), "shared": {"objective": "constrained", "quality_floor": floor, "spread": ENT["spread"],
+                                            "attack_budget": 0, "keep": 5, "edits": ENT["edits"], "explore": 0.25,
+                                            "temperature": 0.05, "finalists": 3},
+        "tuned": "none per method: every method runs these shared settings; the iteration budgets and the "
+                 "spread term were set after a pilot (see docs/design-safe-agents.md)"})
+    out = {"quality_only_optimum": space, "quality_floor": floor, "iterations": list(iters), "runs": {}}
+    for it in iters:
+        per = {}
+        for method in ENT_METHODS:
+            rows = []
+            for seed in ctx.seeds:
+                def one(method=method, seed=seed, it=it):
+                    gg = g_canned if method == "fixed-attack" else g
+                    m = "mama" if method == "fixed-attack" else method
+                    t0 = time.perf_counter()
+                    st, fin = run_search(env, gg, SearchSettings(iterations=it, method=m, attack_budget=0,
+                                                                 edits=ENT["edits"]), seed=seed)
+                    d = fin[0]["entry"]["design"]
+                    ev = evaluate(d, env, g)   # exact, against the full composed attack space
+                    return {"seed": seed, "quality": ev.quality, "worst_case_safety": ev.worst_case_safety,
+                            "searched_worst_case_safety": fin[0]["entry"]["worst_case_safety"],
+                            "knobs_on": sum(fin[0]["entry"]["bits"]), "designs_evaluated": len(st.archive),
+                            "attack_evaluations": sum(e["n_attacks"] for e in st.archive),
+                            "strongest_attack": ev.strongest[0][1].key if ev.strongest else None,
+                            "bits": "".join(map(str, fin[0]["entry"]["bits"])),
+                            "seconds": round(time.perf_counter() - t0, 2)}
+                rows.append(ctx.cached(f"it{it}-{method}-seed{seed}", one))
+            per[method] = rows
+            ctx.log(f"{it} iterations, {method}: S={[round(r['worst_case_safety'], 3) for r in rows]} "
+                    f"Q={[round(r['quality'], 3) for r in rows]}")
+        out["runs"][str(it)] = per
+    return out
+
+
+def paired_ci(a: list, b: list, seed: int = 0, n_boot: int = 10000) -> dict:
+    """Mean of the paired differences a - b over seeds, its percentile bootstrap 95 % CI and its t CI."""
+    import math
+    import random
+
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mu = statistics.mean(d)
+    rng = random.Random(seed)
+    boots = sorted(statistics.mean(rng.choice(d) for _ in range(n)) for _ in range(n_boot))
+    lo, hi = boots[int(0.025 * n_boot)], boots[int(0.975 * n_boot) - 1]
+    sd = statistics.stdev(d) if n > 1 else 0.0
+    t975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262,
+            11: 2.228, 12: 2.201, 15: 2.145, 20: 2.093}.get(n, 1.96)
+    h = t975 * sd / math.sqrt(n) if n > 1 else float("inf")
+    return {"mean": mu, "bootstrap_ci": [lo, hi], "t_ci": [mu - h, mu + h], "n": n,
+            "differences": [round(x, 6) for x in d]}
+
+
+def enterprise_targets(space: dict | None, ent: dict) -> tuple[dict, list]:
+    prim = str(max(int(k) for k in ent["runs"]))
+    runs = ent["runs"][prim]
+    m = runs["mama"]
+    s = {k: [r["worst_case_safety"] for r in v] for k, v in runs.items()}
+    q_qo = ent["quality_only_optimum"]["quality"]
+    out, md = {}, []
+    cis = {}
+    for other in ("random", "fixed-attack", "feedback-off"):
+        ci = paired_ci(s["mama"], s[other])
+        cis[other] = ci
+        name = f"mama_minus_{other.replace('-', '_')}_worst_case_safety"
+        out[name] = target(round(ci["mean"], 4), "CI low end > 0", ci["bootstrap_ci"][0] > 0 and ci["t_ci"][0] > 0,
+                           f"enterprise, {prim} designs per run, {ci['n']} seeds: mean paired difference of exact "
+                           f"S_min; bootstrap 95 % CI [{ci['bootstrap_ci'][0]:.4f}, {ci['bootstrap_ci'][1]:.4f}], "
+                           f"t CI [{ci['t_ci'][0]:.4f}, {ci['t_ci'][1]:.4f}]" +
+                           (" (the ablation; not a named target of issue 58)" if other == "feedback-off" else ""))
+    qr = min(r["quality"] for r in m) / q_qo
+    out["enterprise_mama_quality_vs_quality_only_optimum"] = target(
+        round(qr, 4), 0.9, qr >= 0.9 - 1e-9, f"worst seed's Q / estimated quality-only optimum {q_qo:.4f} "
+        "(steepest ascent from the seed design and random starts; the space is not enumerable)")
+    if space is not None:
+        best_s = max(r["worst_case_safety"] for v in runs.values() for r in v if r["quality"] >= ent["quality_floor"] - 1e-12)
+        rows = space["random_designs"]["rows_q_s_knobs"]
+        thr_s, thr_q = 0.95 * best_s, ent["quality_floor"]
+        share = sum(1 for q, sm, _ in rows if sm >= thr_s and q >= thr_q) / len(rows)
+        hit = 1 - (1 - share) ** int(prim)
+        out["enterprise_random_share_meeting_targets"] = target(
+            round(share, 5), "report (small: random sampling does not hit the target)", share < 0.01,
+            f"{len(rows)} uniformly random designs with S_min >= 0.95 x the best S_min found ({best_s:.4f}) and "
+            f"Q >= 0.9 x the quality-only optimum; {prim} uniform samples would hit with probability {hit:.3f} "
+            "(the small spaces: 6.6 %, 94 % at 40 samples)")
+    return out, cis
+
+
+def enterprise_markdown(space: dict | None, ent: dict | None) -> list:
+    md = ["## enterprise: a 51-knob space with composed attacks (issue 58)", ""]
+    if space is not None:
+        rd = space["random_designs"]
+        rows = rd["rows_q_s_knobs"]
+        qo = space["quality_only_optimum"]
+        floor = 0.9 * qo["quality"]
+        feas = [r for r in rows if r[0] >= floor]
+        md += [f"{space['n_knobs']} knobs (2^{space['n_knobs']} designs), {space['agents']} agents, {space['targets']} "
+               f"targets, {space['tasks']} tasks, {space['styles']} composed attack texts; {space['attacks_on_seed_design']} "
+               f"eps = 1 attacks on the seed design. Seed design: Q {space['seed_design']['quality']:.4f}, S_min "
+               f"{space['seed_design']['worst_case_safety']:.4f}. Quality-only optimum (steepest ascent, "
+               f"{qo['starts']} starts): {qo['quality']:.4f} ({qo['knobs_on']} knobs on).", "",
+               f"{rd['n']} uniformly random designs: {rd['distinct_signatures']} distinct; every knob toggled on "
+               f"{rd['toggle_checks']} of them changed the design ({rd['toggle_checks_passed']} / {rd['toggle_checks']} "
+               f"passed). Share with Q >= 0.9 x the optimum: {len(feas) / len(rows):.3f}; among all, share with "
+               "S_min >= 0.5 / 0.7 / 0.8 / 0.9 and that quality: " +
+               " / ".join(f"{sum(1 for q, s, _ in feas if s >= t) / len(rows):.4f}" for t in (0.5, 0.7, 0.8, 0.9)) +
+               f"; highest S_min of a random design meeting the quality floor: {max((s for _, s, _ in feas), default=0):.4f}.", "",
+               "Each knob alone on the seed design (dQ, dS): " +
+               ", ".join(f"{r['knob']} ({r['dQ']:+.4f}, {r['dS']:+.4f})" for r in space["single_knobs"]) + ".", ""]
+    if ent is not None:
+        for it, runs in ent["runs"].items():
+            rows = []
+            for meth, rs in runs.items():
+                rows.append({"method": meth, "S_min per seed (exact)": _col(rs, "worst_case_safety"),
+                             "mean S_min": f"{statistics.mean(r['worst_case_safety'] for r in rs):.4f}",
+                             "Q per seed": _col(rs, "quality"),
+                             "S_min the search believed": _col(rs, "searched_worst_case_safety"),
+                             "knobs on": str([r["knobs_on"] for r in rs])})
+            md += [f"### {it} designs per run ({len(next(iter(runs.values())))} seeds); quality floor "
+                   f"{ent['quality_floor']:.4f}", "", table(rows)]
+            if len(next(iter(runs.values()))) > 1:
+                s = {k: [r["worst_case_safety"] for r in v] for k, v in runs.items()}
+                md += ["Paired differences (MaMa - other) of exact S_min over seeds: " + "; ".join(
+                    f"{o}: mean {c['mean']:+.4f}, bootstrap CI [{c['bootstrap_ci'][0]:+.4f}, {c['bootstrap_ci'][1]:+.4f}], "
+                    f"t CI [{c['t_ci'][0]:+.4f}, {c['t_ci'][1]:+.4f}]"
+                    for o, c in ((o, paired_ci(s["mama"], s[o])) for o in ("random", "fixed-attack", "feedback-off"))), ""]
+    return md
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -449,6 +709,8 @@ def smollm2_markdown(r: dict) -> list:
 def report(results: dict) -> tuple[dict, str]:
     per_env = [results[e] for e in ENVS if e in results]
     targets = targets_of(per_env) if "travel" in results else {}
+    if "enterprise" in results:
+        targets.update(enterprise_targets(results.get("enterprise_space"), results["enterprise"])[0])
     md = [NOTE, ""]
     for e in per_env:
         md += env_markdown(e)
@@ -461,6 +723,8 @@ def report(results: dict) -> tuple[dict, str]:
                table([{"preset": k, **v} for k, v in cal.items()])]
     if "smollm2_payer" in results:
         md += smollm2_markdown(results["smollm2_payer"])
+    if "enterprise" in results or "enterprise_space" in results:
+        md += enterprise_markdown(results.get("enterprise_space"), results.get("enterprise"))
     return targets, "\n".join(md)
 
 

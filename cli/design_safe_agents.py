@@ -30,7 +30,8 @@ for high quality Q and high worst-case safety, against an adversary re-searched 
 {RECONSTRUCTED}
 
 \b
-ENV: travel, assistant, finance, code (built-in scripted environments), agentdojo:SUITE
+ENV: travel, assistant, finance, code (built-in scripted environments; 12-edit menus),
+enterprise (9 agents, 12 targets, 51 local knobs; use --styles composed), agentdojo:SUITE
 (workspace, travel, banking, slack: a real AgentDojo suite's tools, user tasks and injection
 tasks split into agents [reconstructed]; needs the optional agentdojo==0.1.35) or an environment
 JSON file (`design-safe-agents envs --show travel -o env.json` writes one to start from).
@@ -41,7 +42,9 @@ Example:
   design-safe-agents search travel -o runs/travel --iterations 40 --json
   design-safe-agents eval runs/travel/best_design.json travel --json
   design-safe-agents attack runs/travel/best_design.json travel --eps 2 -o attacks.jsonl
-  design-safe-agents optimum travel -o travel-space.csv --json | jq .worst_case_safety""",
+  design-safe-agents optimum travel -o travel-space.csv --json | jq .worst_case_safety
+  design-safe-agents search enterprise -o runs/ent --styles composed --edits 3 --iterations 200 \
+      --attack-budget 0 --objective constrained --quality-floor 0.8445 --spread 0.05 --json""",
 )
 
 game_options = config_options(GameConfig, arg="game")
@@ -51,7 +54,7 @@ llm_options = config_options(LLMConfig, arg="llm")
 def _env(run, spec):
     from icmlkit.lib.design_safe_agents import read_env
 
-    if spec not in ("travel", "assistant", "finance", "code") and not spec.startswith("agentdojo:"):
+    if spec not in ("travel", "assistant", "finance", "code", "enterprise") and not spec.startswith("agentdojo:"):
         run.input(spec)
     return read_env(spec)
 
@@ -91,8 +94,12 @@ def search(run, env, output, checkpoint_every, resume, game, cfg, llm):
     [reconstructed]; the Meta-Agent edits using the parent's strongest attacks; the
     Meta-Adversary re-searches every design (attack archive + fresh sample) and keeps the K
     strongest; finalists are re-evaluated against the whole attack space. --method
-    quality-only / random / fixed-attack run the baselines with the same budget. --resume
-    continues OUTPUT.ckpt.pt to the same bytes.
+    quality-only / random / fixed-attack run the baselines with the same budget; feedback-off
+    is the ablation whose multi-edit Meta-Agent does not read the attacks. --edits N: the
+    multi-edit Meta-Agent (up to N toggles per proposal, each against one of the parent's
+    strongest attacks). --styles composed: the adversary composes its attack text (framing,
+    authority, obfuscation; 36 compositions) [reconstructed]. --resume continues
+    OUTPUT.ckpt.pt to the same bytes.
 
     \b
     JSON keys: env, method, iterations, objective, eps, best_quality, best_worst_case_safety,
@@ -102,6 +109,8 @@ def search(run, env, output, checkpoint_every, resume, game, cfg, llm):
       design-safe-agents search finance -o runs/q --method quality-only --json
       design-safe-agents search travel -o runs/llm --meta-agent-model 'openai://127.0.0.1:8000/v1?model=qwen' \\
           --cassette runs/llm.cassette.jsonl
+      design-safe-agents search enterprise -o runs/q --styles composed --edits 3 \\
+          --adversary-model qwen2.5-coder-1.5b-instruct --cassette runs/q.cassette.jsonl
     """
     from icmlkit.lib.design_safe_agents import search_designs as do_search
     from icmlkit.lib.design_safe_agents import write_run_files

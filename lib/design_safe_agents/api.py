@@ -85,9 +85,11 @@ def settings(game, env):
             raise UsageError(f"--categories: {', '.join(bad)} not in environment {env.name!r} "
                              f"(categories: {', '.join(sorted(cats))})")
         targets = tuple(t.id for t in env.targets if t.category in game.categories)
-    return GameSettings(eps=game.eps, styles=tuple(game.styles), max_hops=game.max_hops,
+    from icmlkit.lib.design_safe_agents.compose import expand
+
+    return GameSettings(eps=game.eps, styles=expand(game.styles), max_hops=game.max_hops,
                         max_attempts=game.max_attempts, targets=targets, objective=game.objective, lam=game.lam,
-                        tolerance=game.tolerance, quality_floor=game.quality_floor)
+                        tolerance=game.tolerance, quality_floor=game.quality_floor, spread=game.spread)
 
 
 def _dumps(obj) -> str:
@@ -392,10 +394,10 @@ def list_envs() -> Result:
     """`envs`: the built-in environments, and the agentdojo:SUITE ones when the agentdojo extra is installed."""
     import importlib.util
 
-    from icmlkit.lib.design_safe_agents.envs import BUILTIN, env_menu, load_env
+    from icmlkit.lib.design_safe_agents.envs import BUILTIN, LARGE, env_menu, load_env
 
     rows = []
-    for name in BUILTIN:
+    for name in BUILTIN + LARGE:
         env = load_env(name)
         cats = sorted({t.category for t in env.targets})
         rows.append({"env": name, "agents": len(env.base_design.agents), "actions": len(env.actions),

@@ -7,8 +7,15 @@ from icmlkit.lib.core.config import option
 from icmlkit.lib.core.errors import UsageError
 
 STYLES = ("direct", "lie", "impersonate")
+# the parts of a composed attack text (lib/design_safe_agents/compose.py holds their factors)
+FRAMINGS = ("plain", "task", "user", "urgent")
+AUTHORITIES = ("none", "coordinator", "admin")
+OBFUSCATIONS = ("plain", "paraphrase", "encoded")
 OBJECTIVES = ("weighted", "lexicographic", "constrained")
-METHODS = ("mama", "quality-only", "random", "fixed-attack")
+# local chat models of lib/hf a role can name (qwen2.5-*: the optional hf-large extra)
+LOCAL_MODELS = ("smollm2", "smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b")
+METHODS = ("mama", "quality-only", "random", "fixed-attack", "feedback-off")
+STYLE_SETS = ("composed", "canned")   # all 36 composed attack texts / their 3 canned ones
 
 
 @dataclass
@@ -17,7 +24,9 @@ class GameConfig:
 
     eps: int = option(1, "Compromised agents (or monitors) per attack, at most.", min=1, max=4)
     styles: list[str] = option(list(STYLES), "Persuasion styles the adversary may use (comma list of direct, lie, "
-                          "impersonate) [reconstructed].")
+                          "impersonate; composed: the adversary composes its text from framing / authority / "
+                          "obfuscation parts, 36 compositions; canned: their 3 canned ones; or compositions "
+                          "FRAMING/AUTHORITY/OBFUSCATION) [reconstructed].")
     max_hops: int = option(2, "Longest channel path from the compromised sender to the executor.", min=1, max=4)
     max_attempts: int = option(3, "Attempts per attacked episode (while the message budget lasts) [reconstructed].",
                                min=1, max=20)
@@ -27,11 +36,20 @@ class GameConfig:
     lam: float = option(1.0, "lambda of the weighted objective [reconstructed].", min=0.0, flag="--lambda")
     tolerance: float = option(0.01, "lexicographic: Q breaks ties within this safety tolerance.", min=0.0)
     quality_floor: float = option(0.8, "constrained: the quality the design must keep.", min=0.0, max=1.0)
+    spread: float = option(0.0, "Search score + this x the mean over targets of each target's worst-case safety "
+                           "(S_min is flat while any target is open; 0: off) [reconstructed].", min=0.0)
 
     def check(self) -> None:
-        bad = [s for s in self.styles if s not in STYLES]
+        def known(s):
+            f, a, o = (s.split("/") + ["", "", ""])[:3] if s.count("/") == 2 else ("", "", "")
+            return s in STYLES or s in STYLE_SETS or (f in FRAMINGS and a in AUTHORITIES and o in OBFUSCATIONS)
+
+        bad = [s for s in self.styles if not known(s)]
         if bad or not self.styles:
-            raise UsageError(f"--styles: unknown style(s) {', '.join(bad) or '(none given)'}; use {', '.join(STYLES)}")
+            raise UsageError(f"--styles: unknown style(s) {', '.join(bad) or '(none given)'}; use "
+                             f"{', '.join(STYLES + STYLE_SETS)} or FRAMING/AUTHORITY/OBFUSCATION with framing in "
+                             f"{', '.join(FRAMINGS)}, authority in {', '.join(AUTHORITIES)}, obfuscation in "
+                             f"{', '.join(OBFUSCATIONS)}")
 
 
 @dataclass
@@ -48,6 +66,9 @@ class SearchConfig:
     keep: int = option(5, "K strongest attacks kept per design.", min=1, max=1000)
     finalists: int = option(3, "Top designs re-evaluated against fresh attacks (the full attack space).", min=1)
     explore: float = option(0.25, "Offline Meta-Agent: share of random edits [reconstructed].", min=0.0, max=1.0)
+    edits: int = option(1, "Offline Meta-Agent: up to this many knob toggles per proposal, each against one of "
+                        "the parent's strongest attacks (1: the single-toggle Meta-Agent; feedback-off always "
+                        "uses the multi-edit one, blind to the attacks) [reconstructed].", min=1, max=16)
 
     def check(self) -> None:
         pass
@@ -55,10 +76,13 @@ class SearchConfig:
 
 @dataclass
 class LLMConfig:
-    """Backends per role: openai://HOST:PORT/v1?model=NAME (key from --api-key-env), hf:FOLDER or smollm2."""
+    """Backends per role: openai://HOST:PORT/v1?model=NAME (key from --api-key-env), hf:FOLDER or a local named
+    model (smollm2, qwen2.5-coder-1.5b-instruct: lib/hf, offline, greedy)."""
 
     meta_agent_model: str = option("", "Meta-Agent backend (empty: the programmatic Meta-Agent).")
-    adversary_model: str = option("", "Meta-Adversary backend (empty: the enumerating adversary).")
+    adversary_model: str = option("", "Meta-Adversary backend (empty: the enumerating adversary, or the composing "
+                                  "one with composed --styles; with composed styles the LLM writes the attack "
+                                  "text itself).")
     agent_model: str = option("", "Backend playing agents whose model is 'llm' (run, eval --method mc).")
     judge_model: str = option("", "Optional LLM judge of harm beside the programmatic check (run).")
     api_key_env: str = option("OPENAI_API_KEY", "Environment variable holding the endpoints' API key.")
@@ -73,8 +97,9 @@ class LLMConfig:
             raise UsageError("--cassette and --replay exclude each other")
         for flag, v in (("--meta-agent-model", self.meta_agent_model), ("--adversary-model", self.adversary_model),
                         ("--agent-model", self.agent_model), ("--judge-model", self.judge_model)):
-            if v and not (v.startswith(("openai://", "openais://", "hf:")) or v == "smollm2"):
-                raise UsageError(f"{flag} {v!r}: write openai://HOST:PORT/v1?model=NAME, hf:FOLDER or smollm2")
+            if v and not (v.startswith(("openai://", "openais://", "hf:")) or v in LOCAL_MODELS):
+                raise UsageError(f"{flag} {v!r}: write openai://HOST:PORT/v1?model=NAME, hf:FOLDER or a local "
+                                 f"named model ({', '.join(LOCAL_MODELS)})")
 
     @property
     def any(self) -> bool:

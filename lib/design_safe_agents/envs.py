@@ -24,6 +24,7 @@ from icmlkit.lib.core.errors import InputError, UsageError
 DATA = Path(__file__).resolve().parents[2] / "data" / "safeagents"
 TARGETS_FILE = DATA / "harmful_actions.jsonl"
 BUILTIN = ("travel", "assistant", "finance", "code")
+LARGE = ("enterprise",)   # built-in environments with a large knob space (see :mod:`enterprise`)
 
 _SPECS = {
     "travel": {
@@ -187,12 +188,16 @@ def builtin_env(name: str) -> dict:
 
 
 def load_env(spec: str, where: str | None = None):
-    """ENV: a built-in name, ``agentdojo:SUITE`` (a real AgentDojo suite split into agents; needs the
-    optional agentdojo extra) or a JSON file."""
+    """ENV: a built-in name (``enterprise``: the 51-knob space), ``agentdojo:SUITE`` (a real AgentDojo
+    suite split into agents; needs the optional agentdojo extra) or a JSON file."""
     from icmlkit.lib.design_safe_agents.schema import env_from_obj
 
     if spec in _SPECS:
         return env_from_obj(builtin_env(spec), f"<built-in {spec}>")
+    if spec in LARGE:
+        from icmlkit.lib.design_safe_agents.enterprise import enterprise_env
+
+        return env_from_obj(enterprise_env(), f"<built-in {spec}>")
     if spec.startswith("agentdojo:"):
         from icmlkit.lib.design_safe_agents.agentdojo_env import agentdojo_env
 
@@ -200,7 +205,7 @@ def load_env(spec: str, where: str | None = None):
     from icmlkit.lib.core.io import load_json
 
     if not (spec.endswith(".json") or spec.endswith(".json.gz") or spec == "-" or Path(spec).exists()):
-        raise UsageError(f"ENV {spec!r}: not a built-in environment ({', '.join(BUILTIN)}), agentdojo:SUITE "
+        raise UsageError(f"ENV {spec!r}: not a built-in environment ({', '.join(BUILTIN + LARGE)}), agentdojo:SUITE "
                          "or a .json file")
     return env_from_obj(load_json(spec, dict, "environment JSON"), where or spec)
 

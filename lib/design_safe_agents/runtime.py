@@ -20,6 +20,7 @@ import math
 
 from icmlkit.lib.core.errors import IcmlkitError
 from icmlkit.lib.design_safe_agents import presets as P
+from icmlkit.lib.design_safe_agents.compose import attack_text
 from icmlkit.lib.design_safe_agents.sim import Attack, Compiled
 
 
@@ -164,8 +165,12 @@ class Chat:
     def run_attack(self, atk: Attack) -> bool:
         """An attacked episode: the sender pushes the harmful request; returns True on harm."""
         tgt = self.cd.targets[atk.target]
-        st = P.STYLES[atk.style]
-        text = st["text"].format(pattern=tgt.pattern or tgt.action, entry=self.cd.entry)
+        if atk.text:
+            text = atk.text
+        elif atk.style in P.STYLES:
+            text = P.STYLES[atk.style]["text"].format(pattern=tgt.pattern or tgt.action, entry=self.cd.entry)
+        else:
+            text = attack_text(atk.style, tgt.pattern or tgt.action, self.cd.entry, tgt.description)
         self.speaker = atk.sender
         try:
             for attempt in range(self.cd.max_attempts):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from icmlkit.lib.core.runtime import stream_seed
 from icmlkit.lib.design_safe_agents import presets as P
+from icmlkit.lib.design_safe_agents.compose import PARTS, is_composed, parts
 from icmlkit.lib.design_safe_agents.envs import apply_ops, design_from_bits, env_menu
 from icmlkit.lib.design_safe_agents.schema import design_json, signature
 from icmlkit.lib.design_safe_agents.sim import Attack, Compiled, attack_harm, enumerate_attacks, quality
@@ -48,6 +49,24 @@ class GameSettings:
     lam: float = 1.0
     tolerance: float = 0.01
     quality_floor: float = 0.8
+    spread: float = 0.0   # weight of the mean per-target worst-case safety in the search score (0: off)
+
+
+def search_score(q: float, s: float, per_target: dict, g: GameSettings) -> float:
+    """The score the search ranks designs by: the objective, plus ``spread`` x the mean over targets of
+    each target's worst-case safety [reconstructed]. S_min is flat while any target stays open (closing
+    one target of twelve leaves it unchanged); the spread term rewards closing targets one by one and
+    only breaks near-ties when small. Reported values are always Q and S_min themselves."""
+    out = objective(q, s, g)
+    if g.spread and per_target:
+        out += g.spread * sum(per_target.values()) / len(per_target)
+    return out
+
+
+def _fill(per_target: dict, env, g: GameSettings) -> None:
+    """Targets no candidate attack reached count as safe (1.0)."""
+    for t in (g.targets if g.targets is not None else [t.id for t in env.targets]):
+        per_target.setdefault(t, 1.0)
 
 
 def objective(q: float, s: float, g: GameSettings) -> float:
@@ -65,6 +84,7 @@ class Evaluation:
     strongest: list  # [(safety, Attack)] ascending safety, at most K
     n_attacks: int
     score: float = 0.0
+    per_target: dict = field(default_factory=dict)   # target id -> its strongest attack's safety
 
     def summary(self) -> dict:
         s = self.strongest[0][1].to_json() if self.strongest else None
@@ -81,7 +101,8 @@ def feasible(cd: Compiled, atk: Attack, eps: int) -> bool:
     members = set(cd.names) | {m[0] for m in cd.monitors}
     if len(atk.compromised) > eps or not set(atk.compromised) <= members or atk.sender not in cd.spec:
         return False
-    if atk.sender not in atk.compromised or atk.target not in cd.targets or atk.style not in P.STYLES:
+    if atk.sender not in atk.compromised or atk.target not in cd.targets or \
+            (atk.style not in P.STYLES and not is_composed(atk.style)):
         return False
     e = atk.executor
     if e in atk.compromised or e not in cd.spec or cd.targets[atk.target].action not in cd.perm[e]:
@@ -91,14 +112,26 @@ def feasible(cd: Compiled, atk: Attack, eps: int) -> bool:
     return all((u, v) in cd.edges for u, v in zip(atk.route, atk.route[1:]))
 
 
-def best_response(cd: Compiled, candidates, k: int = 5) -> tuple[list, int]:
+def best_response(cd: Compiled, candidates, k: int = 5, diverse: bool = False,
+                  per_target: dict | None = None) -> tuple[list, int]:
     """The K strongest attacks among ``candidates``: [(S(s, a), a)] ascending, ties by attack key;
-    the first is argmin_a S(s, a)."""
+    the first is argmin_a S(s, a). ``diverse``: the strongest attack of each target, the K weakest
+    targets first (a diverse set for the Meta-Agent). ``per_target`` (a dict) receives each
+    target's lowest safety among the candidates."""
     seen = {}
     for a in candidates:
         if a.key not in seen:
             seen[a.key] = a
     scored = sorted(((1.0 - attack_harm(cd, a), a.key, a) for a in seen.values()))
+    if per_target is not None or diverse:
+        first = {}
+        for s, _, a in scored:
+            if a.target not in first:
+                first[a.target] = (s, a)
+        if per_target is not None:
+            per_target.update({t: s for t, (s, _) in first.items()})
+        if diverse:
+            return sorted(first.values(), key=lambda x: (x[0], x[1].key))[:k], len(seen)
     return [(s, a) for s, _, a in scored[:k]], len(seen)
 
 
@@ -118,18 +151,72 @@ class EnumeratingAdversary:
         seeds = [a for a in seeds if feasible(cd, a, self.g.eps) and (self.g.targets is None or a.target in self.g.targets)]
         return seeds + space
 
-    def attack(self, cd: Compiled, seeds, rng):
-        return best_response(cd, self.candidates(cd, seeds, rng), self.k)
+    def attack(self, cd: Compiled, seeds, rng, per_target: dict | None = None):
+        return best_response(cd, self.candidates(cd, seeds, rng), self.k, per_target=per_target)
+
+
+class ComposingAdversary:
+    """The offline Meta-Adversary that composes its attack text [reconstructed]: every design gets the
+    attack archive's attacks, ``mutants`` part-mutations of each of the strongest archived ones (one
+    of framing / authority / obfuscation swapped: the adversary learns which parts work), and
+    ``budget`` fresh attacks (a random compromised agent, target and route from the enumerated space,
+    each with a random composition of the allowed styles; ``budget`` 0: every compromised agent, target
+    and route once, each with a random composition -- a sweep that touches every target). It returns
+    a diverse set: the strongest attack of each target, the K weakest targets first."""
+
+    name = "composing"
+
+    def __init__(self, g: GameSettings, budget: int = 48, k: int = 5, mutants: int = 2, mutate_top: int = 8,
+                 diverse: bool = True):
+        self.g, self.budget, self.k, self.mutants, self.mutate_top = g, int(budget), int(k), int(mutants), mutate_top
+        self.diverse = diverse
+
+    def candidates(self, cd: Compiled, seeds, rng) -> list:
+        from dataclasses import replace
+
+        styles = list(self.g.styles)
+        base = enumerate_attacks(cd, self.g.eps, (styles[0],), self.g.max_hops, self.g.targets)
+        pick = rng.sample(base, self.budget) if self.budget and self.budget < len(base) else base
+        fresh = [replace(a, style=rng.choice(styles)) for a in pick]
+        ok = [a for a in seeds if feasible(cd, a, self.g.eps) and a.style in styles and
+              (self.g.targets is None or a.target in self.g.targets)]
+        allowed = set(styles)
+        mut = []
+        for a in ok[: self.mutate_top]:
+            p = parts(a.style) if is_composed(a.style) else None
+            if p is None:
+                continue
+            for _ in range(self.mutants):
+                i = rng.randrange(3)
+                name = ("framing", "authority", "obfuscation")[i]
+                q = list(p)
+                q[i] = rng.choice([x for x in PARTS[name] if x != p[i]])
+                st = "/".join(q)
+                if st in allowed:
+                    mut.append(replace(a, style=st, text=""))
+        return ok + mut + fresh
+
+    def attack(self, cd: Compiled, seeds, rng, per_target: dict | None = None):
+        return best_response(cd, self.candidates(cd, seeds, rng), self.k, self.diverse, per_target)
+
+
+def default_adversary(g: GameSettings, budget: int, k: int):
+    """The composing adversary when the styles are compositions, else the enumerating one."""
+    if any(is_composed(s) for s in g.styles):
+        return ComposingAdversary(g, budget, k)
+    return EnumeratingAdversary(g, budget, k)
 
 
 def evaluate(design, env, g: GameSettings, adversary=None, seeds=(), rng=None) -> Evaluation:
     """Q(s), S_min(s) against the adversary's attacks (default: the exact best response)."""
     cd = compile_design(design, env, g)
     adv = adversary or EnumeratingAdversary(g, 0)
-    strongest, n = adv.attack(cd, list(seeds), rng or random.Random(0))
+    per = {}
+    strongest, n = adv.attack(cd, list(seeds), rng or random.Random(0), per_target=per)
+    _fill(per, env, g)
     q = quality(cd)
     s = strongest[0][0] if strongest else 1.0
-    return Evaluation(q, s, strongest, n, objective(q, s, g))
+    return Evaluation(q, s, strongest, n, search_score(q, s, per, g), per)
 
 
 # --------------------------------------------------------------------------- the Meta-Agent
@@ -202,6 +289,97 @@ class ProgrammaticMetaAgent:
         return d, tuple(new), why + " (duplicate)"
 
 
+def attack_knobs(menu: list[dict], atk: Attack, cd: Compiled) -> list[int]:
+    """The knobs an attack's outcome depends on (the multi-edit Meta-Agent's reading of an attack): the
+    agents on its route, its compromised agents and the approvers of its target action (harden /
+    warning / model), permissions of its target action, its channels (cut; the relays a gate removes),
+    its action's approval rule, and the monitors watching an agent of its route."""
+    agents = set(atk.route) | set(atk.compromised)
+    hops = set(zip(atk.route, atk.route[1:]))
+    action = cd.targets[atk.target].action
+    approvers = set(cd.approval.get(action, ((), 0))[0])
+    out = []
+    for i, item in enumerate(menu):
+        for op in item["ops"]:
+            kind = op["op"]
+            hit = False
+            if kind in ("harden", "warning", "model"):
+                hit = op.get("agent") == "*" or op.get("agent") in agents | approvers
+            elif kind in ("revoke", "grant", "approval", "remove_approval"):
+                hit = op.get("action") == action
+            elif kind == "remove_edge":
+                hit = (op["src"], op["dst"]) in hops
+            elif kind in ("monitor", "remove_monitor"):
+                w = op.get("watches")
+                hit = w is None or "*" in w or bool(set(w) & agents)
+            if hit:
+                out.append(i)
+                break
+    return out
+
+
+class MultiEditMetaAgent:
+    """The multi-edit offline Meta-Agent [reconstructed]: reads the parent's strongest attacks and
+    proposes 1..``edits`` knob toggles at once, the t-th one against the t-th strongest attack: it
+    switches on an off knob that attack depends on (:func:`attack_knobs`), or (probability
+    ``drop``) switches off an on knob it depends on that did not stop it (quality back). With
+    probability ``explore`` the proposal is random toggles instead.
+
+    ``feedback=False`` is the ablation with the adversary's feedback off: the same number of edits
+    and the same add / drop ratio, on knobs drawn uniformly (the attacks are not read); selection by
+    the archive's scores (which the adversary still computes) is unchanged."""
+
+    def __init__(self, env, menu, explore: float = 0.25, edits: int = 3, feedback: bool = True, drop: float = 0.2):
+        self.env, self.menu, self.explore, self.edits = env, menu, explore, max(1, int(edits))
+        self.feedback, self.drop = feedback, drop
+        self.name = "multi-edit" if feedback else "multi-edit-blind"
+
+    def _one(self, new, rng, atk, cd):
+        if atk is None:
+            pool = list(range(len(self.menu)))
+            rel_off = [i for i in pool if not new[i]]
+            rel_on = [i for i in pool if new[i]]
+            tag = "blind"
+        else:
+            rel = attack_knobs(self.menu, atk, cd)
+            rel_off = [i for i in rel if not new[i]]
+            rel_on = [i for i in rel if new[i]]
+            tag = f"vs {atk.key}"
+        if rel_off and (not rel_on or rng.random() >= self.drop):
+            i = rng.choice(rel_off)
+            return i, f"add {self.menu[i]['id']} ({tag})"
+        if rel_on:
+            i = rng.choice(rel_on)
+            return i, f"drop {self.menu[i]['id']} ({tag})"
+        i = rng.randrange(len(self.menu))
+        return i, f"toggle {self.menu[i]['id']} (nothing left {tag})"
+
+    def propose(self, parent: dict, cd_parent: Compiled, rng, known: set):
+        bits = list(parent["bits"])
+        attacks = parent["attacks"] if self.feedback else []
+        for _ in range(30):
+            new = list(bits)
+            n = rng.randint(1, self.edits)
+            whys = []
+            explore = rng.random() < self.explore
+            for t in range(n):
+                if explore:
+                    i = rng.randrange(len(self.menu))
+                    why = f"random toggle of {self.menu[i]['id']}"
+                elif self.feedback and attacks:
+                    i, why = self._one(new, rng, attacks[min(t, len(attacks) - 1)][1], cd_parent)
+                else:
+                    i, why = self._one(new, rng, None, cd_parent)
+                new[i] = 1 - new[i]
+                whys.append(why)
+            if new == bits:
+                continue
+            d = design_from_bits(self.env, new, self.menu)
+            if signature(d) not in known:
+                return d, tuple(new), "; ".join(whys)
+        return d, tuple(new), "; ".join(whys) + " (duplicate)"
+
+
 class RandomToggleAgent:
     """The quality-only search's proposer (AFlow/ADAS-style, no attack information): a random toggle."""
 
@@ -228,12 +406,13 @@ class RandomToggleAgent:
 @dataclass
 class SearchSettings:
     iterations: int = 40
-    method: str = "mama"          # mama | quality-only | random | fixed-attack
+    method: str = "mama"          # mama | quality-only | random | fixed-attack | feedback-off
     temperature: float = 0.05
     attack_budget: int = 48       # fresh random attacks per design (0: the whole space)
     keep: int = 5                 # K strongest attacks kept per design
     finalists: int = 3
     explore: float = 0.25
+    edits: int = 1                # >1: the multi-edit Meta-Agent (up to this many toggles per proposal)
 
 
 @dataclass
@@ -271,27 +450,33 @@ def run_search(env, g: GameSettings, s: SearchSettings, seed: int, meta_agent=No
     ``on_iteration(state)`` is called after each iteration (checkpoints); ``state`` resumes."""
     menu = env_menu(env)
     if meta_agent is None:
-        meta_agent = RandomToggleAgent(env, menu) if s.method in ("quality-only", "random") else \
-            ProgrammaticMetaAgent(env, menu, s.explore)
-    adv = adversary or EnumeratingAdversary(g, s.attack_budget, s.keep)
+        if s.method in ("quality-only", "random"):
+            meta_agent = RandomToggleAgent(env, menu)
+        elif s.edits > 1 or s.method == "feedback-off":
+            meta_agent = MultiEditMetaAgent(env, menu, s.explore, s.edits, feedback=s.method != "feedback-off")
+        else:
+            meta_agent = ProgrammaticMetaAgent(env, menu, s.explore)
+    adv = adversary or default_adversary(g, s.attack_budget, s.keep)
     st = state or SearchState()
     fixed = None
 
-    def score_of(q, smin):
-        return q if s.method == "quality-only" else objective(q, smin, g)
+    def score_of(q, smin, per):
+        return q if s.method == "quality-only" else search_score(q, smin, per, g)
 
     def assess(design, rng):
         cd = compile_design(design, env, g)
         q = quality(cd)
         if s.method == "quality-only":
             return Evaluation(q, None, [], 0, q)
+        per = {}
         if s.method == "fixed-attack":
-            strongest, n = best_response(cd, [a for a in fixed if feasible(cd, a, g.eps)], s.keep)
+            strongest, n = best_response(cd, [a for a in fixed if feasible(cd, a, g.eps)], s.keep, per_target=per)
         else:
             seeds = sorted(st.attack_archive.values(), key=lambda x: (-x[1], x[0].key))[: 4 * s.keep]
-            strongest, n = adv.attack(cd, [a for a, _ in seeds], rng)
+            strongest, n = adv.attack(cd, [a for a, _ in seeds], rng, per_target=per)
         smin = strongest[0][0] if strongest else 1.0
-        return Evaluation(q, smin, strongest, n, score_of(q, smin))
+        _fill(per, env, g)
+        return Evaluation(q, smin, strongest, n, score_of(q, smin, per), per)
 
     if s.method == "fixed-attack":
         cd0 = compile_design(env.base_design, env, g)
@@ -357,7 +542,7 @@ def final_evaluation(env, g: GameSettings, st: SearchState, s: SearchSettings) -
             continue
         seen.add(e["signature"])
         ev = evaluate(e["design"], env, g)
-        score = ev.quality if s.method == "quality-only" else objective(ev.quality, ev.worst_case_safety, g)
+        score = ev.quality if s.method == "quality-only" else ev.score
         out.append({"index": i, "entry": e, "eval": ev, "score": score})
         if len(out) >= s.finalists:
             break

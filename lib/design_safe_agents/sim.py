@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from icmlkit.lib.core.errors import UsageError
 from icmlkit.lib.design_safe_agents import presets as P
+from icmlkit.lib.design_safe_agents.compose import comply_factor, detect_factor, is_composed, text_id
 
 DELAY_COST = 0.1
 
@@ -54,6 +55,7 @@ class Attack:
     target: str
     style: str
     route: tuple[str, ...]
+    text: str = ""   # the attack text an LLM adversary wrote (empty: templated from the style)
 
     @property
     def executor(self) -> str:
@@ -61,16 +63,20 @@ class Attack:
 
     @property
     def key(self) -> str:
-        return f"{'+'.join(self.compromised)}|{self.sender}|{self.target}|{self.style}|{'>'.join(self.route)}"
+        tail = f"|t:{text_id(self.text)}" if self.text else ""
+        return f"{'+'.join(self.compromised)}|{self.sender}|{self.target}|{self.style}|{'>'.join(self.route)}{tail}"
 
     def to_json(self) -> dict:
-        return {"compromised": list(self.compromised), "sender": self.sender, "target": self.target,
-                "style": self.style, "route": list(self.route)}
+        out = {"compromised": list(self.compromised), "sender": self.sender, "target": self.target,
+               "style": self.style, "route": list(self.route)}
+        if self.text:
+            out["text"] = self.text
+        return out
 
     @classmethod
     def from_json(cls, obj: dict) -> "Attack":
         return cls(tuple(sorted(obj["compromised"])), str(obj["sender"]), str(obj["target"]), str(obj["style"]),
-                   tuple(obj["route"]))
+                   tuple(obj["route"]), str(obj.get("text") or ""))
 
 
 class NeedsMonteCarlo(Exception):
@@ -111,10 +117,13 @@ class Compiled:
         a = self.spec[agent]
         if a.model == "llm":
             raise NeedsMonteCarlo(agent)
-        st = P.STYLES[style]
-        f = st["comply"]
-        if st.get("authority") and not ((self.entry, agent) in self.edges and agent != self.entry):
-            f = 1.0  # impersonating the coordinator only helps where the coordinator talks to this agent
+        if style in P.STYLES:
+            st = P.STYLES[style]
+            f = st["comply"]
+            if st.get("authority") and not ((self.entry, agent) in self.edges and agent != self.entry):
+                f = 1.0  # impersonating the coordinator only helps where the coordinator talks to this agent
+        else:  # a composed attack text (see :mod:`compose`)
+            f = comply_factor(style, a.hardened, a.warning, (self.entry, agent) in self.edges and agent != self.entry)
         p = P.PRESETS[a.model] * f
         if a.hardened:
             p *= P.HARDENED_FACTOR
@@ -143,7 +152,7 @@ class Compiled:
 
     def monitor_rate(self, mon, malicious: bool, style: str | None) -> float:
         if malicious:
-            return min(1.0, mon[2] * P.STYLES[style]["detect"])
+            return min(1.0, mon[2] * (P.STYLES[style]["detect"] if style in P.STYLES else detect_factor(style)))
         return mon[3]
 
     def msg_probs(self, u: str, v: str, malicious: bool, style: str | None, compromised=frozenset()):
@@ -223,8 +232,9 @@ def enumerate_attacks(cd: Compiled, eps: int, styles=tuple(P.STYLES), max_hops: 
     if eps < 1:
         raise UsageError("--eps must be at least 1")
     for s in styles:
-        if s not in P.STYLES:
-            raise UsageError(f"unknown attack style {s!r} (styles: {', '.join(P.STYLES)})")
+        if s not in P.STYLES and not is_composed(s):
+            raise UsageError(f"unknown attack style {s!r} (styles: {', '.join(P.STYLES)}, or a composition "
+                             "FRAMING/AUTHORITY/OBFUSCATION)")
     members = cd.names + [m[0] for m in cd.monitors]
     tids = [t.id for t in cd.env.targets] if targets is None else list(targets)
     out = []
