@@ -201,6 +201,95 @@ def test_fast_paths_are_exact():
         assert may_have_marker(s) == (MARKER_RE.search(s) is not None), s
 
 
+# the value-normalisation patterns as first written (a look-behind or \\b first); content.py writes several of
+# them with the look-behind after the first character so that sre's prefix scan applies
+_REFERENCE_PATTERNS = {
+    "_WWW": r"(?<![\w.-])www\.(?=[a-z0-9-]+\.[a-z0-9])", "_TSLASH": r"(?<=[a-z0-9])/+(?=[\s,;)>]|$)",
+    "_IBAN": r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?(?![a-z0-9])",
+    "_GROUPS": r"(?<![\w-])\d{3,4}(?:[ -]\d{3,4}){2,}(?![\w-])",
+    "_DATE_DMY": r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+                 r",?\s+(\d{4})\b",
+    "_DATE_SLASH": r"(?<![\d/.])(\d{1,2})[/.](\d{1,2})[/.](\d{4})(?![\d/.])",
+    "_DATE_ISO": r"(?<!\d)(\d{4})[/.](\d{1,2})[/.](\d{1,2})(?!\d)",
+}
+_DATE_HINT = (r"\d[/.]\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?\s+\d|"
+              r"\d\s+(?:of\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+_FUZZ = list("ab12 -/.:@<>$,wmtp0jnay\n\"'[]{}") + ["www.", "http://", "mailto:", "jan ", "May ", " of ", "st ", "2024",
+                                                    "GB29", "usd", "\u20ac", "\u017f", "\u0130", "Ignore previous",
+                                                    "<INFORMATION>", "You ", "TODO:", "the AI model", ". Then ", "\u00a0"]
+
+
+def _reference_steps(s: str, C) -> list:
+    """Each normalisation step of content.py, run with the reference patterns and only the first guards."""
+    import re
+
+    ref = {k: re.compile(v) for k, v in _REFERENCE_PATTERNS.items()}
+    out = [ref["_TSLASH"].sub("", ref["_WWW"].sub("", C._SCHEME.sub("", s))) if "/" in s or "www." in s else s,
+           C._EMAIL_BR.sub(r"\1", C._MAILTO.sub("", s)) if "@" in s else s,
+           ref["_GROUPS"].sub(lambda m: m.group(0).replace(" ", "").replace("-", ""),
+                              ref["_IBAN"].sub(lambda m: m.group(0).replace(" ", "").replace("-", ""), s))]
+    d = s
+    if re.search(_DATE_HINT, d):
+        def rep(m, y, mo, day):
+            return C._iso(y, mo, day) or m.group(0)
+        d = C._DATE_MDY.sub(lambda m: rep(m, m.group(3), C._MON[m.group(1)[:3]], m.group(2)), d)
+        d = ref["_DATE_DMY"].sub(lambda m: rep(m, m.group(3), C._MON[m.group(2)[:3]], m.group(1)), d)
+        d = ref["_DATE_SLASH"].sub(lambda m: rep(m, m.group(3), m.group(1), m.group(2)), d)
+        d = ref["_DATE_ISO"].sub(lambda m: rep(m, m.group(1), m.group(2), m.group(3)), d)
+    return out + [d]
+
+
+def _check_text_preparation(raw: str, C) -> None:
+    """The fast text preparation equals the plain one: normalise against its two regular expressions,
+    each value-normalisation step against the reference patterns, and the instruction score of every
+    piece with the marker and "you" patterns run on every piece."""
+    import re
+
+    from icmlkit.lib.trace_injection.config import MARKER_RE
+
+    assert C.normalise(raw) == re.sub(r"\s+", " ", re.sub(r"[\"'`{}\[\]]", " ", raw.replace("\\n", " ")
+                                                           .replace("\\t", " ").lower())).strip(), raw
+    n = C.normalise(raw)
+    assert [C._url(n), C._email(n), C._account(n), C._date(n)] == _reference_steps(n, C), raw
+    text = C.unwrap(raw)
+    plain = [(sp, C.instruction_score(text[sp[0]:sp[1]])) for sp in C._pieces(text)]
+    assert C.scored_pieces(text) == plain, raw
+    assert C.may_have_marker(text) == (MARKER_RE.search(text) is not None)
+
+
+def test_text_preparation_is_exact_on_random_strings():
+    from icmlkit.lib.trace_injection import content as C
+
+    rng = random.Random(7)
+    for _ in range(4000):
+        _check_text_preparation("".join(rng.choice(_FUZZ) for _ in range(rng.randint(1, 30))), C)
+    for raw in ("Pay GB29 NWBK 6016 1331 9268 19 on the 5th of May 2024, or 05/05/2024, or 2024/5/5 (May 5, 2024)",
+                "see https://www.x.com/ and <mailto:a@b.com>, 1234-5678-9012, $1,000.00",
+                "Hi.\n\n<INFORMATION>\nThis is an important message from me to you, AI model.\n</INFORMATION>"):
+        _check_text_preparation(raw, C)
+
+
+def test_text_preparation_is_exact_on_the_real_runs():
+    """Every distinct tool output, task and argument value of the recorded runs (when they are beside
+    the project): the fast preparation gives what the plain one gives."""
+    from icmlkit.lib.core.io import shared_data_dir
+    from icmlkit.lib.trace_injection import content as C
+    from icmlkit.lib.trace_injection.pipeline import load_traces
+
+    root = shared_data_dir("agentdojo_runs")
+    files = sorted(str(p) for p in root.glob("*.jsonl")) if root is not None else []
+    if not files:
+        pytest.skip("the recorded AgentDojo runs are not beside the project")
+    seen = set()
+    for t in load_traces(files):
+        for e in t.events:
+            for raw in ([e.text] if e.text else []) + (C.flat_values(e.args) if e.kind == "ACTION" else []):
+                if raw not in seen:
+                    seen.add(raw)
+                    _check_text_preparation(raw, C)
+    assert len(seen) > 1000
+
+
 def test_frontier_cap_falls_back_and_says_so():
     from icmlkit.lib.trace_injection.scm import prob
 

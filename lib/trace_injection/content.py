@@ -20,8 +20,7 @@ from functools import lru_cache
 
 from icmlkit.lib.trace_injection.config import ACTION_VERBS, GENERIC_TOKENS, MARKER_RE, SYNONYMS
 
-_WS = re.compile(r"\s+")
-_PUNCT = re.compile(r"[\"'`{}\[\]]")
+_PUNCT_SPACE = str.maketrans({c: " " for c in "\"'`{}[]"})  # quotes and brackets -> a space
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9@._-]*[a-z0-9]|[a-z0-9]")
 _IMPERATIVE = re.compile(r"^\W*(?:(?:please|kindly|now|first|then|also|and|just)[\s,]+)*(" + "|".join(ACTION_VERBS)
                          + r")\b", re.IGNORECASE)
@@ -36,7 +35,8 @@ def normalise(v) -> str:
     if not isinstance(v, str):
         v = json.dumps(v, sort_keys=True, ensure_ascii=False)
     v = v.replace("\\n", " ").replace("\\t", " ")
-    return _WS.sub(" ", _PUNCT.sub(" ", v.lower())).strip()
+    # str.split() splits on exactly the characters the regular expression \s matches (str.isspace)
+    return " ".join(v.lower().translate(_PUNCT_SPACE).split())
 
 
 def tokens(text: str) -> set:
@@ -86,12 +86,43 @@ def may_have_marker(text: str) -> bool:
     return any(w in low for w in _MARKER_LITERALS) and MARKER_RE.search(text) is not None
 
 
+def _holding(spans: list, low: str, words) -> list:
+    """For each (start, end) span of ``low`` (in text order), whether one of ``words`` occurs wholly
+    inside it (every occurrence found, overlapping ones too, with str.find)."""
+    hits = sorted((i, i + len(w)) for w in words for i in _find_all(low, w))
+    out, k = [], 0
+    for a, b in spans:
+        while k < len(hits) and hits[k][0] < a:
+            k += 1
+        j = k
+        while j < len(hits) and hits[j][0] < b and hits[j][1] > b:
+            j += 1
+        out.append(j < len(hits) and hits[j][0] < b)
+    return out
+
+
+def _find_all(low: str, w: str):
+    i = low.find(w)
+    while i >= 0:
+        yield i
+        i = low.find(w, i + 1)
+
+
 def scored_pieces(text: str, scorer=None) -> list[tuple[tuple[int, int], float]]:
     """((start, end), instruction score) of every line/sentence piece of ``text``; ``scorer(piece,
     score)`` (optional: the LLM judge, or the learned score of :mod:`.instruct`, which has a
-    ``batch`` method and is called once per text) rescores them."""
+    ``batch`` method and is called once per text) rescores them. The marker and "you" patterns run
+    only on the pieces that hold one of the literals they need (exact: a match inside a piece holds
+    the literal; the lower-cased text keeps the positions unless a character of ``_FOLDS`` is in it)."""
+    spans = _pieces(text)
     mk, yo = may_have_marker(text), _YOU.search(text) is not None
-    out = [((a, b), instruction_score(text[a:b], mk, yo)) for a, b in _pieces(text)]
+    if (mk or yo) and not _FOLDS.search(text):
+        low = text.lower()
+        mks = _holding(spans, low, _MARKER_LITERALS) if mk else [False] * len(spans)
+        yos = _holding(spans, low, ("you",)) if yo else [False] * len(spans)
+        out = [((a, b), instruction_score(text[a:b], m, y)) for (a, b), m, y in zip(spans, mks, yos)]
+    else:
+        out = [((a, b), instruction_score(text[a:b], mk, yo)) for a, b in spans]
     if scorer is not None and out:
         if hasattr(scorer, "batch"):  # the learned instruction score: all pieces at once
             new = scorer.batch([text[a:b] for (a, b), _ in out], [sc for _, sc in out])
@@ -204,8 +235,8 @@ def segments(text: str, threshold: float = 0.5, scorer=None, scored=None) -> lis
     return out
 
 
-def _shingles(text: str, k: int) -> frozenset:
-    return frozenset([text[i:i + k] for i in range(max(0, len(text) - k + 1))])
+def _shingles(text: str, k: int) -> set:
+    return {text[i:i + k] for i in range(max(0, len(text) - k + 1))}
 
 
 @lru_cache(maxsize=1 << 18)
@@ -218,12 +249,35 @@ def overlap(value: "Value", source: "Text", min_overlap: int = 10, similarity: f
     return overlap_known(value, source, min_overlap, similarity)
 
 
+_OVERLAPS: dict = {}  # (value, source, min_overlap, similarity) -> overlap (the objects are read-only)
+
+
 def overlap_known(value: "Value", source: "Text", min_overlap: int = 10, similarity: float = 0.6,
                   may_match: bool = True, idents: list | None = None) -> tuple[float, str]:
     """:func:`overlap` when the caller already knows that ``value`` cannot :func:`match` the source
     (``may_match`` False: it occurs in no text of a corpus holding the source, :meth:`Corpus.may_match`)
     and which of its identifier tokens can (``idents``, in order; None: all of them): the same result
-    with the containment tests that cannot succeed skipped."""
+    with the containment tests that cannot succeed skipped; kept per (value, source) pair (the same
+    tool output and argument value recur across the runs of one task)."""
+    key = (value, source, min_overlap, similarity)
+    out = _OVERLAPS.get(key)
+    if out is None:
+        if len(_OVERLAPS) >= 1 << 18:
+            _OVERLAPS.clear()
+        out = _OVERLAPS[key] = _overlap(value, source, min_overlap, similarity, may_match, idents)
+    return out
+
+
+def clear_caches() -> None:
+    """Empty the per-value and per-pair caches of this module (values, matches, overlaps)."""
+    value.cache_clear()
+    match.cache_clear()
+    overlap.cache_clear()
+    _OVERLAPS.clear()
+
+
+def _overlap(value: "Value", source: "Text", min_overlap: int, similarity: float, may_match: bool,
+             idents: list | None) -> tuple[float, str]:
     v, src = value.norm, source.norm
     if len(v) < min_overlap:
         return 0.0, ""
@@ -323,25 +377,34 @@ def _date_named(v: str, text_tokens: set) -> bool:
 # when the plain normalised text already contains it), so every edge reports the normalisation that
 # made it.
 
+# (speed: a pattern that starts with a literal or a character class is searched by sre's fast prefix
+# scan, one that starts with a look-behind or \b tries every position; so the look-behind of several
+# patterns below sits after their first character, e.g. "(?<![\w-])\d" written "\d(?<![\w-]\d)": the
+# same matches, checked on every text and value of the real runs and on random strings by the tests)
 _SCHEME = re.compile(r"\b(?:https?|ftp)://")
-_WWW = re.compile(r"(?<![\w.-])www\.(?=[a-z0-9-]+\.[a-z0-9])")
-_TSLASH = re.compile(r"(?<=[a-z0-9])/+(?=[\s,;)>]|$)")
+_WWW = re.compile(r"w(?<![\w.-]w)ww\.(?=[a-z0-9-]+\.[a-z0-9])")
+_TSLASH = re.compile(r"/(?<=[a-z0-9]/)/*(?=[\s,;)>]|$)")
 _MAILTO = re.compile(r"\bmailto:")
 _EMAIL_BR = re.compile(r"<([a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,})>")
-_IBAN = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?(?![a-z0-9])")
-_GROUPS = re.compile(r"(?<![\w-])\d{3,4}(?:[ -]\d{3,4}){2,}(?![\w-])")
+# an IBAN matched from its check digits (its two letters hold no space or dash to drop)
+_IBAN = re.compile(r"\d(?<=(?<![a-z0-9])[a-z]{2}\d)\d(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?(?![a-z0-9])")
+_GROUPS = re.compile(r"\d(?<![\w-]\d)\d{2,3}(?:[ -]\d{3,4}){2,}(?![\w-])")
 _AMOUNT = re.compile(r"(?<![\w.,:/-])(?:[$€£]\s?)?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:\s?(?:usd|eur|gbp|chf))?"
                      r"(?![\w/:-]|[.,]\d)")
 _MONTH_RE = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _DATE_MDY = re.compile(r"\b" + _MONTH_RE + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
-_DATE_DMY = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH_RE + r",?\s+(\d{4})\b")
-_DATE_SLASH = re.compile(r"(?<![\d/.])(\d{1,2})[/.](\d{1,2})[/.](\d{4})(?![\d/.])")
-_DATE_ISO = re.compile(r"(?<!\d)(\d{4})[/.](\d{1,2})[/.](\d{1,2})(?!\d)")
+_DATE_DMY = re.compile(r"(\d(?<!\w\d)\d?)(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH_RE + r",?\s+(\d{4})\b")
+_DATE_SLASH = re.compile(r"(\d(?<![\d/.]\d)\d?)[/.](\d{1,2})[/.](\d{4})(?![\d/.])")
+_DATE_ISO = re.compile(r"(\d(?<!\d\d)\d{3})[/.](\d{1,2})[/.](\d{1,2})(?!\d)")
+_MDY_NEED = re.compile(r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d")  # what _DATE_MDY needs
 _DIGIT = re.compile(r"\d")
 _AMOUNT_HINT = re.compile(r"[$€£]|\d,\d{3}|\d\.\d*0\b|\d\s?(?:usd|eur|gbp|chf)\b")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_ALT = "|".join(_MONTHS)
-_DATE_HINT = re.compile(r"\d[/.]\d|\b(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d|\d\s+(?:of\s+)?(?:" + _MONTH_ALT + ")")
+# the date hint: a search for "\d[/.]\d|\b<month>[a-z]*\.?,?\s+\d|\d\s+(?:of\s+)?<month>", one branch at a time
+_DATE_HINTS = (re.compile(r"\d[/.]\d"), re.compile(r"\d\s+(?:of\s+)?(?:" + _MONTH_ALT + ")"))
+_DATE_HINT_MONTH = (re.compile(r"(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d"),
+                    re.compile(r"\b(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d"))
 _MON = {m: k + 1 for k, m in enumerate(_MONTHS)}
 
 
@@ -349,14 +412,20 @@ def _url(s: str) -> str:
     """URLs: scheme and a leading ``www.`` dropped, trailing slashes dropped (case: already lower)."""
     if "/" not in s and "www." not in s:
         return s
-    return _TSLASH.sub("", _WWW.sub("", _SCHEME.sub("", s)))
+    if "://" in s:
+        s = _SCHEME.sub("", s)
+    if "www." in s:
+        s = _WWW.sub("", s)
+    return _TSLASH.sub("", s) if "/" in s else s
 
 
 def _email(s: str) -> str:
     """E-mail addresses: ``mailto:`` and angle brackets dropped (case: already lower)."""
     if "@" not in s:
         return s
-    return _EMAIL_BR.sub(r"\1", _MAILTO.sub("", s))
+    if "mailto:" in s:
+        s = _MAILTO.sub("", s)
+    return _EMAIL_BR.sub(r"\1", s) if "<" in s else s
 
 
 def _account(s: str) -> str:
@@ -388,13 +457,14 @@ def _iso(y, mo, d) -> str | None:
 def _date(s: str) -> str:
     """Dates: ``May 5, 2024``, ``5th of May 2024``, ``05/05/2024`` (month first), ``2024/5/5`` ->
     ``2024-05-05``."""
-    if not _DATE_HINT.search(s):
+    if not (any(h.search(s) for h in _DATE_HINTS) or all(h.search(s) for h in _DATE_HINT_MONTH)):
         return s
 
     def rep(m, y, mo, d):
         return _iso(y, mo, d) or m.group(0)
 
-    s = _DATE_MDY.sub(lambda m: rep(m, m.group(3), _MON[m.group(1)[:3]], m.group(2)), s)
+    if _MDY_NEED.search(s):
+        s = _DATE_MDY.sub(lambda m: rep(m, m.group(3), _MON[m.group(1)[:3]], m.group(2)), s)
     s = _DATE_DMY.sub(lambda m: rep(m, m.group(3), _MON[m.group(2)[:3]], m.group(1)), s)
     s = _DATE_SLASH.sub(lambda m: rep(m, m.group(3), m.group(1), m.group(2)), s)
     return _DATE_ISO.sub(lambda m: rep(m, m.group(1), m.group(2), m.group(3)), s)
@@ -425,16 +495,32 @@ class Text:
     """(Read-only once built; :func:`match` and :func:`overlap` are memoised per object.) A source text prepared for matching: ``norm`` (:func:`normalise`), ``tokens``, ``canon`` (every
     step of :data:`NORMALISATIONS` applied) and ``canon_tokens``, computed once."""
 
-    __slots__ = ("norm", "tokens", "canon", "canon_tokens", "_stems", "_sh")
+    __slots__ = ("norm", "canon", "_raw", "_forms", "_tokens", "_canon_tokens", "_stems", "_sh")
 
     def __init__(self, raw: str | None = None, norm: str | None = None):
         self.norm = norm if norm is not None else normalise(raw or "")
-        self.tokens = tokens(raw if raw is not None else self.norm)
+        self._raw = raw
         forms = canonical_forms(self.norm)
         self.canon = forms[-1][1] if forms else self.norm
-        self.canon_tokens = tokens(self.canon) if forms else self.tokens
+        self._forms = bool(forms)
+        self._tokens = self._canon_tokens = None
         self._stems = None
         self._sh = None
+
+    @property
+    def tokens(self) -> set:
+        """The tokens of the text (of the raw text when given; computed on first use)."""
+        if self._tokens is None:
+            self._tokens = tokens(self._raw if self._raw is not None else self.norm)
+            self._raw = None
+        return self._tokens
+
+    @property
+    def canon_tokens(self) -> set:
+        """The tokens of ``canon`` (computed on first use)."""
+        if self._canon_tokens is None:
+            self._canon_tokens = tokens(self.canon) if self._forms else self.tokens
+        return self._canon_tokens
 
     def shingles(self, k: int) -> frozenset:
         """The ``k``-character shingles of ``norm`` (computed once per text)."""

@@ -176,9 +176,7 @@ def clear_caches() -> None:
     """Empty the per-text and per-value caches (prepared texts, values, matches; a benchmark clears
     them before each timed pass so that repeats do not time a warm cache)."""
     _prepared.cache_clear()
-    C.value.cache_clear()
-    C.match.cache_clear()
-    C.overlap.cache_clear()
+    C.clear_caches()
 
 
 class GraphBuilder:
