@@ -161,15 +161,16 @@ class ComposingAdversary:
     of framing / authority / obfuscation swapped: the adversary learns which parts work), and
     ``budget`` fresh attacks (a random compromised agent, target and route from the enumerated space,
     each with a random composition of the allowed styles; ``budget`` 0: every compromised agent, target
-    and route once, each with a random composition -- a sweep that touches every target). It returns
-    a diverse set: the strongest attack of each target, the K weakest targets first."""
+    and route once, each with a random composition -- a sweep that touches every target). Each fresh
+    attack is also tried with the ``learned`` compositions of the archive's most successful attacks.
+    It returns a diverse set: the strongest attack of each target, the K weakest targets first."""
 
     name = "composing"
 
     def __init__(self, g: GameSettings, budget: int = 48, k: int = 5, mutants: int = 2, mutate_top: int = 8,
-                 diverse: bool = True):
+                 diverse: bool = True, learned: int = 3):
         self.g, self.budget, self.k, self.mutants, self.mutate_top = g, int(budget), int(k), int(mutants), mutate_top
-        self.diverse = diverse
+        self.diverse, self.learned = diverse, int(learned)
 
     def candidates(self, cd: Compiled, seeds, rng) -> list:
         from dataclasses import replace
@@ -177,9 +178,13 @@ class ComposingAdversary:
         styles = list(self.g.styles)
         base = enumerate_attacks(cd, self.g.eps, (styles[0],), self.g.max_hops, self.g.targets)
         pick = rng.sample(base, self.budget) if self.budget and self.budget < len(base) else base
-        fresh = [replace(a, style=rng.choice(styles)) for a in pick]
         ok = [a for a in seeds if feasible(cd, a, self.g.eps) and a.style in styles and
               (self.g.targets is None or a.target in self.g.targets)]
+        learned = []   # the compositions of the archive's most successful attacks (seeds come sorted)
+        for a in seeds:
+            if a.style in styles and a.style not in learned and len(learned) < self.learned:
+                learned.append(a.style)
+        fresh = [replace(a, style=st) for a in pick for st in dict.fromkeys(learned + [rng.choice(styles)])]
         allowed = set(styles)
         mut = []
         for a in ok[: self.mutate_top]:
@@ -325,13 +330,19 @@ class MultiEditMetaAgent:
     ``drop``) switches off an on knob it depends on that did not stop it (quality back). With
     probability ``explore`` the proposal is random toggles instead.
 
-    ``feedback=False`` is the ablation with the adversary's feedback off: the same number of edits
-    and the same add / drop ratio, on knobs drawn uniformly (the attacks are not read); selection by
-    the archive's scores (which the adversary still computes) is unchanged."""
+    At the quality floor (a parent within ``margin`` of ``quality_floor``, when given) half of the
+    edits instead switch off an on knob that none of the parent's strongest attacks depends on (quality
+    back where it does not open the weakest targets).
 
-    def __init__(self, env, menu, explore: float = 0.25, edits: int = 3, feedback: bool = True, drop: float = 0.2):
+    ``feedback=False`` is the ablation with the adversary's feedback off: the same number of edits
+    and the same add / drop ratios (also at the floor), on knobs drawn uniformly (the attacks are not
+    read); selection by the archive's scores (which the adversary still computes) is unchanged."""
+
+    def __init__(self, env, menu, explore: float = 0.25, edits: int = 3, feedback: bool = True, drop: float = 0.2,
+                 quality_floor: float | None = None, margin: float = 0.005):
         self.env, self.menu, self.explore, self.edits = env, menu, explore, max(1, int(edits))
         self.feedback, self.drop = feedback, drop
+        self.quality_floor, self.margin = quality_floor, margin
         self.name = "multi-edit" if feedback else "multi-edit-blind"
 
     def _one(self, new, rng, atk, cd):
@@ -357,13 +368,22 @@ class MultiEditMetaAgent:
     def propose(self, parent: dict, cd_parent: Compiled, rng, known: set):
         bits = list(parent["bits"])
         attacks = parent["attacks"] if self.feedback else []
+        at_floor = self.quality_floor is not None and parent.get("quality") is not None and \
+            parent["quality"] < self.quality_floor + self.margin
+        spare = set(range(len(self.menu)))
+        for _, a in attacks:
+            spare -= set(attack_knobs(self.menu, a, cd_parent))
         for _ in range(30):
             new = list(bits)
             n = rng.randint(1, self.edits)
             whys = []
             explore = rng.random() < self.explore
             for t in range(n):
-                if explore:
+                on_spare = [i for i in spare if new[i]] if self.feedback else [i for i in range(len(new)) if new[i]]
+                if at_floor and on_spare and rng.random() < 0.5:
+                    i = rng.choice(sorted(on_spare))
+                    why = f"drop {self.menu[i]['id']} (quality at the floor{'' if self.feedback else ', blind'})"
+                elif explore:
                     i = rng.randrange(len(self.menu))
                     why = f"random toggle of {self.menu[i]['id']}"
                 elif self.feedback and attacks:
@@ -453,7 +473,8 @@ def run_search(env, g: GameSettings, s: SearchSettings, seed: int, meta_agent=No
         if s.method in ("quality-only", "random"):
             meta_agent = RandomToggleAgent(env, menu)
         elif s.edits > 1 or s.method == "feedback-off":
-            meta_agent = MultiEditMetaAgent(env, menu, s.explore, s.edits, feedback=s.method != "feedback-off")
+            meta_agent = MultiEditMetaAgent(env, menu, s.explore, s.edits, feedback=s.method != "feedback-off",
+                                            quality_floor=g.quality_floor if g.objective == "constrained" else None)
         else:
             meta_agent = ProgrammaticMetaAgent(env, menu, s.explore)
     adv = adversary or default_adversary(g, s.attack_budget, s.keep)
