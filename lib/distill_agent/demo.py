@@ -249,15 +249,15 @@ def student_pipeline(folder, seed: int, sizes: dict, student: str = "smollm2", d
 
 # The real-teacher experiment (issue 58): Qwen2.5-Coder-1.5B-Instruct corrects the SmolLM2-135M
 # student's earliest error vs imitation of its full trajectories at equal teacher (generated) tokens,
-# sized to a CPU budget of about 40 minutes for three seeds [reconstructed sizes].
+# sized to a CPU budget of about 20 minutes per seed on loaded cores [reconstructed sizes].
 QWEN_SIZES = {"n_bc": 64, "n_mps": 24, "n_eval": 40, "n_indist": 12, "keys": (2, 2), "key_pool": 16,
               "bc_epochs": 3, "sft_epochs": 1, "lora": 8, "lr": 1e-3, "batch": 4, "max_steps": 6,
-              "step_tokens": 32, "imitation_pool": 24, "rl_steps": 4, "rl_prompts": 2, "group": 4,
+              "step_tokens": 32, "imitation_pool": 16, "rl_steps": 4, "rl_prompts": 2, "group": 4,
               "rl_lr": 5e-4, "teacher_tokens": 40, "teacher_batch": 16}
 
 
 def teacher_pipeline(folder, seeds, sizes: dict, teacher: str = "qwen2.5-coder-1.5b-instruct",
-                     student: str = "smollm2", device=None, log=None, stage=None) -> dict:
+                     student: str = "smollm2", device=None, log=None, stage=None, b_folder=None) -> dict:
     """SCoRe with a real teacher model against imitation of that teacher, one student per seed:
 
     - tasks: the synthetic toy's natural-language questions (``sizes['keys']`` keys), one task set
@@ -324,8 +324,8 @@ def teacher_pipeline(folder, seeds, sizes: dict, teacher: str = "qwen2.5-coder-1
         save_student(path, res.model, res.tokenizer, {"run": path.name})
         return res.summary
 
-    # B: the shared cold start
-    B = folder / "B_bc_init"
+    # B: the shared cold start (``b_folder``: where it is kept, e.g. shared by runs of other sizes)
+    B = Path(b_folder) if b_folder is not None else folder / "B_bc_init"
 
     def train_b():
         bc = api.bc_init(bc_t, "oracle", agent, mcfg, seed=0)

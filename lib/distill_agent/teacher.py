@@ -27,8 +27,8 @@ from pathlib import Path
 from icmlkit.lib.distill_agent import agent as A
 
 HEADER = (
-    "Solve the task with a tiny tool language, ONE step per turn. Step 1 is a plan "
-    "<first_thought>PLAN key key</first_thought>. Every later step is <thought>...</thought><code>...</code> "
+    "Solve the task with a tiny tool language, ONE step per turn. Step 1 is always the plan "
+    "<first_thought>PLAN keys in order</first_thought>. Every later step is <thought>...</thought><code>...</code> "
     "where code is LOOKUP key (returns the key's value), CALC x + y or CALC x - y (integers), or ANSWER v "
     "(ends the task).\n"
     "[Q] What is the value of k9, minus the value of k2?\n"
@@ -177,11 +177,21 @@ class LocalTeacher:
 
     def _ids(self, question: str, steps: list[dict]) -> list[int]:
         ids, _ = self.lm.codec.encode(A.conversation(question, steps), train_assistant=False)
-        return ids + self.lm.codec.mark["assistant"]
+        return ids + self.turn_mark
+
+    @property
+    def turn_mark(self) -> list[int]:
+        """The assistant marker the teacher continues from, WITHOUT its trailing space: a BPE model
+        (Qwen) writes the space with the next word (" <first_thought>"); a prompt that ends in a
+        space made Qwen skip the plan or echo the example in 7 of 16 trajectories."""
+        from icmlkit.lib.distill_agent.model import MARKER
+
+        return self.lm.codec.enc(MARKER["assistant"].rstrip(" ")) if not self.lm.codec.word \
+            else self.lm.codec.mark["assistant"]
 
     def _turns(self, requests: list[tuple[str, list[dict]]]) -> list[dict]:
         """{"text", "tokens"} of one greedy turn per (question, steps), through the cache."""
-        keys = [json.dumps(["turn", q, _step_key(s)]) for q, s in requests]
+        keys = [json.dumps(["turn/2", q, _step_key(s)]) for q, s in requests]
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         self.hits += len(keys) - len(todo)
         for k in range(0, len(todo), self.lm.batch):  # the cache file is written after every batch
@@ -211,7 +221,7 @@ class LocalTeacher:
         from icmlkit.lib.distill_agent import loop
         from icmlkit.lib.distill_agent.backends import words
 
-        keys = [json.dumps(["solve", t["question"], agent_cfg.max_steps]) for t in tasks]
+        keys = [json.dumps(["solve/2", t["question"], agent_cfg.max_steps]) for t in tasks]
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         self.hits += len(keys) - len(todo)
         for k in range(0, len(todo), self.lm.batch):  # the cache file is written after every batch
@@ -239,7 +249,7 @@ class LocalTeacher:
                 if r.done or len(r.steps) >= agent_cfg.max_steps:
                     return None
                 obs = A.render_observation(step["observation"])[len("Observation:"):].strip()
-                return codec.mark["observation"] + codec.enc(obs) + codec.mark["assistant"]
+                return codec.mark["observation"] + codec.enc(obs) + self.turn_mark
 
             if runs:
                 self.lm.episodes([self._ids(r.task["question"], []) for r in runs], on_turn)
