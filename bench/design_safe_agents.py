@@ -327,7 +327,7 @@ def smollm2_payer(ctx) -> dict:
 
 # ----------------------------------------------------------------------------- enterprise (51 knobs)
 
-ENT = {"iterations": (60, 200), "primary": 200, "seeds": tuple(range(10)), "space_samples": 1000, "spread": 0.05,
+ENT = {"iterations": (60, 200), "primary": 200, "seeds": tuple(range(20)), "space_samples": 500, "spread": 0.05,
        "edits": 3, "ascent_starts": 20}
 ENT_QUICK = {"iterations": (20, 40), "primary": 40, "space_samples": 100, "ascent_starts": 2}
 ENT_METHODS = ("mama", "random", "fixed-attack", "feedback-off")
@@ -435,7 +435,7 @@ def stream_seed_int(i: int) -> int:
 
 
 @bench.part("enterprise", doc="enterprise (51 knobs, composed attacks): MaMa vs random / fixed-attack / "
-            "feedback-off search at equal evaluations, 10 seeds, exact final S_min and Q", hours=0.06,
+            "feedback-off search at equal evaluations, 20 seeds, exact final S_min and Q", hours=0.12,
             seeds=ENT["seeds"], quick_seeds=(0, 1))
 def enterprise(ctx) -> dict:
     """MaMa (multi-edit Meta-Agent reading the composing adversary's strongest attack per target) against
