@@ -290,6 +290,32 @@ def test_text_preparation_is_exact_on_the_real_runs():
     assert len(seen) > 1000
 
 
+# Porter (1980) stems as the Snowball ``porter`` stemmer gives them (checked there; the first ones are
+# the examples of the paper's steps)
+_PORTER = {"caresses": "caress", "ponies": "poni", "ties": "ti", "cats": "cat", "feed": "feed", "agreed": "agre",
+           "plastered": "plaster", "bled": "bled", "motoring": "motor", "sing": "sing", "conflated": "conflat",
+           "troubled": "troubl", "sized": "size", "hopping": "hop", "falling": "fall", "hissing": "hiss",
+           "filing": "file", "happy": "happi", "sky": "sky", "relational": "relat", "conditional": "condit",
+           "digitizer": "digit", "generalizations": "gener", "oscillators": "oscil", "triplicate": "triplic",
+           "electrical": "electr", "hopeful": "hope", "goodness": "good", "allowance": "allow", "adjustable": "adjust",
+           "replacement": "replac", "adoption": "adopt", "homologous": "homolog", "effective": "effect",
+           "probate": "probat", "rate": "rate", "cease": "ceas", "controll": "control", "roll": "roll",
+           "scheduled": "schedul", "schedule": "schedul", "messages": "messag", "appending": "append"}
+
+
+def test_porter_stems_and_function_names_against_inflected_words():
+    from icmlkit.lib.trace_injection.content import Text, function_match, names_source
+    from icmlkit.lib.trace_injection.stem import stem
+
+    assert {w: stem(w) for w in _PORTER} == _PORTER
+    assert stem("as") == "as" and stem("iban123") == "iban123"
+    # "scheduled" is the function's "schedule": the whole name is named (it was half before the stemmer)
+    assert function_match("schedule_transaction", Text("Set up a recurring scheduled transaction for rent")) == 1.0
+    assert function_match("append_to_file", Text("Appending the list to the file")) == 1.0
+    assert function_match("send_money", Text("Summarise the file")) == 0.0
+    assert names_source("get_scheduled_transactions", [], Text("Check my scheduled transaction"))
+
+
 def test_frontier_cap_falls_back_and_says_so():
     from icmlkit.lib.trace_injection.scm import prob
 

@@ -19,6 +19,7 @@ import re
 from functools import lru_cache
 
 from icmlkit.lib.trace_injection.config import ACTION_VERBS, GENERIC_TOKENS, MARKER_RE, SYNONYMS
+from icmlkit.lib.trace_injection.stem import stem
 
 _PUNCT_SPACE = str.maketrans({c: " " for c in "\"'`{}[]"})  # quotes and brackets -> a space
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9@._-]*[a-z0-9]|[a-z0-9]")
@@ -269,11 +270,14 @@ def overlap_known(value: "Value", source: "Text", min_overlap: int = 10, similar
 
 
 def clear_caches() -> None:
-    """Empty the per-value and per-pair caches of this module (values, matches, overlaps)."""
+    """Empty the per-value, per-pair and per-word caches of this module (values, matches, overlaps,
+    word forms, stems)."""
     value.cache_clear()
     match.cache_clear()
     overlap.cache_clear()
     _OVERLAPS.clear()
+    _expand.cache_clear()
+    stem.cache_clear()
 
 
 def _overlap(value: "Value", source: "Text", min_overlap: int, similarity: float, may_match: bool,
@@ -306,10 +310,18 @@ def _overlap(value: "Value", source: "Text", min_overlap: int, similarity: float
 
 @lru_cache(maxsize=4096)
 def _expand(tok: str) -> frozenset:
+    """A function-name word, its form without a plural s, its synonyms, and the Porter stem of each."""
     out = {tok, tok.rstrip("s")}
     out.update(SYNONYMS.get(tok, ()))
     out.update(SYNONYMS.get(tok.rstrip("s"), ()))
-    return frozenset(out)
+    return frozenset(out | {stem(w) for w in out})
+
+
+def word_forms(toks) -> set:
+    """The words of a text and their forms to compare with :func:`_expand`: without a plural s, and
+    their Porter stems (``scheduled`` -> ``schedul``, as ``schedule``)."""
+    toks = set(toks)
+    return toks | {t.rstrip("s") for t in toks} | {stem(t) for t in toks}
 
 
 @lru_cache(maxsize=4096)
@@ -326,7 +338,7 @@ def function_match(function: str, text_tokens) -> float:
     toks = function_tokens(function)
     if not toks:
         return 0.0
-    norm = text_tokens.stems if isinstance(text_tokens, Text) else {t.rstrip("s") for t in text_tokens} | text_tokens
+    norm = text_tokens.stems if isinstance(text_tokens, Text) else word_forms(text_tokens)
     hit = sum(1 for t in toks if _expand(t) & norm)
     return hit / len(toks)
 
@@ -530,9 +542,10 @@ class Text:
 
     @property
     def stems(self) -> set:
-        """The tokens and their forms without a plural s (function names against text)."""
+        """The tokens, their forms without a plural s and their Porter stems (:func:`word_forms`;
+        function names against text)."""
         if self._stems is None:
-            self._stems = {t.rstrip("s") for t in self.tokens} | self.tokens
+            self._stems = word_forms(self.tokens)
         return self._stems
 
 
