@@ -13,13 +13,23 @@ Parts (``make bench TOOL=steer-concept``, about 3-10 minutes in all on 2 CPU cor
     A  the residual stream (block output) of layer 2 of 6 alone ("a middle layer");
     B  the attention output of all six layers (the official LLM setting);
     C  as B, with neutral statistics from captions *and* toxicity questions, closer to the paper's
-       instruction-style neutral set.
+       instruction-style neutral set;
+    A_questions, B_questions  as A and B with the default neutral set since issue 58, in the concept
+       prompts' form: the same captions, each put into a question frame (data.neutral_texts). A and B
+       keep the former caption rows (their figures are from the run before; labelled in the report).
   The unrelated test texts (helpfulness questions) come from a pool that no fitting set uses in any
   setting, and every pool is de-duplicated, so no test text is a fitting text. Every compared method
   (CASteer, LEACE-Switch, MidSteer) gets a strength grid of the same size (recorded as its tuning).
   LEACE (beta = 1, no clipping) erases the pair at one layer; a re-trained probe should be at chance.
 - ``speed`` on this CPU: fitting from 5000 x 384 neutral activations, and apply throughput
   (``time_call``: median of repeats, with the spread).
+- ``decoder_smollm2``, ``decoder_qwen``: the decoder path (lib/steer_concept/decoder.py) on
+  SmolLM2-135M-Instruct (32 prompts x 24 new tokens, CASteer / LEACE-Switch / MidSteer) and
+  Qwen2.5-Coder-1.5B-Instruct (12 prompts x 24 new tokens, CASteer / MidSteer; ~10 min on 2 cores):
+  steered while generating (every layer's attention output, generated tokens only, no clipping),
+  switch rate judged by a held-out MiniLM logistic-regression classifier, perplexity of the steered
+  continuation under the unsteered model. Each (method, strength) cell is cached, so a killed run
+  resumes; the fitted steers are kept in the part's cache folder.
 
 Writes bench/results/steer_concept.json and .md (through bench/_common.py), and
 bench/results/steer_concept_pareto_<A|B|C>.png.
@@ -33,13 +43,13 @@ import numpy as np
 import torch
 
 from _common import Bench, table, target, time_call
-from icmlkit.lib.core.io import shared_data_dir
+from icmlkit.lib.core.io import shared_data_dir, write_json
 from icmlkit.lib.steer_concept import Steering, concept_mean, fit_step, neutral_stats
-from icmlkit.lib.steer_concept.data import load_shared
+from icmlkit.lib.steer_concept.data import load_shared, neutral_texts
 from icmlkit.lib.steer_concept.evaluate import _balanced_acc, _probe, evaluate_grid, matched_disturbance, pareto_plot
 from icmlkit.lib.steer_concept.hooks import Encoder
 from icmlkit.lib.steer_concept.model import load_model
-from icmlkit.lib.steer_concept.pipeline import fit_steerings
+from icmlkit.lib.steer_concept.pipeline import LABELS, fit_steerings
 from icmlkit.lib.steer_concept.synthetic import unequal_norm_gaussians
 
 bench = Bench("steer-concept")
@@ -66,7 +76,17 @@ SETTINGS = {
           "what": "attention output of all 6 layers (LEACE: layer 3 alone)"},
     "C": {"site": "attn", "layers": "all", "leace_layers": None, "probe_layer": 3, "neutral": "mixed",
           "what": "attention output of all 6 layers, neutral = captions + toxicity questions"},
+    # the default neutral set since issue 58: in the concept prompts' form (data.neutral_texts: the same
+    # 2500 captions, each put into a question frame); A and B above keep the former caption rows
+    "A_questions": {"site": "block", "layers": [2], "leace_layers": None, "probe_layer": 2, "neutral": "questions",
+                    "what": "as A, neutral = the captions as questions (the default)"},
+    "B_questions": {"site": "attn", "layers": "all", "leace_layers": None, "probe_layer": 3, "neutral": "questions",
+                    "what": "as B, neutral = the captions as questions (the default)"},
 }
+GRIDS["A_questions"] = {k: v for k, v in GRIDS["A"].items() if k != "LEACE"}
+GRIDS["B_questions"] = {k: v for k, v in GRIDS["B"].items() if k != "LEACE"}
+NEUTRAL_SETS = {"captions": "COCO captions (the former default)", "mixed": "captions + toxicity questions",
+                "questions": "captions as questions (default)"}
 
 
 # ------------------------------------------------------------------------------------ data
@@ -124,7 +144,10 @@ def prepare(quick: bool):
 
 def fit_setting(loaded, sp: dict, cfg: dict, methods=None):
     """The steerings of one setting, fitted on its neutral set and the train questions."""
-    neutral = sp["neutral_fit"] if cfg["neutral"] == "captions" else sp["neutral_mixed"]
+    if cfg["neutral"] == "mixed":
+        neutral = sp["neutral_mixed"]
+    else:  # captions as they are, or in the concept prompts' form (the same captions as questions)
+        neutral = neutral_texts(sp["neutral_fit"], sp["source_train"], cfg["neutral"])[0]
     method_layers = {"leace": cfg["leace_layers"]} if cfg["leace_layers"] else {}
     if methods is None:
         methods = ("casteer", "leace-switch", "midsteer") + (("leace",) if cfg["leace_layers"] else ())
@@ -281,6 +304,94 @@ def speed(ctx) -> dict:
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
+# ------------------------------------------------------------------------------------ decoder path
+
+# Steering a causal LM while it generates (lib/steer_concept/decoder.py), in the official LLM script's
+# setting: the attention output of every decoder layer, the generated tokens only, no clipping. Every
+# method gets the same strength grid. The official scripts sweep 1.0 ... 5.0 (Llama-2-7b); on SmolLM2 a
+# pilot (8 prompts x 20 tokens, grid 0.5 ... 8, every method) broke fluency from strength 2 on for every
+# method (perplexity ratio 12-185), so SmolLM2's grid sits at 0.25 ... 2; Qwen's three strengths (1, 1.5,
+# 2) were chosen from SmolLM2's full run, where switching began between 1 and 2 (not tuned on Qwen).
+DECODER = {
+    "smollm2": {"model": "smollm2", "title": "SmolLM2-135M-Instruct", "prompts": 32, "max_new_tokens": 24,
+                "strengths": [0.25, 0.5, 1, 1.5, 2], "methods": ("casteer", "leace-switch", "midsteer"),
+                "neutral_fit": 400, "concept_fit": 200},
+    "qwen": {"model": "qwen2.5-coder-1.5b-instruct", "title": "Qwen2.5-Coder-1.5B-Instruct", "prompts": 12,
+             "max_new_tokens": 24, "strengths": [1, 1.5, 2], "methods": ("casteer", "midsteer"),
+             "neutral_fit": 120, "concept_fit": 100},
+}
+DECODER_QUICK = {"prompts": 4, "max_new_tokens": 6, "neutral_fit": 30, "concept_fit": 20}
+FLUENCY_BUDGET = 2.0  # the note's row: the highest switch rate with perplexity ratio <= this
+
+
+def decoder(ctx, name: str) -> dict:
+    """Fit the steers on the decoder (question-form neutral texts, every token; mean-pooled concept
+    questions), then generate from the held-out eval horse questions at every strength; each (method,
+    strength) cell is cached (ctx.cached), the fitted steers are kept in the part's folder."""
+    import dataclasses
+    import json
+
+    from icmlkit.lib.steer_concept.decoder import ConceptJudge, DecoderConfig, decode_eval
+    from icmlkit.lib.steer_concept.steer import Steering
+
+    root = shared_data_dir("concepts")
+    if root is None:
+        return {"skipped": "shared/data/concepts is absent"}
+    cfg = dict(DECODER[name], **(DECODER_QUICK if ctx.quick else {}))
+    strengths = cfg["strengths"] if not ctx.quick else cfg["strengths"][:1] + cfg["strengths"][-1:]
+    labels = [LABELS[m] for m in cfg["methods"]]
+    ctx.record_tuning("strength", {
+        "budget": len(strengths), "knob": "strength (beta at every decoder layer's attention output)",
+        "selection": f"reported: each method's highest switch rate on its grid (and, in the note, the best row with "
+                     f"perplexity ratio <= {FLUENCY_BUDGET:g}); every row is in the payload",
+        "methods": {lab: {"grid": [{"strength": b} for b in strengths]} for lab in labels}})
+    t0 = time.perf_counter()
+    torch.manual_seed(SEED)
+    data = load_shared(root)
+    sp = splits(data, QUICK_SIZES if ctx.quick else SIZES)
+    prompts = [q for q in json.loads((root / "eval" / "horses.json").read_text(encoding="utf-8"))
+               if q not in set(sp["source_train"])][:cfg["prompts"]]
+    neutral, form = neutral_texts(sp["neutral_fit"][:cfg["neutral_fit"]], sp["source_train"])
+    lm = load_model(cfg["model"], kind="causal-lm")
+    ctx.folder.mkdir(parents=True, exist_ok=True)
+    files = {lab: ctx.folder / f"{lab.lower()}.safetensors" for lab in labels}
+    fit_file = ctx.folder / "fit.json"
+    fit_info = None
+    if fit_file.is_file() and all(f.is_file() for f in files.values()) and not ctx.fresh:
+        fit_info = json.loads(fit_file.read_text())  # a resumed run: the steers fitted before
+    if fit_info is None:
+        base = dataclasses.replace(lm, model=lm.model.base_model, kind="base")
+        steerings, info = fit_steerings(base, layers="all", site="attn", methods=cfg["methods"], neutral=neutral,
+                                        source=sp["source_train"][:cfg["concept_fit"]],
+                                        target=sp["target_train"][:cfg["concept_fit"]],
+                                        concept="horses->motorcycles", max_length=MAX_LENGTH)
+        for lab, st in steerings:
+            st.save(files[lab])
+        info = {k: v for k, v in info.items() if k not in ("source", "target")}
+        write_json(fit_file, info)
+        fit_info = info
+    steerings = [(lab, Steering.load(files[lab])) for lab in labels]
+    judge = ConceptJudge(load_model("minilm"), seed=SEED).fit(sp["source_test"], sp["target_test"],
+                                                            sp["neutral_test"] + sp["unrelated"])
+    dcfg = DecoderConfig(strengths=tuple(float(b) for b in strengths), max_new_tokens=cfg["max_new_tokens"],
+                         batch_size=16, tokens="generated", clip="off", chat=True)
+    res = decode_eval(dcfg, lm, steerings, prompts, judge,
+                      cache=lambda key, compute: ctx.cached(f"cell-{key}", compute))
+    examples = {k: [{"prompt": p, "text": g["text"]} for p, g in zip(prompts[:3], c["gens"][:3])]
+                for k, c in res.cells.items()}
+    return {"model": cfg["title"], "model_name": cfg["model"], "prompts": len(prompts),
+            "max_new_tokens": cfg["max_new_tokens"], "neutral_form": form, "neutral_texts": len(neutral),
+            "concept_texts": cfg["concept_fit"], "layers": "all", "site": "attn", "tokens": "generated",
+            "clip": "off", "fit": fit_info, "judge": res.summary["judge"], "rows": res.rows, "examples": examples,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+for _name in DECODER:
+    bench.part(f"decoder_{_name}", doc=f"{DECODER[_name]['title']}: horses -> motorcycles while generating "
+               "(generated tokens only), switch rate by a held-out MiniLM classifier, perplexity ratio under the "
+               "unsteered model", hours=0.05 if _name == "smollm2" else 0.35)(lambda ctx, _name=_name: decoder(ctx, _name))
+
+
 # ------------------------------------------------------------------------------------ report
 
 
@@ -356,6 +467,65 @@ def setting_targets(name: str, s: dict) -> dict:
     return targets
 
 
+def decoder_targets(name: str, d: dict | None) -> dict:
+    """``decoder_switch_rate_<method>`` and ``decoder_perplexity_ratio_<method>`` (reported, no threshold):
+    Qwen2.5-Coder-1.5B-Instruct under the issue's names, SmolLM2 with the suffix ``_smollm2``. The value
+    is the method's highest switch rate on its grid (ties: the lower strength) and the perplexity ratio of
+    that row; the note adds the best row within the fluency budget (perplexity ratio <= 2)."""
+    from icmlkit.lib.steer_concept.decoder import best_row
+
+    if not d:
+        return {}
+    suffix = "" if name == "qwen" else f"_{name}"
+    if "skipped" in d:
+        return {f"decoder_switch_rate_midsteer{suffix}": target(None, "reported", False, d["skipped"])}
+    out = {}
+    base = next(r for r in d["rows"] if r["label"] == "unsteered")
+    where = (f"{d['model']}, n = {d['prompts']} held-out horse prompts x {d['max_new_tokens']} new tokens, steer on "
+             f"the generated tokens at every layer's attention output, no clipping, neutral = {d['neutral_form']}")
+    for lab in dict.fromkeys(r["label"] for r in d["rows"] if r["label"] != "unsteered"):
+        key = lab.lower().replace("-", "_")
+        top, fluent = best_row(d["rows"], lab, None), best_row(d["rows"], lab, FLUENCY_BUDGET)
+        within = ("none" if fluent is None else f"strength {fluent['strength']:g}: switch {fluent['switch_rate']:.3f}, "
+                  f"perplexity ratio {fluent['perplexity_ratio']:.2f}")
+        out[f"decoder_switch_rate_{key}{suffix}"] = target(
+            top["switch_rate"], "reported", True,
+            f"{where}; {lab}'s highest switch rate on its grid, at strength {top['strength']:g} (perplexity ratio "
+            f"{_fmt(top['perplexity_ratio'])}); judged by a logistic regression on MiniLM embeddings of held-out "
+            f"concept texts (5-fold balanced accuracy {d['judge']['cv_balanced_accuracy']:.3f}); unsteered: "
+            f"motorcycles {base['switch_rate']:.3f}, horses {base['source_rate']:.3f}; best within perplexity ratio "
+            f"<= {FLUENCY_BUDGET:g}: {within}")
+        out[f"decoder_perplexity_ratio_{key}{suffix}"] = target(
+            top["perplexity_ratio"], "reported", True,
+            f"{where}; {lab} at strength {top['strength']:g} (its highest switch rate): perplexity of the steered "
+            f"continuations under the unsteered model {_fmt(top['perplexity'])} over the unsteered continuations' "
+            f"{_fmt(base['perplexity'])}")
+    return out
+
+
+def decoder_md(d: dict | None) -> list[str]:
+    if not d or "skipped" in d:
+        return []
+    rows = [{"method": r["label"], "beta": "-" if r["strength"] is None else f"{r['strength']:g}",
+             "switch": f"{r['switch_rate']:.3f}", "still source": f"{r['source_rate']:.3f}",
+             "perplexity": _fmt(r["perplexity"]), "ppl ratio": _fmt(r["perplexity_ratio"]),
+             "changed": f"{r['changed']:.2f}", "empty": r["empty"], "seconds": r["seconds"]} for r in d["rows"]]
+    ex = d["examples"]
+    keys = ["unsteered"] + [k for k in ex if k != "unsteered"]
+    sample = [f"- `{k}`: {ex[k][0]['text'][:160]!r}" for k in keys]
+    return [f"## Decoder path: {d['model']}, horses -> motorcycles while generating", "",
+            f"{d['prompts']} held-out horse prompts (eval/horses.json) in the chat template, {d['max_new_tokens']} "
+            f"greedy new tokens, the steer at every layer's attention output on the generated tokens only, no "
+            f"clipping (the official LLM script's setting); steers fitted on {d['neutral_texts']} neutral texts "
+            f"({d['neutral_form']}, every token) and {d['concept_texts']} + {d['concept_texts']} concept questions "
+            f"(mean-pooled). Switch = share of continuations a held-out classifier (logistic regression on MiniLM "
+            f"embeddings of {' + '.join(str(v) for v in d['judge']['texts'].values())} held-out horse / motorcycle "
+            f"questions / other texts (captions, helpfulness replies); 5-fold balanced accuracy "
+            f"{d['judge']['cv_balanced_accuracy']:.3f}) labels motorcycles; perplexity of the continuation under the "
+            f"unsteered model, ratio to the unsteered continuations'.", "", table(rows),
+            f"First prompt ({ex['unsteered'][0]['prompt']!r}):", "", *sample, ""]
+
+
 @bench.report
 def report(results: dict) -> tuple[dict, str]:
     targets, md = {}, []
@@ -364,6 +534,8 @@ def report(results: dict) -> tuple[dict, str]:
     settings = {n: results[f"minilm_{n}"] for n in SETTINGS if f"minilm_{n}" in results}
     for name, s in settings.items():
         targets.update(setting_targets(name, s))
+    for name in DECODER:
+        targets.update(decoder_targets(name, results.get(f"decoder_{name}")))
     sp = results.get("speed")
     if sp:
         targets["fit_seconds_5000x384"] = target(sp["fit_seconds_5000x384"], "<= 5 s (our budget)",
@@ -380,7 +552,8 @@ def report(results: dict) -> tuple[dict, str]:
                "questions).", "",
                "Disturbance at switch rate 0.9 (interpolated along each method's strength grid; "
                "mean 1 - cos of final sentence embeddings):", "",
-               table([{"setting": f"{n}: {s['what']}", "method": lab, "neutral captions": _fmt(d["neutral"]),
+               table([{"setting": f"{n}: {s['what']}", "neutral set": NEUTRAL_SETS.get(s["neutral"], s["neutral"]),
+                       "method": lab, "neutral captions": _fmt(d["neutral"]),
                        "unrelated texts": _fmt(d["unrelated"])}
                       for n, s in ran.items() for lab, d in s["matched_disturbance_at_switch_0.9"].items()]),
                "Every row (switch rate by the final-embedding probe; probe acc = re-trained probe at the "
@@ -391,6 +564,8 @@ def report(results: dict) -> tuple[dict, str]:
                        "dist. neutral": f"{r['disturbance_neutral']:.2e}",
                        "dist. unrelated": f"{r['disturbance_unrelated']:.2e}"}
                       for n, s in ran.items() for r in s["rows"]])]
+    for name in DECODER:
+        md += decoder_md(results.get(f"decoder_{name}"))
     if sp:
         spread = ""
         if "fit_timing" in sp:

@@ -5,6 +5,8 @@ import click
 
 from icmlkit.cli._common import (ToolGroup, add_demo, config_options, make_main, output_option, shard_option,
                                 shard_slice)
+from icmlkit.lib.steer_concept.data import NeutralConfig
+from icmlkit.lib.steer_concept.decoder import DecoderConfig
 from icmlkit.lib.steer_concept.evaluate import EvaluateConfig
 from icmlkit.lib.steer_concept.pipeline import CompleteConfig, FitConfig, RunConfig
 from icmlkit.lib.steer_concept.synthetic import GenerateConfig
@@ -50,6 +52,9 @@ Examples:
       --method midsteer -o h2m.safetensors --json
   steer-concept apply h2m.safetensors horses.npz --strength 1 -o steered.npz
   steer-concept run h2m.safetensors prompts.txt -o steered-run.npz
+  steer-concept neutral captions.txt --like horses.json -o neutral.txt   # question-form neutral set
+  steer-concept decode h2m.safetensors --model smollm2 --prompts h-eval.json --source h-test.json \\
+      --target m-test.json --other captions.txt --strengths 1,2,4 -o decode.csv --json
   steer-concept eval h2m.safetensors --source h-test.json --target m-test.json \\
       --neutral captions.txt --unrelated help.json --strengths 0.5,1,2 -o table.csv --plot pareto.png
   steer-concept generate -o gauss --ratio 2 --json
@@ -393,6 +398,107 @@ def eval_cmd(run, steers, model, source_path, target_path, neutral_path, unrelat
 cli.alias("evaluate", "eval")
 
 
+@cli.command(device=True)
+@click.argument("steers", nargs=-1, required=True, metavar="STEER...")
+@click.option("--model", default=None, help="The causal LM (default: the one named in the first steering file).")
+@click.option("--prompts", "prompts_path", required=True, help="Prompts to continue (e.g. held-out source questions).")
+@click.option("--source", "source_path", required=True,
+              help="Held-out source-concept texts: the classifier's source class (not the steer's fitting texts).")
+@click.option("--target", "target_path", required=True, help="Held-out target-concept texts: its target class.")
+@click.option("--other", "other_paths", multiple=True, required=True,
+              help="Texts of neither concept: its other class; repeatable.")
+@config_options(DecoderConfig)
+@column_option
+@output_option("Write the table (one row per steering file and strength, and the unsteered model).",
+               suffixes=(".csv", ".jsonl", ".parquet"))
+@output_option("Write every continuation (label, strength, prompt, completion, judged, nll).", suffixes=(".jsonl",),
+               stdout=False, flags=("--completions",), name="completions")
+def decode(run, steers, model, prompts_path, source_path, target_path, other_paths, cfg, column, output,
+           completions):
+    """The decoder path: steer a causal LM while it generates; switch rate and fluency cost.
+
+    For each steering file and strength, greedy continuations of the prompts with the steer at its
+    site and layers, by default in the official LLM script's setting: the generated tokens only (the
+    prompt's forward pass is left alone) and no intermediate clipping; chat models get their chat
+    template. switch_rate: share of continuations (the new tokens only) that a held-out concept
+    classifier -- a logistic regression on --judge sentence embeddings (MiniLM) of the --source,
+    --target and --other texts, not the steer's own statistics -- labels as the target; source_rate:
+    still the source. perplexity: of the steered continuations under the unsteered model (exp of the
+    mean token NLL); perplexity_ratio: over the unsteered continuations'. The seed fixes the
+    classifier's cross-validation folds.
+
+    \b
+    JSON keys: model, prompts, strengths, tokens, clip, max_new_tokens, judge (texts per class,
+    cv_balanced_accuracy, encoder), rows (label, strength, switch_rate, source_rate, perplexity,
+    perplexity_ratio, changed, empty, mean_new_tokens, n, seconds), best (per steering file: the row
+    with the highest switch rate whose perplexity ratio is <= 2, or null), seconds, table, completions.
+    Example:
+      steer-concept decode midsteer.safetensors casteer.safetensors --model smollm2 --prompts h-eval.json \\
+          --source h-heldout.json --target m-heldout.json --other captions.txt --strengths 1,2,4 -o t.csv --json
+    """
+    from pathlib import Path
+
+    from icmlkit.lib.core.io import write_rows
+    from icmlkit.lib.steer_concept.decoder import ConceptJudge, best_row, decode_eval
+    from icmlkit.lib.steer_concept.model import load_model
+
+    run.output(output)
+    run.output(completions)
+    steerings = [(Path(p).stem, _steering(run, p)) for p in steers]
+    prompts = _texts(run, prompts_path, column)
+    classes = [_texts(run, p, column) for p in (source_path, target_path)]
+    other = [t for p in other_paths for t in _texts(run, p, column)]
+    lm = load_model(model or steerings[0][1].config.get("model"), device=run.device, kind="causal-lm")
+    judge = ConceptJudge(load_model(cfg.judge, device=run.device), seed=run.seed, device=run.device)
+    judge.fit(classes[0], classes[1], other)
+    res = decode_eval(cfg, lm, steerings, prompts, judge)
+    if output is not None:
+        run.save(output, write_rows, res.rows)
+    if completions is not None:
+        rows = [{"label": r["label"], "strength": r["strength"], "prompt": p, "completion": g["text"], "judged": lab,
+                 "nll": v} for r, c in zip(res.rows, res.cells.values())
+                for p, g, lab, v in zip(prompts, c["gens"], c["labels"], c["nll"])]
+        run.save(completions, write_rows, rows)
+    best = {lab: best_row(res.rows, lab) for lab, _ in steerings}
+    return {**res.summary, "rows": res.rows, "best": best, "table": output, "completions": completions}
+
+
+@cli.command(seed=False)
+@click.argument("captions")
+@click.option("--like", "like_path", default=None,
+              help="The concept prompts whose form the neutral texts take (read with --form auto).")
+@config_options(NeutralConfig)
+@column_option
+@output_option("Write the neutral texts, one per line.", suffixes=(".txt",), required=True)
+def neutral(run, captions, like_path, cfg, column, output):
+    """Neutral texts in the concept prompts' form, for `embed --pool all` and the neutral statistics.
+
+    With caption statistics, the whitened source direction also carries the caption-vs-question
+    genre, which MidSteer moves on every question-style text (issue 58). So by default (--form auto)
+    the neutral set takes the --like prompts' form: when at least half of them end with '?', each
+    caption is put into a question frame, the i-th caption into frame i mod 6 of: 'What is happening
+    in this scene: {}?', 'How would you describe {}?', 'What might explain {}?', 'Why would there be
+    {}?', 'What is the story behind {}?', 'What details stand out in {}?' (its final period dropped,
+    its first letter lower-cased); otherwise the captions stay as they are (--form captions, the
+    former default).
+
+    \b
+    JSON keys: texts, form, output.
+    Example:  steer-concept neutral captions.txt --like horses.json -o neutral.txt --json
+    """
+    from icmlkit.lib.core.io import write_text
+    from icmlkit.lib.steer_concept.data import neutral_texts
+
+    run.output(output)
+    caps = _texts(run, captions, column)
+    like = _texts(run, like_path, column) if like_path else []
+    if cfg.form == "auto" and not like_path:
+        raise click.UsageError("--form auto needs --like PROMPTS (or give --form questions|captions)")
+    texts, form = neutral_texts(caps, like, cfg.form)
+    run.save(output, write_text, "".join(t.replace("\n", " ") + "\n" for t in texts))
+    return {"texts": len(texts), "form": form, "output": output}
+
+
 @cli.command()
 @output_option("Write the run folder: neutral.npz, source.npz, target.npz (one 2-D array x each), truth.npz.",
                directory=True, required=True)
@@ -424,7 +530,8 @@ def generate(run, output, cfg):
 
 add_demo(cli, "icmlkit.lib.steer_concept.demo:run_demo", device=True, doc="""Switch horses -> motorcycles in the real MiniLM-L6 encoder with the four methods.
 
-    Uses the bundled texts (data/concepts): neutral statistics from 150 COCO captions, concept
+    Uses the bundled texts (data/concepts): neutral statistics from 150 COCO captions put into
+    question frames (the concept texts are questions; see `neutral`), concept
     means from 80 + 80 questions, attention output of all six layers; scored on 25 + 25 held-out
     questions, 30 captions and 20 unrelated texts; writes the four
     .safetensors files, table.csv, pareto.png, summary.json and manifest.json into OUTDIR.

@@ -671,6 +671,18 @@ def _steer_fuzz_cases():
         argv = ["eval", "{st}", "--model", "{model}", *ev]
         argv[argv.index(slot) + 1] = "{bad}"
         cases.append(FuzzCase("eval", argv, ".txt", txt, _valid_inputs, slot.strip("-")))
+    # decode and neutral (issue 58): every file is read before any model is loaded
+    dec = ["--model", "{model}", "--prompts", "{txt}", "--source", "{txt}", "--target", "{txt}", "--other", "{txt}",
+           "-o", "{out}/d.csv"]
+    cases.append(FuzzCase("decode", ["decode", "{bad}", *dec], ".safetensors", st, _valid_inputs, "steer"))
+    for slot in ("--prompts", "--source", "--target", "--other"):
+        argv = ["decode", "{st}", *dec]
+        argv[argv.index(slot) + 1] = "{bad}"
+        cases.append(FuzzCase("decode", argv, ".txt", txt, _valid_inputs, slot.strip("-")))
+    cases.append(FuzzCase("neutral", ["neutral", "{bad}", "--like", "{txt}", "-o", "{out}/n.txt"], ".json", js,
+                          _valid_inputs, "captions"))
+    cases.append(FuzzCase("neutral", ["neutral", "{txt}", "--like", "{bad}", "-o", "{out}/n.txt"], ".json", js,
+                          _valid_inputs, "like"))
     return cases
 
 

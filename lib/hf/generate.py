@@ -9,7 +9,8 @@ results in input order.
   position ids (so a padded row computes what it would alone), stops at end-of-sequence or after
   ``max_new_tokens``.
 - :func:`score_continuations`: log p(continuation | prompt) per token, from one forward pass per
-  batch (right padding; the log-probabilities of all positions are gathered at once).
+  batch (right padding; the log-probabilities of all positions are gathered at once);
+  :func:`score_token_ids` does the same on token ids.
 """
 from __future__ import annotations
 
@@ -203,13 +204,23 @@ def score_continuations(model, tokenizer, prompts: list[str], continuations: lis
     continuation without, and the two id lists are joined (no merge across the boundary). Rows
     are right-padded; one forward pass per batch scores every position at once.
     """
-    import torch
-
     if len(prompts) != len(continuations):
         raise UsageError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-    dev = _device(model, device)
     p_ids = encode(tokenizer, prompts, add_special_tokens=add_special_tokens)
     c_ids = encode(tokenizer, continuations, add_special_tokens=False)
+    return score_token_ids(model, tokenizer, p_ids, c_ids, batch_size=batch_size, device=device)
+
+
+def score_token_ids(model, tokenizer, prompt_ids: list[list[int]], continuation_ids: list[list[int]], *,
+                    batch_size: int = 8, device=None) -> list[Score]:
+    """:func:`score_continuations` on token ids (e.g. a :class:`Generation`'s ``token_ids`` after its
+    prompt's ids, with no decode/re-encode round trip): log p(continuation | prompt) per token."""
+    import torch
+
+    if len(prompt_ids) != len(continuation_ids):
+        raise UsageError(f"{len(prompt_ids)} prompts but {len(continuation_ids)} continuations")
+    dev = _device(model, device)
+    p_ids, c_ids = [list(p) for p in prompt_ids], [list(c) for c in continuation_ids]
     for what, ids in (("prompt", p_ids), ("continuation", c_ids)):
         empty = [i for i, s in enumerate(ids) if not s]
         if empty:

@@ -12,6 +12,9 @@ statistics (mu0, Sigma) and concept means; LEACE (Belrose et al. 2023) is the ca
 - :mod:`.model`: offline loading (default: the packaged MiniLM-L6; done by :mod:`icmlkit.lib.hf.models`),
   texts.
 - :mod:`.evaluate`: switch rate, erasure, disturbance, Pareto plot.
+- :mod:`.decoder`: the decoder path -- a causal LM steered while it generates, judged by a held-out
+  concept classifier, with the perplexity of its continuations under the unsteered model.
+- :mod:`.data`: the concept texts, and the neutral set in the prompts' form (:func:`.data.neutral_texts`).
 - :mod:`.synthetic`: Gaussian concepts with unequal Mahalanobis norms.
 """
 from icmlkit.lib.steer_concept.stats import Stats, Whitening, concept_mean, ledoit_wolf_coefficient, neutral_stats

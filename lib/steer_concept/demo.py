@@ -1,6 +1,8 @@
 """The demo of steer-concept: switch horses -> motorcycles in the real MiniLM-L6 encoder.
 
-Bundled texts (data/concepts): 150 COCO captions give the neutral statistics (every token), 80 horse
+Bundled texts (data/concepts): 150 COCO captions, put into question frames to match the concept
+questions' form (:func:`.data.neutral_texts`, the default since issue 58), give the neutral
+statistics (every token), 80 horse
 and 80 motorcycle questions the concept means and the probes; 25 + 25 held-out questions, 30
 held-out captions and 20 helpfulness texts (the unrelated concept) are scored (sizes that keep the
 demo within its 60-s CPU budget; the benchmark scores the full sets). CASteer,
@@ -13,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from icmlkit.lib.core.io import write_json
-from icmlkit.lib.steer_concept.data import load_bundled
+from icmlkit.lib.steer_concept.data import load_bundled, neutral_texts
 from icmlkit.lib.steer_concept.evaluate import evaluate_grid, matched_disturbance, pareto_plot, write_table
 from icmlkit.lib.steer_concept.hooks import Encoder
 from icmlkit.lib.steer_concept.model import load_model
@@ -28,7 +30,9 @@ def run_demo(folder: Path, *, seed: int = 0, device="cpu") -> dict:
     data = load_bundled()
     loaded = load_model("minilm", device=device)
     h, m = data["horses"], data["motorcycles"]
-    steerings, info = fit_steerings(loaded, layers="all", site="attn", neutral=data["neutral"][:150], source=h[:80],
+    # the neutral set in the prompts' form (the concept texts are questions: the captions as questions)
+    neutral, form = neutral_texts(data["neutral"][:150], h[:80])
+    steerings, info = fit_steerings(loaded, layers="all", site="attn", neutral=neutral, source=h[:80],
                                     target=m[:80], method_layers={"leace": [3]}, concept="horses->motorcycles",
                                     device=device, max_length=MAX_LENGTH)
     for label, st in steerings:
@@ -52,6 +56,7 @@ def run_demo(folder: Path, *, seed: int = 0, device="cpu") -> dict:
     headline = ("disturbance at switch 0.9 (neutral / unrelated): "
                 + ", ".join(f"{k} {fmt(v['neutral'])} / {fmt(v['unrelated'])}" for k, v in matched.items())
                 + f"; LEACE probe acc {leace['probe_acc_after_erasure']:.2f}")
+    info["neutral_form"] = form
     summary = {"headline": headline, "matched_disturbance_at_switch_0.9": matched,
                "leace_probe_acc_after_erasure": leace["probe_acc_after_erasure"], "fit": info,
                "plot": plotted}
