@@ -25,7 +25,8 @@ Parts (``make bench TOOL=steer-concept``, about 3-10 minutes in all on 2 CPU cor
   (``time_call``: median of repeats, with the spread).
 - ``decoder_smollm2``, ``decoder_qwen``: the decoder path (lib/steer_concept/decoder.py) on
   SmolLM2-135M-Instruct (32 prompts x 24 new tokens, CASteer / LEACE-Switch / MidSteer) and
-  Qwen2.5-Coder-1.5B-Instruct (12 prompts x 24 new tokens, CASteer / MidSteer; ~10 min on 2 cores):
+  Qwen2.5-Coder-1.5B-Instruct (12 prompts x 24 new tokens, 4 strengths, CASteer / MidSteer; ~13 min on
+  2 cores):
   steered while generating (every layer's attention output, generated tokens only, no clipping),
   switch rate judged by a held-out MiniLM logistic-regression classifier, perplexity of the steered
   continuation under the unsteered model. Each (method, strength) cell is cached, so a killed run
@@ -310,14 +311,15 @@ def speed(ctx) -> dict:
 # setting: the attention output of every decoder layer, the generated tokens only, no clipping. Every
 # method gets the same strength grid. The official scripts sweep 1.0 ... 5.0 (Llama-2-7b); on SmolLM2 a
 # pilot (8 prompts x 20 tokens, grid 0.5 ... 8, every method) broke fluency from strength 2 on for every
-# method (perplexity ratio 12-185), so SmolLM2's grid sits at 0.25 ... 2; Qwen's three strengths (1, 1.5,
-# 2) were chosen from SmolLM2's full run, where switching began between 1 and 2 (not tuned on Qwen).
+# method (perplexity ratio 12-185), so SmolLM2's grid sits at 0.25 ... 2; Qwen's strengths 1, 1.5, 2 were
+# chosen from SmolLM2's full run, where switching began between 1 and 2, and widened once to 3 for both
+# methods after Qwen switched only 2 of 12 at 2 (not tuned per method).
 DECODER = {
     "smollm2": {"model": "smollm2", "title": "SmolLM2-135M-Instruct", "prompts": 32, "max_new_tokens": 24,
                 "strengths": [0.25, 0.5, 1, 1.5, 2], "methods": ("casteer", "leace-switch", "midsteer"),
                 "neutral_fit": 400, "concept_fit": 200},
     "qwen": {"model": "qwen2.5-coder-1.5b-instruct", "title": "Qwen2.5-Coder-1.5B-Instruct", "prompts": 12,
-             "max_new_tokens": 24, "strengths": [1, 1.5, 2], "methods": ("casteer", "midsteer"),
+             "max_new_tokens": 24, "strengths": [1, 1.5, 2, 3], "methods": ("casteer", "midsteer"),
              "neutral_fit": 120, "concept_fit": 100},
 }
 DECODER_QUICK = {"prompts": 4, "max_new_tokens": 6, "neutral_fit": 30, "concept_fit": 20}
