@@ -181,3 +181,15 @@ def test_llm_adversary_writes_text_in_composed_mode(env):
     cd = Compiled(env.base_design, env)
     strongest, n = adv.attack(cd, [], random.Random(0))
     assert n >= 1 and all(a.text and a.style == "urgent/admin/plain" for _, a in strongest)
+
+
+def test_many_knobs_design_round_trips_through_json(env, tmp_path):
+    """A design with most of the 51 knobs on keeps a schema-valid name (<= 200 characters)."""
+    import json
+
+    from icmlkit.lib.design_safe_agents.schema import design_from_obj, design_json
+
+    menu = env_menu(env)
+    d = design_from_bits(env, [1] * len(menu), menu)
+    back = design_from_obj(json.loads(json.dumps(design_json(d))), "<test>", env)
+    assert len(back.name) <= 200 and signature(back) == signature(d)

@@ -301,5 +301,6 @@ def design_from_bits(env, bits: tuple[int, ...] | list[int], menu: list[dict] | 
     ops = [op for b, item in zip(bits, menu) if b for op in item["ops"]]
     d = apply_ops(env.base_design, ops)
     on = [item["id"] for b, item in zip(bits, menu) if b]
-    d.name = "+".join(on) if on else "hand-designed"
+    name = "+".join(on) if on else "hand-designed"
+    d.name = name if len(name) <= 200 else name[:196] + "+..."   # the schema's limit (large menus)
     return d
