@@ -327,7 +327,8 @@ def smollm2_payer(ctx) -> dict:
 
 # ----------------------------------------------------------------------------- enterprise (51 knobs)
 
-ENT = {"iterations": (60, 200), "primary": 200, "seeds": tuple(range(20)), "space_samples": 500, "spread": 0.05,
+ENT = {"iterations": (60, 200), "primary": 200, "seeds": tuple(range(20)), "confirm_seeds": tuple(range(20, 40)),
+       "space_samples": 500, "spread": 0.05,
        "edits": 3, "ascent_starts": 20}
 ENT_QUICK = {"iterations": (20, 40), "primary": 40, "space_samples": 100, "ascent_starts": 2}
 ENT_METHODS = ("mama", "random", "fixed-attack", "feedback-off")
@@ -438,6 +439,20 @@ def stream_seed_int(i: int) -> int:
             "feedback-off search at equal evaluations, 20 seeds, exact final S_min and Q", hours=0.12,
             seeds=ENT["seeds"], quick_seeds=(0, 1))
 def enterprise(ctx) -> dict:
+    return enterprise_runs(ctx, _ent_setting(ctx, "iterations"))
+
+
+@bench.part("enterprise_confirm", doc="enterprise, confirmation on 20 fresh seeds (20-39) with every setting frozen "
+            "at the enterprise part's: MaMa vs random / fixed-attack / feedback-off at 200 designs", hours=0.1,
+            seeds=ENT["confirm_seeds"], quick_seeds=(20,))
+def enterprise_confirm(ctx) -> dict:
+    """The enterprise comparison rerun on seeds 20-39, none of which was seen while the method and the
+    protocol were changed (the enterprise part's seeds 0-19 were: see docs/design-safe-agents.md), at
+    the primary budget only; the issue's named targets are read from this run."""
+    return enterprise_runs(ctx, (_ent_setting(ctx, "primary"),))
+
+
+def enterprise_runs(ctx, iters) -> dict:
     """MaMa (multi-edit Meta-Agent reading the composing adversary's strongest attack per target) against
     random search (uniform random designs, same adversary), fixed-attack search (the same MaMa loop
     whose adversary only has the 3 canned attack texts) and the feedback-off ablation (the multi-edit
@@ -453,7 +468,6 @@ def enterprise(ctx) -> dict:
     floor = 0.9 * q_qo
     env = load_env("enterprise")
     g, g_canned = ent_game(floor, ALL), ent_game(floor, CANNED_SET)
-    iters = _ent_setting(ctx, "iterations")
     ctx.record_tuning("search_budget", {
         "methods": list(ENT_METHODS), "iterations_per_seed": list(iters), "primary_iterations": _ent_setting(ctx, "primary"),
         "seeds": list(ctx.seeds), "shared": {"objective": "constrained", "quality_floor": floor, "spread": ENT["spread"],
@@ -711,6 +725,15 @@ def report(results: dict) -> tuple[dict, str]:
     targets = targets_of(per_env) if "travel" in results else {}
     if "enterprise" in results:
         targets.update(enterprise_targets(results.get("enterprise_space"), results["enterprise"])[0])
+    if "enterprise_confirm" in results:
+        # the named targets come from the fresh seeds; the seeds the changes were made on stay beside them
+        conf = enterprise_targets(None, results["enterprise_confirm"])[0]
+        for k in ("mama_minus_random_worst_case_safety", "mama_minus_fixed_attack_worst_case_safety",
+                  "mama_minus_feedback_off_worst_case_safety"):
+            if k in targets:
+                targets[f"exploratory_{k}"] = targets.pop(k)
+            targets[k] = {**conf[k], "note": "confirmation, fresh seeds 20-39, settings frozen: " + conf[k]["note"]}
+        targets["confirm_mama_quality_vs_quality_only_optimum"] = conf["enterprise_mama_quality_vs_quality_only_optimum"]
     md = [NOTE, ""]
     for e in per_env:
         md += env_markdown(e)
@@ -725,6 +748,11 @@ def report(results: dict) -> tuple[dict, str]:
         md += smollm2_markdown(results["smollm2_payer"])
     if "enterprise" in results or "enterprise_space" in results:
         md += enterprise_markdown(results.get("enterprise_space"), results.get("enterprise"))
+    if "enterprise_confirm" in results:
+        md += ["## enterprise confirmation: fresh seeds 20-39, every setting frozen", "",
+               "The enterprise part's seeds 0-19 were seen while the method and the protocol were changed; "
+               "this run's seeds were not, and the issue's named targets are read from it."]
+        md += enterprise_markdown(None, results["enterprise_confirm"])[2:]
     return targets, "\n".join(md)
 
 
