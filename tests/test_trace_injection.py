@@ -257,6 +257,25 @@ def _check_text_preparation(raw: str, C) -> None:
     assert C.may_have_marker(text) == (MARKER_RE.search(text) is not None)
 
 
+def test_shingle_bound_never_leaves_out_a_shingle_that_occurs():
+    """Value.shingle_bound (the test that spares a long text its shingle set) is an upper bound on the
+    shingles of a value found in a text, so the coverage it rules out could not reach the threshold."""
+    from icmlkit.lib.trace_injection.content import LONG_TEXT, Text, Value, overlap_known
+
+    rng = random.Random(3)
+    words = ["a", "to", "the", "bob", "pay", "x", "money", "reviews", "verylongword", "hotel", "ab", "a.b", "12"]
+    for _ in range(3000):
+        v = Value(" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))))
+        t = Text(" ".join(rng.choice(words) for _ in range(rng.randint(0, 30))))
+        assert v.shingle_bound(t, 10) >= len(v.shingles(10) & t.shingles(10))
+    # a long text: the same overlap with and without its shingle set built first
+    body = " ".join(rng.choice(words) for _ in range(LONG_TEXT // 3))
+    for raw in ("the money to bob reviews", "verylongword hotel a.b pay the", "zz qq the money"):
+        fresh, built = Text(body), Text(body)
+        built.shingles(10)
+        assert overlap_known(Value(raw), fresh) == overlap_known(Value(raw), built)
+
+
 def test_text_preparation_is_exact_on_random_strings():
     from icmlkit.lib.trace_injection import content as C
 

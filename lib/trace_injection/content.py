@@ -240,6 +240,10 @@ def _shingles(text: str, k: int) -> set:
     return {text[i:i + k] for i in range(max(0, len(text) - k + 1))}
 
 
+_WHOLE_WORD = re.compile(r"(?= ([^ ]+) )")  # every word between two spaces (overlapping)
+LONG_TEXT = 2000  # characters: a text this long gets its shingle set only when a value may reach the threshold
+
+
 @lru_cache(maxsize=1 << 18)
 def overlap(value: "Value", source: "Text", min_overlap: int = 10, similarity: float = 0.6) -> tuple[float, str]:
     """(strength in [0, 1], normalisation) with which ``value`` is taken from ``source``: 1 when its
@@ -304,6 +308,9 @@ def _overlap(value: "Value", source: "Text", min_overlap: int, similarity: float
     mine = value.shingles(min_overlap)
     if not mine:
         return 0.0, ""
+    if (len(src) >= LONG_TEXT and not source.has_shingles(min_overlap)
+            and value.shingle_bound(source, min_overlap) / len(mine) < similarity):
+        return 0.0, ""  # (exact: even every shingle the bound allows would fall short of the threshold)
     cov = len(mine & source.shingles(min_overlap)) / len(mine)
     return (cov, "") if cov >= similarity else (0.0, "")
 
@@ -507,7 +514,7 @@ class Text:
     """(Read-only once built; :func:`match` and :func:`overlap` are memoised per object.) A source text prepared for matching: ``norm`` (:func:`normalise`), ``tokens``, ``canon`` (every
     step of :data:`NORMALISATIONS` applied) and ``canon_tokens``, computed once."""
 
-    __slots__ = ("norm", "canon", "_raw", "_forms", "_tokens", "_canon_tokens", "_stems", "_sh")
+    __slots__ = ("norm", "canon", "_raw", "_forms", "_tokens", "_canon_tokens", "_stems", "_sh", "_words")
 
     def __init__(self, raw: str | None = None, norm: str | None = None):
         self.norm = norm if norm is not None else normalise(raw or "")
@@ -518,6 +525,7 @@ class Text:
         self._tokens = self._canon_tokens = None
         self._stems = None
         self._sh = None
+        self._words = None
 
     @property
     def tokens(self) -> set:
@@ -540,6 +548,15 @@ class Text:
             self._sh = (k, _shingles(self.norm, k))
         return self._sh[1]
 
+    def has_shingles(self, k: int) -> bool:
+        return self._sh is not None and self._sh[0] == k
+
+    def words(self) -> set:
+        """The words of ``norm`` (it separates them by single spaces; computed once per text)."""
+        if self._words is None:
+            self._words = set(self.norm.split(" "))
+        return self._words
+
     @property
     def stems(self) -> set:
         """The tokens, their forms without a plural s and their Porter stems (:func:`word_forms`;
@@ -553,7 +570,7 @@ class Value:
     """An argument value prepared for matching: ``raw``, ``norm``, its cumulative canonical forms and
     ``canon`` (the last one); :meth:`idents` its identifier-like tokens (as values)."""
 
-    __slots__ = ("raw", "norm", "forms", "canon", "_idents", "_sh", "_ident")
+    __slots__ = ("raw", "norm", "forms", "canon", "_idents", "_sh", "_ident", "_words")
 
     def __init__(self, raw: str):
         self.raw = raw
@@ -563,12 +580,42 @@ class Value:
         self._idents = None
         self._sh = None
         self._ident = None
+        self._words = None
 
     def shingles(self, k: int) -> frozenset:
         """The ``k``-character shingles of ``norm`` (computed once per value)."""
         if self._sh is None or self._sh[0] != k:
             self._sh = (k, _shingles(self.norm, k))
         return self._sh[1]
+
+    def shingle_bound(self, text: "Text", k: int) -> int:
+        """An upper bound on how many of the ``k``-shingles of ``norm`` occur in ``text.norm``: a shingle
+        that holds a whole word between two spaces occurs only where ``text`` has that word (both are
+        normalised: words separated by single spaces), so the shingle positions holding a word that
+        ``text`` lacks are not counted. Exact as a bound (no shingle that occurs is left out); it
+        spares building the shingle set of a long text that cannot reach the similarity threshold."""
+        if self._words is None or self._words[0] != k:
+            # (word, first and last shingle position that holds " word "): shingle i is [i, i + k),
+            # " word " is [start - 1, end + 1), and the last shingle starts at len - k
+            last = len(self.norm) - k
+            spans = [(m.group(1), max(0, m.end(1) + 1 - k), min(m.start(1) - 1, last))
+                     for m in _WHOLE_WORD.finditer(self.norm) if len(m.group(1)) + 2 <= k]
+            self._words = (k, spans, frozenset(w for w, _, _ in spans))
+        _, spans, mine = self._words
+        n = max(0, len(self.norm) - k + 1)
+        missing = mine.difference(text.words()) if mine else mine
+        if not missing:
+            return n
+        killed, end = 0, -1
+        for w, lo, hi in spans:  # in text order: the intervals come sorted by their start
+            if w in missing:
+                if lo > end:
+                    killed += hi - lo + 1
+                    end = hi
+                elif hi > end:
+                    killed += hi - end
+                    end = hi
+        return n - killed
 
     def identifier(self) -> bool:
         """One token with a digit, '@', '.' or '/' (an IBAN, e-mail, URL, id)."""
