@@ -30,7 +30,7 @@ each example's result is a cached item, the toy training checkpoints every 500 s
   paired bootstrap CIs of the Recall@10% differences; single-threaded (~25 min);
 - ``qwen_timing``: FlashTrace (hops 1) vs token-wise IFR on Qwen at M in {32, 128, 512} (a ~200-token
   prompt); token-wise at 512 measured, or extrapolated linearly from the smaller M when the fit predicts
-  more than 9 min (the payload says which); run holding both CPU locks (~12 min).
+  more than 7 min (the payload says which); run holding both CPU locks (~12 min).
 
 No method has a knob tuned: each runs at its stated setting (IG 8 steps, 16 in the toy timing;
 FlashTrace hops 1). ``--quick``: a 20-step one-layer toy model, 6 toy / 2 teacher-forced / 1 correct
@@ -57,8 +57,8 @@ TC_TIMING_TOY = dataclasses.replace(TC, ig_steps=16)
 SIZES = {"toy_n": 200, "toy_faith": 60, "toy_ablation": 10, "correct_n": 200, "correct_max": None,
          "forced_n": 200, "forced_faith": 24, "lengths": [8, 32, 128, 512], "prompts": [200, 1000, 2000],
          "toy_prompt": 200, "smol_prompt": 120, "repeats": 3,
-         "qwen_screen": 40, "qwen_batch": 8, "qwen_max": 24, "qwen_ig_n": 4, "qwen_faith_n": 2, "qwen_groups": 10,
-         "qwen_lengths": [32, 128, 512], "qwen_prompt": 200, "qwen_repeats": 2, "qwen_tokenwise_max_s": 540}
+         "qwen_screen": 40, "qwen_batch": 8, "qwen_max": 20, "qwen_ig_n": 4, "qwen_faith_n": 0, "qwen_groups": 10,
+         "qwen_lengths": [32, 128, 512], "qwen_prompt": 200, "qwen_repeats": 2, "qwen_tokenwise_max_s": 420}
 QUICK = {"toy_n": 6, "toy_faith": 3, "toy_ablation": 2, "correct_n": 4, "correct_max": 1,
          "forced_n": 2, "forced_faith": 1, "lengths": [8, 32], "prompts": [40, 80],
          "toy_prompt": 40, "smol_prompt": 40, "repeats": 1,
