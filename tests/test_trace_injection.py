@@ -324,15 +324,32 @@ _PORTER = {"caresses": "caress", "ponies": "poni", "ties": "ti", "cats": "cat", 
 
 def test_porter_stems_and_function_names_against_inflected_words():
     from icmlkit.lib.trace_injection.content import Text, function_match, names_source
-    from icmlkit.lib.trace_injection.stem import stem
+    from icmlkit.lib.trace_injection.stem import porter, stem, stem_all
 
     assert {w: stem(w) for w in _PORTER} == _PORTER
+    assert {w: porter(w) for w in _PORTER if len(w) > 2} == {w: v for w, v in _PORTER.items() if len(w) > 2}
+    assert stem_all(_PORTER) == set(_PORTER.values())
     assert stem("as") == "as" and stem("iban123") == "iban123"
     # "scheduled" is the function's "schedule": the whole name is named (it was half before the stemmer)
     assert function_match("schedule_transaction", Text("Set up a recurring scheduled transaction for rent")) == 1.0
     assert function_match("append_to_file", Text("Appending the list to the file")) == 1.0
     assert function_match("send_money", Text("Summarise the file")) == 0.0
     assert names_source("get_scheduled_transactions", [], Text("Check my scheduled transaction"))
+
+
+def test_the_c_stemmer_gives_the_python_stems():
+    """PyStemmer (the trace extra) and this package's Porter implementation give the same stems, so
+    results do not depend on whether it is installed."""
+    import re
+    from pathlib import Path
+
+    pytest.importorskip("Stemmer")
+    from icmlkit.lib.trace_injection import stem as S
+
+    words = set(re.findall(r"[a-z]+", " ".join(p.read_text().lower() for p in Path(__file__).parent.glob("*.py"))))
+    words = sorted(w for w in words if not S._plain(w)) + sorted(_PORTER)
+    assert len(words) > 1000
+    assert [S._FAST.stemWord(w) for w in words] == [S.porter(w) for w in words]
 
 
 def test_frontier_cap_falls_back_and_says_so():

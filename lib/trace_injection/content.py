@@ -19,7 +19,7 @@ import re
 from functools import lru_cache
 
 from icmlkit.lib.trace_injection.config import ACTION_VERBS, GENERIC_TOKENS, MARKER_RE, SYNONYMS
-from icmlkit.lib.trace_injection.stem import stem
+from icmlkit.lib.trace_injection.stem import stem, stem_all
 
 _PUNCT_SPACE = str.maketrans({c: " " for c in "\"'`{}[]"})  # quotes and brackets -> a space
 _TOKEN = re.compile(r"[a-z0-9][a-z0-9@._-]*[a-z0-9]|[a-z0-9]")
@@ -328,7 +328,7 @@ def word_forms(toks) -> set:
     """The words of a text and their forms to compare with :func:`_expand`: without a plural s, and
     their Porter stems (``scheduled`` -> ``schedul``, as ``schedule``)."""
     toks = set(toks)
-    return toks | {t.rstrip("s") for t in toks} | {stem(t) for t in toks}
+    return toks | {t.rstrip("s") for t in toks} | stem_all(toks)
 
 
 @lru_cache(maxsize=4096)

@@ -5,11 +5,21 @@ letters are left as they are, as in Porter's own reference code).
 
 Used to compare a function name's words with the words of a text (``scheduled`` and ``schedule``
 both give ``schedul``; ``messages`` and ``message`` give ``messag``): a standard morphological
-normaliser, nothing fitted on any data. :func:`stem` is memoised per word.
+normaliser, nothing fitted on any data. :func:`stem` is memoised per word; :func:`stem_all` stems many
+words at once. When PyStemmer (the ``trace`` extra) is installed, its C implementation of the same
+Snowball ``porter`` algorithm does the work (about 20 times faster; the same stems, tested); without
+it this module's Python implementation does.
 """
 from __future__ import annotations
 
 from functools import lru_cache
+
+try:  # optional: Snowball's porter in C (PyStemmer); the same stems as :func:`porter`
+    import Stemmer as _Stemmer
+
+    _FAST = _Stemmer.Stemmer("porter")
+except ImportError:  # pragma: no cover - the Python implementation below
+    _FAST = None
 
 _VOWELS = frozenset("aeiou")
 
@@ -78,13 +88,31 @@ def _replace(w: str, table, min_m: int) -> str:
     return w
 
 
+def _plain(word: str) -> bool:
+    """Words the stemmer leaves as they are: up to 2 letters, or a character other than a-z."""
+    return len(word) <= 2 or not word.isascii() or not word.isalpha()
+
+
 @lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """The Porter stem of a lower-case word (words of up to 2 letters, and words with a character
     other than a-z, are returned unchanged)."""
+    if _plain(word):
+        return word
+    return _FAST.stemWord(word) if _FAST is not None else porter(word)
+
+
+def stem_all(words) -> set:
+    """The Porter stems of many lower-case words (as :func:`stem`, one call for all)."""
+    words = [w for w in words if not _plain(w)]
+    if _FAST is not None:
+        return set(_FAST.stemWords(words))
+    return {stem(w) for w in words}
+
+
+def porter(word: str) -> str:
+    """The Porter stem of a lower-case word of 3 or more letters a-z (this module's implementation)."""
     w = word
-    if len(w) <= 2 or not w.isascii() or not w.isalpha():
-        return w
     # step 1a: plurals
     if w.endswith("sses"):
         w = w[:-2]
