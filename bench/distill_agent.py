@@ -20,7 +20,8 @@ seed and the SmolLM2 run are cached items whose keys name every size they were r
   (demo.py:teacher_pipeline at QWEN_SIZES); D and A on 40 held-out and 12 in-distribution questions,
   seed 0 (the budget's); target D - A >= 5 points held out with the paired-bootstrap CI above 0. Every stage is a
   cached item and every Qwen generation is in a JSONL cache, so runs under 10 minutes each resume.
-  About 45 minutes on 2 loaded cores.
+  About 18 minutes of stages for seed 0 on 2 loaded cores (B 5, Qwen's trajectories 3.5, MPS 3, training 3,
+  evaluation 3.5).
 
 No run has a knob tuned: every run uses the sizes above (A gets C's teacher tokens, E D's rollouts).
 ``--quick``: tiny sizes (a few tasks, one epoch, one RL step), one seed.
@@ -122,7 +123,7 @@ QUICK_QWEN = {"n_bc": 4, "n_mps": 4, "n_eval": 4, "n_indist": 2, "bc_epochs": 1,
 
 @bench.part("qwen_teacher", doc="Qwen2.5-Coder-1.5B corrects the SmolLM2-135M student's earliest error (SCoRe SFT + "
             "RL) vs imitation of Qwen's full trajectories at equal teacher tokens; held-out and in-distribution",
-            hours=0.75, seeds=(0,), quick_seeds=(0,))
+            hours=0.3, seeds=(0,), quick_seeds=(0,))
 def qwen_teacher(ctx) -> dict:
     import hashlib
 
