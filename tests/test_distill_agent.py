@@ -736,17 +736,12 @@ def test_malformed_inputs(case, tmp_path, capsys):
 
 def _bpe_student():
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    tk = Tokenizer(models.BPE(unk_token=None))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tk.train_from_iterator(["<first_thought>PLAN k1 k2</first_thought><thought>LOOKUP k3</thought>"
-                            "<code>CALC 3 + 4</code> Observation: 7"] * 50, tr)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    from icmlkit.lib.hf.tiny import bpe_tokenizer
+
+    tok = bpe_tokenizer(["<first_thought>PLAN k1 k2</first_thought><thought>LOOKUP k3</thought>"
+                         "<code>CALC 3 + 4</code> Observation: 7"] * 50)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)).eval()

@@ -12,17 +12,12 @@ import pytest
 
 def _bpe_lm(seed: int = 0):
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    tk = Tokenizer(models.BPE(unk_token=None))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tk.train_from_iterator(["<first_thought>PLAN k1 k2</first_thought><thought>need k3</thought>"
-                            "<code>LOOKUP k3</code><code>CALC 3 + 4</code> [O] 7 [A] What is the value of"] * 50, tr)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    from icmlkit.lib.hf.tiny import bpe_tokenizer
+
+    tok = bpe_tokenizer(["<first_thought>PLAN k1 k2</first_thought><thought>need k3</thought>"
+                         "<code>LOOKUP k3</code><code>CALC 3 + 4</code> [O] 7 [A] What is the value of"] * 50)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

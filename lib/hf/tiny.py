@@ -3,7 +3,8 @@
 
 - :func:`word_tokenizer`: a WordLevel tokenizer over a word list (one word, or one character, per
   token) as a transformers ``PreTrainedTokenizerFast`` that ``save_pretrained`` / ``AutoTokenizer``
-  round-trip;
+  round-trip; :func:`bpe_tokenizer`: a byte-level BPE tokenizer trained on a small corpus (tests'
+  stand-ins for a real model's tokenizer);
 - :func:`tiny_llama`: a random-init ``LlamaForCausalLM`` (``LlamaConfig``: RoPE, RMSNorm, tied
   embeddings, MLP width 2 d), its initial weights drawn from a named seed stream;
 - :func:`lm_batch`: prompt + target token lists right-padded into (ids, attention, loss mask);
@@ -49,6 +50,21 @@ def word_tokenizer(words, *, unk: str, pad: str, eos: str, bos: str | None = Non
         t.decoder = decoders.WordPiece(prefix="##", cleanup=False)
     special = {"unk_token": unk, "pad_token": pad, "bos_token": bos, "eos_token": eos}
     return PreTrainedTokenizerFast(tokenizer_object=t, **{k: v for k, v in special.items() if v is not None})
+
+
+def bpe_tokenizer(corpus, *, vocab_size: int = 400, eos: str = "<|endoftext|>"):
+    """A byte-level BPE tokenizer (GPT-2 style pre-tokenisation and decoding) trained on the texts of
+    ``corpus`` up to ``vocab_size`` tokens, ``eos`` its end and pad token, as a transformers
+    ``PreTrainedTokenizerFast``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    t = Tokenizer(models.BPE(unk_token=None))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(list(corpus), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[eos], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=t, eos_token=eos, pad_token=eos)
 
 
 def tiny_llama(vocab_size: int, *, hidden: int, layers: int, heads: int, max_positions: int, seed: int,
