@@ -148,6 +148,17 @@ class Codec:
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=False)
 
+    def turn_ended(self, new: list[int]) -> bool:
+        """Whether an assistant turn whose generated ids are ``new`` has ended: its last token is EOS,
+        or closes a step (a WordLevel stop id; for BPE, the closing tag in the last 12 tokens' text)."""
+        t = new[-1]
+        if t == self.tok.eos_token_id:
+            return True
+        if self.word:
+            return t in self.stop_ids
+        txt = self.decode(new[-12:])
+        return "</code>" in txt or "</first_thought>" in txt
+
 
 def check_vocabulary(policy, tasks: list[dict], where: str) -> None:
     """A WordLevel (tiny) student reads only the words of its vocabulary (the toy's keys k0..k63 and
@@ -269,12 +280,7 @@ class LocalPolicy:
                 still = []
                 for i, t in zip(active, tokens):
                     new[i].append(int(t))
-                    if self.codec.word:
-                        done = t in self.codec.stop_ids or t == self.codec.tok.eos_token_id
-                    else:
-                        txt = self.codec.decode(new[i][-12:])
-                        done = "</code>" in txt or "</first_thought>" in txt or t == self.codec.tok.eos_token_id
-                    if not done:
+                    if not self.codec.turn_ended(new[i]):
                         still.append(i)
                 active = still
         texts = []
@@ -293,26 +299,16 @@ class LocalPolicy:
         """Key-value cached decoding of one assistant turn per episode (Hugging Face students): the
         episodes are left-padded, every row decodes until its turn's closing tag or EOS (rows that
         finished keep their slot but draw no more samples), at most ``step_tokens`` tokens."""
-        import inspect
-
         torch = _torch()
         from icmlkit.lib.distill_agent.agent import truncate_at_stop
+        from icmlkit.lib.hf.generate import cache_keywords, cache_of, pad_batch
 
         n = len(eps)
         pad = self.codec.tok.pad_token_id if self.codec.tok.pad_token_id is not None else 0
-        eos = self.codec.tok.eos_token_id
         gens = [e.rng if e.rng is not None else torch.Generator().manual_seed(0) for e in eps]
-        L = max(len(e.ids) for e in eps)
-        x = torch.full((n, L), pad, dtype=torch.long)
-        mask = torch.zeros((n, L), dtype=torch.long)
-        for r, e in enumerate(eps):
-            x[r, L - len(e.ids):] = torch.tensor(e.ids, dtype=torch.long)
-            mask[r, L - len(e.ids):] = 1
-        x, mask = x.to(self.device), mask.to(self.device)
+        x, mask = pad_batch([e.ids for e in eps], pad, side="left", device=self.device)
         pos = (mask.cumsum(-1) - 1).clamp_min(0)
-        params = set(inspect.signature(self.model.forward).parameters)
-        cache_kw = "cache" if "cache" in params else "past_key_values"
-        extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        cache_kw, extra = cache_keywords(self.model)
         new = [[] for _ in range(n)]
         active = list(range(n))
         past, inp = None, x
@@ -320,7 +316,7 @@ class LocalPolicy:
             for _ in range(self.step_tokens):
                 out = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True,
                                  **{cache_kw: past}, **extra)
-                past = getattr(out, "cache", None) if cache_kw == "cache" else out.past_key_values
+                past = cache_of(out, cache_kw)
                 lg = out.logits[:, -1]
                 idx = torch.tensor(active, device=lg.device)
                 tokens = sample_next(lg[idx], [gens[i] for i in active], self.temperature, self.top_p,
@@ -330,8 +326,7 @@ class LocalPolicy:
                 for i, t in zip(active, tokens):
                     new[i].append(int(t))
                     nxt[i] = int(t)
-                    txt = self.codec.decode(new[i][-12:])
-                    if not ("</code>" in txt or "</first_thought>" in txt or t == eos):
+                    if not self.codec.turn_ended(new[i]):
                         still.append(i)
                 active = still
                 if not active:

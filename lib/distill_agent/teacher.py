@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from icmlkit.lib.distill_agent import agent as A
+from icmlkit.lib.hf.generate import cache_keywords, cache_of, pad_batch
 
 HEADER = (
     "Solve the task with a tiny tool language, ONE step per turn. Step 1 is always the plan "
@@ -62,18 +63,11 @@ class HeaderLM:
         self.device = next(model.parameters()).device
         self.header = self.codec.enc(header) if header else []
         self._past = None
-        import inspect
-
-        params = set(inspect.signature(model.forward).parameters)
-        self._kw = "cache" if "cache" in params else "past_key_values"  # transformers renames it
-        self._keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._kw, self._keep = cache_keywords(model)
         if self.header:
             with torch.no_grad():
                 out = model(input_ids=torch.tensor([self.header], device=self.device), use_cache=True, **self._keep)
-            self._past = self._cache_of(out)
-
-    def _cache_of(self, out):
-        return getattr(out, "cache", None) if self._kw == "cache" else out.past_key_values
+            self._past = cache_of(out, self._kw)
 
     def turns(self, rows: list[list[int]]) -> list[list[int]]:
         got: dict = {}
@@ -89,14 +83,6 @@ class HeaderLM:
         for k in range(0, len(rows), self.batch):
             self._episodes(rows[k:k + self.batch], lambda i, ids, k=k: on_turn(k + i, ids))
 
-    def _stop(self, ids, t, eos) -> bool:
-        if t == eos:
-            return True
-        if self.codec.word:
-            return t in self.codec.stop_ids
-        txt = self.codec.decode(ids[-12:])
-        return "</code>" in txt or "</first_thought>" in txt
-
     def _episodes(self, rows, on_turn):
         from collections import deque
 
@@ -105,13 +91,7 @@ class HeaderLM:
         n, H = len(rows), len(self.header)
         tok = self.codec.tok
         pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-        eos = tok.eos_token_id
-        L = max(len(r) for r in rows)
-        x = torch.full((n, L), pad, dtype=torch.long)
-        rmask = torch.zeros((n, L), dtype=torch.long)
-        for i, r in enumerate(rows):
-            x[i, L - len(r):] = torch.tensor(r, dtype=torch.long)
-            rmask[i, L - len(r):] = 1
+        x, rmask = pad_batch(rows, pad, side="left")
         pos = H + (rmask.cumsum(-1) - 1).clamp_min(0)
         mask = torch.cat([torch.ones((n, H), dtype=torch.long), rmask], dim=1)
         past = None
@@ -126,7 +106,7 @@ class HeaderLM:
             while True:
                 o = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True,
                                **{self._kw: past}, **self._keep)
-                past = self._cache_of(o)
+                past = cache_of(o, self._kw)
                 best = o.logits[:, -1].argmax(-1).tolist()
                 feed = [pad] * n
                 for i in range(n):
@@ -138,7 +118,7 @@ class HeaderLM:
                     t = int(best[i])
                     cur[i].append(t)
                     feed[i] = t
-                    if self._stop(cur[i], t, eos) or len(cur[i]) >= self.max_new:
+                    if self.codec.turn_ended(cur[i]) or len(cur[i]) >= self.max_new:
                         nxt = on_turn(i, cur[i])
                         cur[i] = []
                         if nxt is None:

@@ -105,6 +105,20 @@ def _forward_params(model) -> set[str]:
         return set()
 
 
+def cache_keywords(model) -> tuple[str, dict]:
+    """How ``model.forward`` takes its key-value cache: the keyword (``cache`` in transformers >= 5.2x,
+    ``past_key_values`` before) and the extra arguments of an incremental step (``logits_to_keep=1``
+    where supported). Read the cache back from an output with :func:`cache_of`."""
+    params = _forward_params(model)
+    return ("cache" if "cache" in params else "past_key_values"), (
+        {"logits_to_keep": 1} if "logits_to_keep" in params else {})
+
+
+def cache_of(out, keyword: str):
+    """The key-value cache a forward pass returned, under :func:`cache_keywords`' ``keyword``."""
+    return getattr(out, "cache", None) if keyword == "cache" else out.past_key_values
+
+
 def _logits(out):
     logits = getattr(out, "logits", None)
     if logits is None:
@@ -147,9 +161,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
     stops = torch.tensor(eos_ids(tokenizer, model) if stop_at_eos else [], dtype=torch.long, device=dev)
     params = _forward_params(model)
     with_pos = "position_ids" in params
-    # the key-value cache argument is ``cache`` in transformers >= 5.2x, ``past_key_values`` before
-    cache_kw = "cache" if "cache" in params else "past_key_values"
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    cache_kw, extra = cache_keywords(model)
     results: list[Generation | None] = [None] * len(seqs)
     for idx in _batches([len(s) for s in seqs], batch_size):
         ids, mask = pad_batch([seqs[i] for i in idx], pad, side="left", device=dev)
@@ -164,7 +176,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
                 kw = dict(extra, position_ids=pos) if with_pos else dict(extra)
                 kw[cache_kw] = past
                 out = model(input_ids=inp, attention_mask=mask, use_cache=True, **kw)
-                past = getattr(out, "cache", None) if cache_kw == "cache" else out.past_key_values
+                past = cache_of(out, cache_kw)
                 nxt = _logits(out)[:, -1].float().argmax(-1)
                 hit = torch.isin(nxt, stops) & ~done
                 finished |= hit

@@ -60,6 +60,24 @@ def _elimination_plan(parents: dict, order: dict, target: str, fixed) -> tuple:
     return anc, _topo(anc, parents, order), children_left
 
 
+def _fold_parents(v, parents: dict, anc: set, leak: dict, const: dict):
+    """The noisy-OR inputs of ``v``: None for an exogenous, present root (no parent among the
+    ancestors, leak < 0); else ``(keep, var_pa)``, ``keep`` = (1 - leak) x prod over the parents
+    already constant of (1 - c x value), ``var_pa`` the (parent, confidence) pairs still variable."""
+    pa = {u: c for u, c in parents.get(v, {}).items() if u in anc}
+    lk = leak.get(v, 0.0)
+    if not pa and lk < 0:
+        return None
+    keep = 1.0 - max(lk, 0.0)
+    var_pa = []
+    for u, c in pa.items():
+        if u in const:
+            keep *= 1.0 - c * const[u]
+        else:
+            var_pa.append((u, c))
+    return keep, var_pa
+
+
 def prob(parents: dict, leak: dict, order: dict, target: str, do: dict | None = None,
          max_frontier: int = 20) -> tuple[float, bool]:
     """Exact P(X_target = 1 | do) for the noisy-OR model; returns (probability, exact)."""
@@ -75,19 +93,11 @@ def prob(parents: dict, leak: dict, order: dict, target: str, do: dict | None = 
         if v in do:
             const[v] = float(do[v])
         else:
-            pa = {u: c for u, c in parents.get(v, {}).items() if u in anc}
-            lk = leak.get(v, 0.0)
-            if not pa and lk < 0:
+            folded = _fold_parents(v, parents, anc, leak, const)
+            if folded is None:
                 const[v] = 1.0  # leak < 0 marks an exogenous, present root
             else:
-                # fold constant parents into the leak
-                keep = 1.0 - max(lk, 0.0)
-                var_pa = []
-                for u, c in pa.items():
-                    if u in const:
-                        keep *= 1.0 - c * const[u]
-                    else:
-                        var_pa.append((u, c))
+                keep, var_pa = folded  # constant parents folded into the leak
                 if not var_pa and keep in (0.0, 1.0):
                     const[v] = 1.0 - keep
                 elif not exact or len(frontier) + 1 > max_frontier:
@@ -186,18 +196,11 @@ def prob_batch(parents: dict, leak: dict, order: dict, target: str, dos: list,
                 rows = np.array(vals)
             p1 = None
         else:
-            pa = {u: c for u, c in parents.get(v, {}).items() if u in anc}
-            lk = leak.get(v, 0.0)
-            if not pa and lk < 0:
+            folded = _fold_parents(v, parents, anc, leak, const)
+            if folded is None:
                 p1 = 1.0  # exogenous, present root
             else:
-                keep = 1.0 - max(lk, 0.0)
-                var_pa = []
-                for u, c in pa.items():
-                    if u in const:
-                        keep *= 1.0 - c * const[u]
-                    else:
-                        var_pa.append((u, c))
+                keep, var_pa = folded
                 if var_pa:
                     q = np.full(table.shape, keep)
                     for u, c in var_pa:
