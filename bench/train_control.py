@@ -7,7 +7,11 @@
 - ``mechanism``: a fixed buffer of 10k uniform-random Humanoid-v5 transitions, TD3 learners with point
   vs AMS targets (K = 8, rho = 0.15) for 1500 updates, 64-64 networks and batch 128 (reduced from the
   issue's 50k / 20k / 256-256 / 256), 3 seeds; L3 (Hessian trace and spectral norm by
-  finite-difference HVPs at h = 0.05) and L4 on held-out transitions; validation TD loss;
+  finite-difference HVPs at h = 0.05) and L4 on held-out transitions; validation TD loss. L3 also at
+  pi(s) and at a' = pi_targ(s') (where AMS acts), and three more learners on the same split, weights
+  and minibatch order: a noise-free point critic, AMS with rho matched to TD3's mean perturbation
+  norm (E||clip(N(0, 0.2^2 I_17), +-0.5)|| ~ 0.80, computed), AMS with the local manifold supervision
+  (lambda_nb = 1); they decide ``l3_aprime_reduction_vs_matched_point``;
 - ``mechanism_lqr``: the same study on a random dmc:lqr-38 buffer (extra: its Q has real action curvature);
 - ``lqr``: dmc:lqr-38 (38 actuators, the exact optimum from dm_control's lqr_solver, 300-step
   episodes), TD3 vs AMS-TD3 and SAC vs AMS-SAC for 3000 environment steps (64-64, batch 128),
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
+from pathlib import Path
 
 os.environ.setdefault("ICMLKIT_NO_PROGRESS", "1")
 
@@ -42,13 +48,15 @@ from icmlkit.lib.train_control.agent import Agent
 from icmlkit.lib.train_control.config import AgentConfig, CollectConfig, CriticStudyConfig, TrainConfig
 from icmlkit.lib.train_control.envs import make_env
 from icmlkit.lib.train_control.replay import ReplayBuffer, collect
-from icmlkit.lib.train_control.study import _split, critic_study, train_critic
+from icmlkit.lib.train_control.ams import td3_noise_norm
+from icmlkit.lib.train_control.study import KEYS as STUDY_KEYS, _split, critic_study, train_critic
 from icmlkit.lib.train_control.train import train
 
 bench = Bench("train-control")
 SEEDS = (0, 1, 2)
 ALGOS = ("td3", "ams-td3", "sac", "ams-sac")
 SMALL = dict(hidden=64, batch=128)
+LAMBDA_NB = 1.0  # the manifold-supervision weight of the mechanism row (the sheet gives none): equal to the point fit's
 
 
 def sizes(quick: bool) -> dict:
@@ -115,7 +123,7 @@ def speed(ctx) -> dict:
     return out
 
 
-def _mechanism(ctx, spec: str, full: bool) -> dict:
+def _mechanism(ctx, spec: str, full: bool, variants: bool = False) -> dict:
     z = sizes(ctx.quick)
     n = z["full"]["transitions"] if full else z["mech_transitions"]
     col = []
@@ -129,17 +137,47 @@ def _mechanism(ctx, spec: str, full: bool) -> dict:
         dict(updates=z["mech_updates"], **SMALL)
     rows = []
     for s in ctx.seeds:
-        row = ctx.cached(f"{spec.replace(':', '_')}-seed{s}",
+        # "-where": the summaries that also hold L3 at pi(s) and a' (older cached items lack them)
+        row = ctx.cached(f"{spec.replace(':', '_')}-seed{s}" + ("-where" if variants else ""),
                          lambda s=s: critic_study(buffer().arrays, CriticStudyConfig(diag_probes=16, **study), seed=s).summary)
         ctx.log(f"{spec} seed {s}: reduction L3 |trace| {row['reduction_l3_trace_abs']}, L4 {row['reduction_l4']}")
         rows.append(row)
-    return {"env": spec, "sizes": {"transitions": n, **study}, "rows": rows}
+    out = {"env": spec, "sizes": {"transitions": n, **study}, "rows": rows}
+    if variants:
+        out["variants"] = _mechanism_variants(ctx, spec, buffer, study)
+    return out
 
 
-@bench.part("mechanism", doc="point vs AMS critics on a random Humanoid-v5 buffer, reduced size (10k, 1500, 64-64)",
-            hours=0.03, seeds=SEEDS)
+def _mechanism_variants(ctx, spec: str, buffer, study: dict) -> dict:
+    """The rows beside point (TD3 noise) and AMS (rho = 0.15) of critic_study: a noise-free point
+    critic, AMS with rho matched to TD3's mean perturbation norm E||clip(N(0, 0.2^2 I_d), +-0.5)||
+    (computed by Monte Carlo, ~0.80 for d = 17), and AMS with the local manifold supervision at dataset
+    actions (lambda_nb = LAMBDA_NB, nb_k = 2, radius rho = 0.15). Each (variant, seed) one cached item on
+    the same split, initial weights and minibatch order as critic_study's two learners."""
+    base = CriticStudyConfig(diag_probes=16, **study)
+    d = int(buffer().arrays["act"].shape[1])
+    rho_m = round(td3_noise_norm(d, base.policy_noise, base.noise_clip), 4)
+    variants = {"point_noise_free": ("td3", dict(policy_noise=0.0)),
+                "ams_rho_matched": ("ams-td3", dict(ams_rho=rho_m)),
+                "ams_manifold": ("ams-td3", dict(lambda_nb=LAMBDA_NB))}
+    rows = []
+    for name, (algo, kw) in variants.items():
+        for s in ctx.seeds:
+            def one(s=s, algo=algo, kw=kw):
+                tr, val = _split(buffer().arrays, base.val_fraction, s)
+                _, _, fin = train_critic(tr, val, replace(base, **kw), algo, s)
+                return {k: (round(float(fin[k]), 6) if isinstance(fin.get(k), float) else fin.get(k)) for k in STUDY_KEYS}
+
+            row = ctx.cached(f"{spec.replace(':', '_')}-{name}-seed{s}", one)
+            ctx.log(f"{spec} {name} seed {s}: L3 spectral at a' {row['l3_aprime_spectral']}")
+            rows.append({"variant": name, "seed": s, **row})
+    return {"act_dim": d, "rho_matched": rho_m, "lambda_nb": LAMBDA_NB, "nb_k": base.nb_k, "rows": rows}
+
+
+@bench.part("mechanism", doc="point vs AMS critics on a random Humanoid-v5 buffer, reduced size (10k, 1500, 64-64), "
+            "L3 at a, pi(s) and a', with noise-free point, rho-matched AMS and lambda_nb rows", hours=0.06, seeds=SEEDS)
 def mechanism(ctx) -> dict:
-    return _mechanism(ctx, "Humanoid-v5", full=False)
+    return _mechanism(ctx, "Humanoid-v5", full=False, variants=True)
 
 
 @bench.part("mechanism_lqr", doc="the same study on a random dmc:lqr-38 buffer (extra), reduced size", hours=0.03,
@@ -302,6 +340,34 @@ def _mech_size(p: dict) -> str:
            f"{z['hidden']}-{z['hidden']}, batch {z['batch']}"
 
 
+WHERE_KEYS = (("L3 spec. a", "l3_spectral"), ("L3 spec. pi(s)", "l3_pi_spectral"), ("L3 spec. a'", "l3_aprime_spectral"),
+              ("L3 abs tr. a", "l3_trace_abs"), ("L3 abs tr. pi(s)", "l3_pi_trace_abs"),
+              ("L3 abs tr. a'", "l3_aprime_trace_abs"), ("L4 a'", "l4"), ("L4 pi(s)", "l4_pi"),
+              ("val TD loss (point target)", "val_td_loss_point"))
+
+
+def where_rows(mp: dict) -> dict:
+    """{label: [per-seed dict]} of the five learners of the mechanism part: critic_study's point and AMS
+    and the part's variants (None when the part predates the variants)."""
+    var = mp.get("variants")
+    if not var or "point_l3_aprime_spectral" not in mp["rows"][0]:
+        return None
+    seeds = sorted({v["seed"] for v in var["rows"]})  # critic_study's rows are in the same (the part's) seed order
+    pick = lambda pre: [{k: r.get(f"{pre}_{k}") for k in STUDY_KEYS} for r in mp["rows"]]  # noqa: E731
+    by = lambda name: [next(v for v in var["rows"] if v["variant"] == name and v["seed"] == s)  # noqa: E731
+                       for s in seeds]
+    return {"point (TD3 noise 0.2, clip 0.5)": pick("point"),
+            "point, noise-free": by("point_noise_free"),
+            "AMS K=8, rho=0.15": pick("ams"),
+            f"AMS K=8, rho={var['rho_matched']:.3g} (matched)": by("ams_rho_matched"),
+            f"AMS K=8, rho=0.15, lambda_nb={var['lambda_nb']:g} (nb_k={var['nb_k']})": by("ams_manifold"),
+            "_seeds": seeds}
+
+
+def reduction(a, p):
+    return None if a is None or p is None or p == 0 else 1.0 - abs(a) / abs(p)
+
+
 @bench.report
 def report(R: dict) -> tuple[dict, str]:
     targets, md = {}, []
@@ -329,6 +395,35 @@ def report(R: dict) -> tuple[dict, str]:
         if mech_part == "mechanism_full" and "mechanism" in R:
             md += [f"## Mechanism at the reduced size ({_mech_size(R['mechanism'])})", "",
                    _mech_md(mech_table(R["mechanism"]["rows"]))]
+    wr = where_rows(R["mechanism"]) if "mechanism" in R else None
+    if wr:
+        seeds = wr.pop("_seeds")
+        labels = list(wr)
+        pt, ams_m = wr[labels[0]], wr[labels[3]]
+        red = [reduction(a["l3_aprime_spectral"], p["l3_aprime_spectral"]) for a, p in zip(ams_m, pt)]
+        red_tr = [reduction(a["l3_aprime_trace_abs"], p["l3_aprime_trace_abs"]) for a, p in zip(ams_m, pt)]
+        ok = sorted((r for r in red if r is not None), reverse=True)
+        need = 2 if len(red) >= 3 else len(red)
+        val = ok[need - 1] if len(ok) >= need else None
+        nf, a15 = wr[labels[1]], wr[labels[2]]
+        red_nf = [reduction(a["l3_aprime_spectral"], p["l3_aprime_spectral"]) for a, p in zip(a15, nf)]
+        fmt = lambda xs: ", ".join(f(x) for x in xs)  # noqa: E731
+        targets["l3_aprime_reduction_vs_matched_point"] = target(
+            None if val is None else round(val, 4), 0.30, val is not None and val >= 0.30,
+            f"per seed {seeds}: 1 - |L3(a')| of AMS (K=8, rho={R['mechanism']['variants']['rho_matched']:.3g} = "
+            f"E||clip(N(0, 0.2^2 I_{R['mechanism']['variants']['act_dim']}), +-0.5)||, TD3 noise off) / |L3(a')| of "
+            f"the point critic trained with TD3's target noise (0.2, clip 0.5); L3 = spectral norm of Q_1's action "
+            f"Hessian (finite-difference HVPs, h = 0.05) at a' = pi_targ(s') on held-out transitions: [{fmt(red)}] "
+            f"(value: the reduction reached on {need} of {len(red)} seeds; met at >= 0.30); the same with the mean "
+            f"abs Hutchinson trace: [{fmt(red_tr)}]; AMS rho=0.15 vs the noise-free point critic: [{fmt(red_nf)}]; "
+            f"{_mech_size(R['mechanism'])}")
+        md += [f"## Mechanism where AMS acts (L3 at the dataset action a, at pi(s) and at a' = pi_targ(s'); "
+               f"{_mech_size(R['mechanism'])}; mean ± std over {len(seeds)} seeds)", "",
+               "L4 at a' probes the method's own value at radius rho (0.15 for the point critics, "
+               f"{R['mechanism']['variants']['rho_matched']:.3g} for the matched AMS row); L4 at pi(s) at radius 0.15 "
+               "for every learner.", "",
+               table([{"learner": lab, **{col: _pm(mean_std([r.get(k) for r in per])) for col, k in WHERE_KEYS}}
+                      for lab, per in wr.items()])]
     if "mechanism_lqr" in R:
         tab = mech_table(R["mechanism_lqr"]["rows"])
         for k in ("l3_spectral", "l3_trace_abs", "l4"):
@@ -382,7 +477,7 @@ def report(R: dict) -> tuple[dict, str]:
                f"AMS-SAC {sp['update_ms_ams-sac']} (ratio {sp['update_time_ratio_sac']}){rng}. dog-run: "
                f"{sp.get('dog_run_steps_per_s')} env steps/s (random actions).", ""]
     order = ["mechanism_l3_trace_reduction", "mechanism_l3_spectral_reduction", "mechanism_l4_reduction",
-             "mechanism_val_td_loss_not_worse", "mechanism_lqr38_l3_spectral_reduction",
+             "mechanism_val_td_loss_not_worse", "l3_aprime_reduction_vs_matched_point", "td3_return_vs_sb3", "mechanism_lqr38_l3_spectral_reduction",
              "mechanism_lqr38_l3_trace_abs_reduction", "mechanism_lqr38_l4_reduction"]
     targets = {**{k: targets[k] for k in order if k in targets}, **{k: v for k, v in targets.items() if k not in order}}
     return targets, re.sub(r"\n{3,}", "\n\n", "\n".join(md))

@@ -230,6 +230,61 @@ def test_actor_jacobian_power_iteration_is_the_top_singular_value():
     np.testing.assert_allclose(sig.numpy(), torch.linalg.matrix_norm(w, 2).item(), rtol=1e-8)
 
 
+def _cubic_critic(hd, c):
+    """Q(s, a) = w(s) [a^T diag(hd) a / 2 + sum_i c_i a_i^3 / 6], w(s) = 1 + s_0^2: the action Hessian at
+    (s, a) is w(s) diag(hd + c a), which a central-difference HVP reproduces exactly (a cubic)."""
+    def q(s, a):
+        return (1 + s[:, 0] ** 2) * (0.5 * (hd * a * a).sum(-1) + (c * a ** 3).sum(-1) / 6)
+
+    def hess_diag(s, a):
+        return (1 + s[:, 0:1] ** 2) * (hd + c * a)
+
+    return q, hess_diag
+
+
+@pytest.mark.parametrize("h", [0.0, 0.05])
+def test_critic_diagnostics_measure_l3_at_the_dataset_action_at_pi_s_and_at_a_prime(h):
+    from icmlkit.lib.train_control.diagnostics import critic_diagnostics
+
+    obs_dim, act_dim = 3, 4
+    b = {k: v.double() for k, v in _batch(obs_dim, act_dim, n=24).items()}
+    agent = Agent(obs_dim, act_dim, AgentConfig(hidden=16), "td3", seed=0)
+    for m in (agent.actor, agent.actor_targ, agent.critic, agent.critic_targ):
+        m.double()
+    hd, c = torch.tensor([3.0, 1.0, 0.5, -0.2], dtype=D), torch.tensor([0.5, 0.2, 0.0, 0.3], dtype=D)
+    q, hess_diag = _cubic_critic(hd, c)
+    w1, w2 = torch.randn(obs_dim, act_dim, generator=gen(3), dtype=D), torch.randn(obs_dim, act_dim, generator=gen(4), dtype=D)
+    agent.critic.q_first = q
+    agent.actor.mean_action = lambda s: torch.tanh(s @ w1)  # pi(s)
+    agent.actor_targ.mean_action = lambda s: torch.tanh(s @ w2)  # pi_targ(s'): a'
+    d = critic_diagnostics(agent, b, {"diag": gen()}, iters=200, probes=3, h=h)
+    at = {"": (b["obs"], b["act"]), "_pi": (b["obs"], torch.tanh(b["obs"] @ w1)),
+          "_aprime": (b["next_obs"], torch.tanh(b["next_obs"] @ w2))}
+    for tag, (s, a) in at.items():
+        hdiag = hess_diag(s, a)
+        assert d[f"l3{tag}_spectral"] == pytest.approx(float(hdiag.abs().max(-1).values.mean()), rel=1e-6), tag
+        assert d[f"l3{tag}_trace"] == pytest.approx(float(hdiag.sum(-1).mean()), rel=1e-6, abs=1e-9), tag
+        assert d[f"l3{tag}_trace_abs"] == pytest.approx(float(hdiag.sum(-1).abs().mean()), rel=1e-6), tag
+    assert len({round(d[f"l3{t}_spectral"], 6) for t in at}) == 3  # three different places
+    assert d["l4_pi"] >= 0 and math.isfinite(d["l4_pi"])
+
+
+def test_td3_noise_norm_matches_closed_forms():
+    from icmlkit.lib.train_control.ams import td3_noise_norm
+
+    def pdf(x):
+        return math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+
+    # d = 1: E|clip(sigma z, -c, c)| = 2 sigma (phi(0) - phi(c / sigma)) + 2 c (1 - Phi(c / sigma))
+    exact1 = 2 * 0.2 * (pdf(0) - pdf(2.5)) + 2 * 0.5 * 0.5 * math.erfc(2.5 / math.sqrt(2))
+    assert td3_noise_norm(1, 0.2, 0.5) == pytest.approx(exact1, abs=1e-3)
+    # no clipping: sigma * chi_d mean = sigma sqrt(2) Gamma((d + 1) / 2) / Gamma(d / 2)
+    chi = 0.2 * math.sqrt(2) * math.exp(math.lgamma(9) - math.lgamma(8.5))
+    assert td3_noise_norm(17, 0.2, 100.0) == pytest.approx(chi, abs=1e-3)
+    m = td3_noise_norm(17)  # Humanoid's d: the clip makes it a little below sigma sqrt(d) = 0.82
+    assert 0.79 < m < chi and td3_noise_norm(17) == m  # a fixed generator: the same value every call
+
+
 # --------------------------------------------------------------------------- environments
 
 

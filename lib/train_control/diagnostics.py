@@ -14,6 +14,12 @@ they multiply; how each is measured here is ours (method sheet train-control.md)
 - L4: the target's sensitivity to its action: mean |y(a' + delta) - y(a')| / ||delta|| (||delta|| = rho,
   the method's own target: the AMS neighbourhood mean for ams-*), std_delta y(a' + delta), the TD-error
   std, and the drift of y on the validation batch between two diagnostics.
+- Where: L3 at the dataset actions (s, a) of the batch (``l3_*``), and where the policy and AMS act
+  [reconstructed]: at (s, pi(s)) (``l3_pi_*``, pi the deterministic actor or SAC's mean action) and at
+  (s', a') with a' = pi_targ(s') (``l3_aprime_*``; SAC: its mean action at s'), the point whose value
+  AMS replaces by the neighbourhood mean. Every L3 is of the online critic Q_1. L4 at (s, pi(s))
+  (``l4_pi``): the same sensitivity of the method's own value V(s, .) (AMS: the neighbourhood mean) at
+  a fixed probe radius 0.15 for every learner, scaled by gamma.
 - pathway gain = L1 * L2 * L3_spectral * L4.
 """
 from __future__ import annotations
@@ -23,6 +29,8 @@ import math
 import numpy as np
 import torch
 from torch.func import jvp, vjp
+
+L4_PI_RADIUS = 0.15  # the probe radius of l4_pi, the same for every learner
 
 
 def _unit(v: torch.Tensor) -> torch.Tensor:
@@ -99,23 +107,49 @@ def action_grad_norm(q_fn, s, a) -> torch.Tensor:
     return _action_grad(q_fn, s, a).norm(dim=-1)
 
 
+def value_sensitivity(agent, s: torch.Tensor, a: torch.Tensor, scale: torch.Tensor, gens: dict, probes: int,
+                      r: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scale * V(s, a) with V the method's own bootstrap value (:meth:`Agent.next_value`: min_i Q_targ,i,
+    or its AMS neighbourhood mean), and over ``probes`` random directions delta of norm ``r``:
+    (v0 (B,), |v(a + delta) - v0| / r (probes, B), v(a + delta) (probes, B))."""
+    v0 = agent.next_value(s, a, gens) * scale
+    ys, ratios = [], []
+    for _ in range(probes):
+        d = _unit(torch.randn(a.shape, generator=gens["diag"]).to(a)) * r
+        v = agent.next_value(s, (a + d).clamp(-1, 1), gens) * scale
+        ys.append(v)
+        ratios.append((v - v0).abs() / r)
+    return v0, torch.stack(ratios), torch.stack(ys)
+
+
 def target_sensitivity(agent, batch: dict, gens: dict, probes: int, rho: float) -> dict:
     """L4: |y(a'+delta) - y(a')| / ||delta|| and std_delta y(a'+delta), with ||delta|| = rho (0.15 when
     rho = 0), TD3 noise off (a' = pi_targ(s') or SAC's mean action), the method's own value."""
     s2 = batch["next_obs"]
-    a2 = agent.actor_targ.mean_action(s2) if agent.base == "td3" else agent.actor.mean_action(s2)
+    a2 = next_actions(agent, s2)
     scale = agent.cfg.gamma * (1.0 - batch["done"])
-    v0 = agent.next_value(s2, a2, gens) * scale
     r = rho if rho > 0 else 0.15
-    ys, ratios = [], []
-    for _ in range(probes):
-        d = _unit(torch.randn(a2.shape, generator=gens["diag"]).to(a2)) * r
-        v = agent.next_value(s2, (a2 + d).clamp(-1, 1), gens) * scale
-        ys.append(v)
-        ratios.append((v - v0).abs() / r)
-    ys = torch.stack(ys)
-    return {"l4": float(torch.stack(ratios).detach().mean()), "l4_std": float(ys.detach().std(dim=0).mean()),
+    v0, ratios, ys = value_sensitivity(agent, s2, a2, scale, gens, probes, r)
+    return {"l4": float(ratios.detach().mean()), "l4_std": float(ys.detach().std(dim=0).mean()),
             "y0": (v0 + batch["rew"]).detach()}
+
+
+def next_actions(agent, s2: torch.Tensor) -> torch.Tensor:
+    """a' = pi_targ(s') without TD3's target noise (SAC: the mean action of pi at s')."""
+    with torch.no_grad():
+        return agent.actor_targ.mean_action(s2) if agent.base == "td3" else agent.actor.mean_action(s2)
+
+
+def curvature(q_fn, s, a, iters: int, probes: int, gen: torch.Generator, h: float, tag: str = "") -> dict:
+    """L3 of ``q_fn`` at (s, a): the mean over rows of the Hessian spectral norm, of the signed and the
+    absolute Hutchinson trace, and ||grad_a Q||; keys ``l3{tag}_spectral``, ``l3{tag}_trace``,
+    ``l3{tag}_trace_abs``, ``grad_norm{tag}``."""
+    out = {f"l3{tag}_spectral": float(hessian_spectral_norm(q_fn, s, a, iters, gen, h).mean())}
+    tr = hessian_trace(q_fn, s, a, probes, gen, h)
+    out[f"l3{tag}_trace"] = float(tr.mean())
+    out[f"l3{tag}_trace_abs"] = float(tr.abs().mean())  # per-state |tr H|: the signed mean can cancel
+    out[f"grad_norm{tag}"] = float(action_grad_norm(q_fn, s, a).mean())
+    return out
 
 
 def dynamics_sensitivity(env, states: list, obs_list: list, actor_fn, probes: int, gen: torch.Generator,
@@ -164,11 +198,7 @@ def critic_diagnostics(agent, batch: dict, gens: dict, iters: int, probes: int, 
     gens = {"diag": g, "ams": g, "target": g, "actor": g}  # the training streams stay untouched
     out = {}
     out["l1"] = float(actor_jacobian_norm(agent.actor.mean_action, s, iters, gens["diag"]).detach().mean())
-    out["l3_spectral"] = float(hessian_spectral_norm(agent.critic.q_first, s, a, iters, gens["diag"], h).mean())
-    tr = hessian_trace(agent.critic.q_first, s, a, probes, gens["diag"], h)
-    out["l3_trace"] = float(tr.mean())
-    out["l3_trace_abs"] = float(tr.abs().mean())  # per-state |tr H|: the signed mean can cancel
-    out["grad_norm"] = float(action_grad_norm(agent.critic.q_first, s, a).mean())
+    out.update(curvature(agent.critic.q_first, s, a, iters, probes, gens["diag"], h))
     rho = agent.cfg.ams_rho if agent.is_ams else 0.15
     t = target_sensitivity(agent, batch, gens, probes, rho)
     out["l4"], out["l4_std"] = t["l4"], t["l4_std"]
@@ -179,6 +209,16 @@ def critic_diagnostics(agent, batch: dict, gens: dict, iters: int, probes: int, 
         out["td_loss"] = float((q1 - y).pow(2).mean())
     out["drift"] = None if prev_y is None else float((t["y0"] - prev_y).abs().mean())
     out["_y0"] = t["y0"]
+    # where the policy and AMS act (drawn after the figures above, so those keep their random draws)
+    with torch.no_grad():
+        a_pi = agent.actor.mean_action(s)
+    out.update(curvature(agent.critic.q_first, s, a_pi, iters, probes, gens["diag"], h, "_pi"))
+    out.update(curvature(agent.critic.q_first, batch["next_obs"], next_actions(agent, batch["next_obs"]), iters,
+                         probes, gens["diag"], h, "_aprime"))
+    with torch.no_grad():
+        _, ratios, _ = value_sensitivity(agent, s, a_pi, torch.full_like(batch["rew"], agent.cfg.gamma), gens,
+                                         probes, L4_PI_RADIUS)
+    out["l4_pi"] = float(ratios.mean())
     return out
 
 

@@ -2,8 +2,9 @@
 TD3 learners with point targets and with AMS targets trained on the SAME fixed replay buffer, from
 the same initial weights and the same minibatch order, for ``updates`` gradient steps; then, on
 held-out transitions: the validation TD loss (each critic against its own target, and both against
-the noiseless point target), L3 (action-Hessian spectral norm and Hutchinson trace, |grad_a Q|), L4
-(target sensitivity and spread) and L1 of the actor. The claim checked: AMS lowers L3 and L4 with a
+the noiseless point target), L3 (action-Hessian spectral norm and Hutchinson trace, |grad_a Q|) at the
+dataset actions, at pi(s) and at a' = pi_targ(s') (where AMS changes the target), L4 (target
+sensitivity and spread at a', and at pi(s)) and L1 of the actor. The claim checked: AMS lowers L3 and L4 with a
 validation TD loss that is not worse.
 """
 from __future__ import annotations
@@ -24,7 +25,9 @@ from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.runtime import generator
 
 KEYS = ("l1", "l3_spectral", "l3_trace", "l3_trace_abs", "grad_norm", "l4", "l4_std", "td_std", "val_td_loss", "val_td_loss_point",
-        "update_ms", "diverged")
+        "update_ms", "diverged", "l3_pi_spectral", "l3_pi_trace_abs", "l3_aprime_spectral", "l3_aprime_trace_abs", "l4_pi")
+REDUCED = ("l3_spectral", "l3_trace", "l3_trace_abs", "l4", "l4_std", "l3_pi_spectral", "l3_pi_trace_abs",
+           "l3_aprime_spectral", "l3_aprime_trace_abs", "l4_pi")
 
 
 @dataclass
@@ -116,7 +119,7 @@ def critic_study(arrs: dict, cfg: CriticStudyConfig, seed: int = 0, device="cpu"
         for k in KEYS:
             v = out[algo].get(k)
             s[f"{name}_{k}"] = round(float(v), 6) if isinstance(v, float) else v
-    for k in ("l3_spectral", "l3_trace", "l3_trace_abs", "l4", "l4_std"):
+    for k in REDUCED:
         s[f"reduction_{k}"] = red(k)
     p, a = s["point_val_td_loss"], s["ams_val_td_loss"]  # each learner against its own target
     s["td_loss_not_worse"] = None if p is None or a is None else bool(a <= p)
