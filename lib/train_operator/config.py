@@ -10,7 +10,7 @@ from icmlkit.lib.core.errors import UsageError
 
 MODELS = ("funcattn", "funcattn-conv", "transolver", "fno")
 BASES = ("learned", "fourier")
-POSITIONS = ("unified", "coords")
+POSITIONS = ("unified", "coords", "periodic")
 QUADRATURES = ("uniform", "trapezoid")
 RECIPES = ("ours", "paper")
 GRIDS = ("auto", "node", "cell", "periodic")
@@ -36,8 +36,10 @@ class ModelConfig:
     layers: int = option(4, "Blocks N.", min=1)
     bases: int = option(32, "Basis functions (slices) k per head.", min=1)
     mlp_ratio: float = option(1.0, "Hidden width of each block's MLP, times C.", min=0.25)
-    pos: str = option("unified", "Position features: unified (distances to an 8^d reference grid) or the raw "
-                      "coordinates.", choices=POSITIONS)
+    pos: str = option("unified", "Position features: unified (distances to an 8^d reference grid), the raw "
+                      "coordinates, or periodic (sin and cos of 2 pi j t, j = 1..4, per axis; our addition: on a "
+                      "periodic grid they keep every point-wise quantity periodic, so the uniform sum of the basis "
+                      "transform stays the spectrally accurate trapezoid rule).", choices=POSITIONS)
     shared: bool = option(False, "One set of basis weights (P_x, P_f, Lin, tau) for all blocks (the _Shared "
                           "variant).")
     basis: str = option("learned", "Ablation: learned soft bases, or fixed Fourier bases of the coordinates "

@@ -390,24 +390,70 @@ class SuperResResult:
 
 
 def nested_grid(coarse: FieldSet, fine: FieldSet) -> bool:
-    """True when ``fine`` is a 2-D grid over ``coarse``'s box whose every s-th node (per axis) is a node of
-    ``coarse``, and the two hold the same samples (the same outputs at those nodes): the case where
-    ``fine`` can also be predicted by interpolating ``coarse``'s prediction. Node grids only (the
-    interpolation spans the box with its end nodes)."""
-    if coarse.grid is None or fine.grid is None or len(coarse.grid) != 2 or len(fine.grid) != 2:
-        return False
-    if coarse.convention != "node" or fine.convention != "node":
+    """True when ``fine`` holds the samples of ``coarse`` (the same outputs at the shared points) on a grid
+    whose every s-th point (per axis) is a point of ``coarse``: the case where ``fine`` can also be predicted
+    by interpolating ``coarse``'s prediction. Two grids qualify: 2-D node grids over the same box ((F - 1) a
+    multiple of (C - 1) per axis; bilinear, :func:`upsample_grid`) and periodic grids of any dimension (F a
+    multiple of C per axis; trigonometric, :func:`upsample_periodic`)."""
+    if coarse.grid is None or fine.grid is None or len(coarse.grid) != len(fine.grid):
         return False
     if coarse.y is None or fine.y is None or coarse.n_samples != fine.n_samples or coarse.y.shape[2] != fine.y.shape[2]:
         return False
-    if any(c < 2 or (f - 1) % (c - 1) for c, f in zip(coarse.grid, fine.grid)):
-        return False
-    if not (np.allclose(coarse.coords.min(0), fine.coords.min(0)) and np.allclose(coarse.coords.max(0),
-                                                                                  fine.coords.max(0))):
-        return False
-    (h, w), (H, W), N, c = coarse.grid, fine.grid, coarse.n_samples, coarse.y.shape[2]
-    shared = fine.y.reshape(N, H, W, c)[:, ::(H - 1) // (h - 1), ::(W - 1) // (w - 1)]
-    return bool(np.allclose(shared, coarse.y.reshape(N, h, w, c), rtol=1e-5, atol=1e-6))
+    if coarse.convention == fine.convention == "periodic":
+        if any(c < 1 or f % c for c, f in zip(coarse.grid, fine.grid)):
+            return False
+        steps = [f // c for c, f in zip(coarse.grid, fine.grid)]
+    else:
+        if len(coarse.grid) != 2 or coarse.convention != "node" or fine.convention != "node":
+            return False
+        if any(c < 2 or (f - 1) % (c - 1) for c, f in zip(coarse.grid, fine.grid)):
+            return False
+        if not (np.allclose(coarse.coords.min(0), fine.coords.min(0)) and np.allclose(coarse.coords.max(0),
+                                                                                      fine.coords.max(0))):
+            return False
+        steps = [(f - 1) // (c - 1) for c, f in zip(coarse.grid, fine.grid)]
+    N, c = coarse.n_samples, coarse.y.shape[2]
+    shared = fine.y.reshape(N, *fine.grid, c)[(slice(None), *[slice(None, None, st) for st in steps])]
+    return bool(np.allclose(shared, coarse.y.reshape(N, *coarse.grid, c), rtol=1e-5, atol=1e-6))
+
+
+def upsample_periodic(values: np.ndarray, grid: tuple, new_grid: tuple, mode: str = "fourier") -> np.ndarray:
+    """(N, prod(grid), c) values on a periodic grid (points i / s per axis) interpolated onto ``new_grid`` (each
+    size a multiple of the old one), axis by axis: ``fourier``, the trigonometric interpolant (the spectrum
+    zero-padded, the Nyquist coefficient of an even size split between +-s/2: exact for a field band-limited
+    below s/2), or ``linear``, piecewise linear with wrap-around. Returns (N, prod(new_grid), c)."""
+    if mode not in ("fourier", "linear"):
+        raise UsageError(f"interpolation mode {mode!r} is not one of fourier, linear")
+    N, _, c = values.shape
+    v = np.asarray(values, dtype=np.float64).reshape(N, *grid, c)
+    for ax, (s, S) in enumerate(zip(grid, new_grid), start=1):
+        if S == s:
+            continue
+        if S % s:
+            raise UsageError(f"the new size {S} is not a multiple of {s}")
+        if mode == "fourier":
+            f = np.fft.rfft(v, axis=ax)
+            if s % 2 == 0:
+                idx = [slice(None)] * f.ndim
+                idx[ax] = -1
+                f[tuple(idx)] *= 0.5
+            pad = [(0, 0)] * f.ndim
+            pad[ax] = (0, S // 2 + 1 - f.shape[ax])
+            v = np.fft.irfft(np.pad(f, pad), n=S, axis=ax) * (S / s)
+        else:
+            t = np.arange(S) * (s / S)
+            i0 = np.floor(t).astype(int)
+            w = (t - i0).reshape([-1 if a == ax else 1 for a in range(v.ndim)])
+            v = np.take(v, i0 % s, axis=ax) * (1 - w) + np.take(v, (i0 + 1) % s, axis=ax) * w
+    return v.reshape(N, -1, c).astype(values.dtype)
+
+
+def interpolate_prediction(values: np.ndarray, coarse: FieldSet, fine: FieldSet, mode: str | None = None) -> np.ndarray:
+    """A prediction on ``coarse``'s grid carried onto ``fine``'s nested grid (:func:`nested_grid`): bilinear on a
+    node grid, ``mode`` (default ``fourier``) on a periodic one."""
+    if coarse.convention == "periodic":
+        return upsample_periodic(values, coarse.grid, fine.grid, mode or "fourier")
+    return upsample_grid(values, coarse.grid, fine.grid)
 
 
 def upsample_grid(values: np.ndarray, grid: tuple, new_grid: tuple) -> np.ndarray:
@@ -426,7 +472,8 @@ def superres(model: OperatorModel, sets: list[FieldSet], *, device="cpu", batch:
 
     The baseline a user would try first rides along: where a set's grid nests the first set's and holds
     the same samples (:func:`nested_grid`), ``interp_rel_l2_x100`` is the error of the first set's
-    prediction bilinearly interpolated onto that grid (else None)."""
+    prediction interpolated onto that grid (bilinear on node grids, trigonometric on periodic ones:
+    :func:`interpolate_prediction`; else None)."""
     rows, examples = [], []
     first = sets[0]
     coarse = None
@@ -436,7 +483,7 @@ def superres(model: OperatorModel, sets: list[FieldSet], *, device="cpu", batch:
         if data is not first and nested_grid(first, data):
             if coarse is None:
                 coarse = model.predict(first, torch.device(device), batch)
-            up = torch.from_numpy(upsample_grid(coarse, first.grid, data.grid))
+            up = torch.from_numpy(interpolate_prediction(coarse, first, data))
             interp = float(100 * rel_l2(up, torch.from_numpy(data.y)).mean())
         rows.append({"data": data.path, **{k: res.summary[k] for k in ("resolution", "n", "rel_l2_x100",
                                                                           "rel_l2_std", "seconds")},
