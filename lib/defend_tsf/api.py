@@ -12,6 +12,7 @@ import torch
 from icmlkit.lib.core.errors import InputError
 from icmlkit.lib.core.io import display_name, load_json, read_torch, write_npz, write_rows, write_torch
 from icmlkit.lib.defend_tsf import attack as atk
+from icmlkit.lib.defend_tsf import timeguard as tg
 from icmlkit.lib.defend_tsf.config import AttackConfig, DataConfig, ModelConfig, TrainConfig
 from icmlkit.lib.defend_tsf.data import Scaler, Series, check_channels, make_splits, window_starts
 from icmlkit.lib.defend_tsf.models import build_model
@@ -206,6 +207,64 @@ def poison_truth(record: dict, series: Series, train_end: int, L: int, H: int) -
         raise InputError(f"train time {late[0]} lies outside the training split ({train_end} rows)", record["_path"])
     trig, pat = atk.injection_cells(record["train_times"], chans, tl, pl, train_end, series.C)
     return atk.poisoned_windows(trig, pat, window_starts(0, train_end, L, H), L, H)
+
+
+def learned_pairs(model: LoadedModel, poisoned: Series, clean: Series, record: dict, device=None) -> np.ndarray:
+    """(C, N) the poisoned training pairs whose backdoor ``model`` (the undefended forecaster) learned:
+    pair (n, c) is poisoned (:func:`poison_truth`) and the model's loss on it against the poisoned
+    future is below its loss against the clean future, both from the same (poisoned) input
+    [reconstructed definition, issue 56: "the pairs whose poisoned loss is below the clean loss of the
+    undefended model"]. A pair whose future on channel c was not touched (only its look-back carries
+    trigger or pattern cells) has equal losses and never counts as learned. ``clean`` is the series
+    before the attack (same rows and columns)."""
+    device = device if device is not None else torch.device("cpu")
+    check_channels(poisoned, model.obj["columns"], f"model {model.path}")
+    if clean.values.shape != poisoned.values.shape or list(clean.columns) != list(poisoned.columns):
+        raise InputError(f"the clean series ({clean.T} x {clean.C}) does not match the poisoned one "
+                         f"({poisoned.T} x {poisoned.C}, same columns expected)", clean.path)
+    L, H = model.data_cfg.seq_len, model.data_cfg.pred_len
+    prep_p = prepare(poisoned, model.data_cfg, scaler=model.scaler)
+    prep_c = prepare(clean, model.data_cfg, scaler=model.scaler)
+    x, y_p, _ = prep_p.windows["train"]
+    y_c = prep_c.windows["train"][1]
+    mean = torch.as_tensor(model.scaler.mean, dtype=torch.float32, device=device)
+    std = torch.as_tensor(model.scaler.std, dtype=torch.float32, device=device)
+    pred = predict(model.net.to(device), x, mean, std, device)
+    lp = tg.window_channel_loss(pred, y_p).T.numpy()
+    lc = tg.window_channel_loss(pred, y_c).T.numpy()
+    truth = poison_truth(record, poisoned, prep_p.splits.train_end, L, H)
+    return truth & (lp < lc)
+
+
+def pool_shares(pool: np.ndarray, truth: np.ndarray) -> dict:
+    """The share of ``truth`` pairs in ``pool`` and in the whole training set, both (C, N) booleans,
+    and their ratio (pool purity's figure: <= 1/3 = the pool holds at most a third of the training
+    share; None when the training set holds no such pair)."""
+    pool, truth = np.asarray(pool, dtype=bool), np.asarray(truth, dtype=bool)
+    if pool.shape != truth.shape:
+        raise InputError(f"pool of shape {pool.shape} vs ground truth of shape {truth.shape}")
+    share_pool = float((pool & truth).sum() / max(int(pool.sum()), 1))
+    share_train = float(truth.mean()) if truth.size else 0.0
+    return {"share_pool": share_pool, "share_train": share_train,
+            "ratio": share_pool / share_train if share_train > 0 else None}
+
+
+# The attack "takes" on a (model, attack) cell when the UNDEFENDED model's MAE_P is at most this share of the
+# MAE_P of a REFERENCE model: the same architecture, seed and epochs trained on the clean series, scored on
+# the same triggered test inputs against the same target. (The no-effect level, mean |y_clean - y_target|,
+# is no reference: the target is x[t-1] + pattern, so a persistence-like forecast that learned nothing sits
+# near it when the pattern is small.) Fixed before any defended row of issue 56's cells was computed
+# [reconstructed].
+TAKES_RATIO = 0.5
+
+
+def attack_takes(mae_poison_undefended: float | None, mae_poison_reference: float | None,
+                 threshold: float = TAKES_RATIO) -> bool | None:
+    """Whether the backdoor took on the undefended model (None when either MAE_P is missing or the
+    reference's is 0): MAE_P(undefended) / MAE_P(clean-trained reference) <= ``threshold``."""
+    if mae_poison_undefended is None or not mae_poison_reference:
+        return None
+    return bool(mae_poison_undefended / mae_poison_reference <= threshold)
 
 
 def write_model(path, res: TrainResult) -> None:
