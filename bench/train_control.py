@@ -22,6 +22,11 @@
 - ``mechanism_full``: the issue's mechanism protocol (50k transitions, 20k updates, 256-256, batch 256),
   3 seeds, each seed a resumable item (13-25 min each); it decides the mechanism targets, the reduced
   ``mechanism`` stays as an extra table;
+- ``sb3``: our TD3 against Stable-Baselines3's TD3 (the bench extra) on Hopper-v5 and HalfCheetah-v5
+  with the same settings (rl-zoo's MuJoCo TD3: 256-256, lr 1e-3, batch 256, 10k random steps, N(0, 0.1)
+  exploration), 35k steps, seeds 0 and 1, both evaluated by our ``evaluate_policy`` on the same 10
+  seeded episodes; one cached item per run, and an invocation starts no new run after 5 minutes, so
+  the part is rerun until it reports no pending runs; decides ``td3_return_vs_sb3``;
 - ``lqr_full``: the issue's return protocol (15k steps, 2.5k of them random, 256-256 / batch 256, the
   sheet's ~10 min per run), 4 algorithms x 3 seeds, each run a resumable item; it decides the return
   targets (learning curves in train_control_lqr.png), the reduced ``lqr`` stays as an extra table.
@@ -262,6 +267,132 @@ def lqr_full(ctx) -> dict:
             "plot": "train_control_lqr.png" if plot else None}
 
 
+# --------------------------------------------------------------------------- SB3 validation
+
+SB3_ENVS = ("Hopper-v5", "HalfCheetah-v5")
+SB3_SEEDS = (0, 1)
+SB3_IMPLS = ("ours", "sb3")
+SB3_CHUNK_S = 300  # one invocation starts no new run after this many seconds (each run is one cached item)
+
+
+def sb3_hparams(quick: bool) -> dict:
+    """TD3 on MuJoCo as the rl-zoo runs it (256-256, lr 1e-3, batch 256, 10k random steps, N(0, 0.1)
+    exploration, target noise 0.2 clipped 0.5, policy delay 2, tau 0.005, gamma 0.99, one update per
+    step), the same for both implementations; the step budget is what a CPU part allows."""
+    z = dict(hidden=256, lr=1e-3, batch=256, learning_starts=10_000, expl_noise=0.1, policy_noise=0.2, noise_clip=0.5,
+             policy_delay=2, tau=0.005, gamma=0.99, total_steps=35_000, eval_every=10_000, eval_episodes=10)
+    if quick:
+        z.update(learning_starts=300, total_steps=600, eval_every=300, eval_episodes=2, hidden=64)
+    return z
+
+
+def ours_td3_run(env_id: str, seed: int, hp: dict) -> dict:
+    """Our TD3 (icmlkit.lib.train_control) with ``hp``; the final and intermediate returns of the
+    deterministic actor on ``eval_episodes`` episodes seeded stream_seed(seed, "eval/i")."""
+    import time
+
+    cfg = TrainConfig(algo="td3", diag_every=0, l2_states=0, buffer_size=hp["total_steps"], **hp)
+    t0 = time.perf_counter()
+    r = train(env_id, cfg, seed=seed)
+    return {"impl": "ours", "env": env_id, "seed": seed, "return_mean": r.summary["return_mean"],
+            "return_std": r.summary["return_std"], "seconds": round(time.perf_counter() - t0, 1),
+            "curve": [[e["step"], e["return_mean"]] for e in r.eval_rows]}
+
+
+def sb3_td3_run(env_id: str, seed: int, hp: dict) -> dict:
+    """Stable-Baselines3's TD3 with the same ``hp``, evaluated by the same function on the same episodes
+    (our environment wrapper, the same seeds; SB3's deterministic action mapped to [-1, 1])."""
+    import time
+
+    try:
+        import gymnasium as gym
+        from stable_baselines3 import TD3
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.noise import NormalActionNoise
+    except ImportError as exc:  # the bench extra: pip install -e .[bench]
+        raise SystemExit(f"part sb3 needs stable-baselines3 (the bench extra): {exc}") from None
+    from icmlkit.lib.train_control.train import evaluate_policy
+
+    eval_env = make_env(env_id)
+    lo, hi = eval_env.low, eval_env.high
+
+    def policy(model):
+        def act(obs):
+            a = model.predict(np.asarray(obs, dtype=np.float32), deterministic=True)[0]
+            return 2.0 * (np.asarray(a, dtype=np.float64) - lo) / (hi - lo) - 1.0
+        return act
+
+    curve = []
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            n = self.num_timesteps
+            if n % hp["eval_every"] == 0 and n < hp["total_steps"]:
+                ev = evaluate_policy(eval_env, policy(self.model), hp["eval_episodes"], seed)
+                curve.append([n, ev["return_mean"]])
+            return True
+
+    env = gym.make(env_id)
+    d = env.action_space.shape[0]
+    model = TD3("MlpPolicy", env, learning_rate=hp["lr"], buffer_size=hp["total_steps"],
+                learning_starts=hp["learning_starts"], batch_size=hp["batch"], tau=hp["tau"], gamma=hp["gamma"],
+                train_freq=1, gradient_steps=1, policy_delay=hp["policy_delay"],
+                target_policy_noise=hp["policy_noise"], target_noise_clip=hp["noise_clip"],
+                action_noise=NormalActionNoise(np.zeros(d), hp["expl_noise"] * np.ones(d)),
+                policy_kwargs={"net_arch": [hp["hidden"], hp["hidden"]]}, seed=seed, device="cpu", verbose=0)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=hp["total_steps"], callback=Evaluate())
+    ev = evaluate_policy(eval_env, policy(model), hp["eval_episodes"], seed)
+    curve.append([hp["total_steps"], ev["return_mean"]])
+    env.close()
+    eval_env.close()
+    import stable_baselines3
+
+    return {"impl": "sb3", "env": env_id, "seed": seed, "return_mean": ev["return_mean"], "return_std": ev["return_std"],
+            "seconds": round(time.perf_counter() - t0, 1), "curve": curve, "sb3_version": stable_baselines3.__version__}
+
+
+@bench.part("sb3", doc="our TD3 vs Stable-Baselines3's TD3 on Hopper-v5 and HalfCheetah-v5, rl-zoo settings, 35k "
+            "steps, 2 seeds; one cached item per run, an invocation starts no new run after 5 min (rerun until "
+            "complete)", hours=0.75, seeds=SB3_SEEDS)
+def sb3(ctx) -> dict:
+    import time
+
+    hp = sb3_hparams(ctx.quick)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0, rows, pending = time.perf_counter(), [], 0
+    try:
+        for env_id in SB3_ENVS:
+            for s in ctx.seeds:
+                for impl in SB3_IMPLS:
+                    key = f"{impl}-{env_id}-seed{s}"
+                    if not ctx.quick and time.perf_counter() - t0 > SB3_CHUNK_S and not (ctx.folder / f"{key}.json").is_file():
+                        pending += 1
+                        continue
+                    fn = ours_td3_run if impl == "ours" else sb3_td3_run
+                    row = ctx.cached(key, lambda fn=fn, e=env_id, s=s: fn(e, s, hp))
+                    ctx.log(f"{impl} {env_id} seed {s}: return {row['return_mean']:.1f} ({row['seconds']} s)")
+                    rows.append(row)
+    finally:
+        torch.set_num_threads(threads)
+    if pending:
+        ctx.log(f"{pending} runs left: run the part again")
+    return {"hparams": hp, "threads": 1, "seeds": list(ctx.seeds), "rows": rows, "pending": pending}
+
+
+def sb3_table(p: dict) -> list:
+    out = []
+    for env_id in SB3_ENVS:
+        row = {"env": env_id}
+        for impl in SB3_IMPLS:
+            rr = [r for r in p["rows"] if r["env"] == env_id and r["impl"] == impl]
+            m, sd = mean_std([r["return_mean"] for r in rr])
+            row[impl] = (m, sd, len(rr), [round(r["return_mean"], 1) for r in rr])
+        out.append(row)
+    return out
+
+
 def plot_lqr(path: Path, rows: list) -> bool:
     """Learning curves of the issue-size return runs: fraction of the LQR-optimal return vs steps, mean
     +- std over seeds per algorithm (False without matplotlib)."""
@@ -457,6 +588,29 @@ def report(R: dict) -> tuple[dict, str]:
             z = R["lqr"]["sizes"]
             md += [f"## LQR-38 return at the reduced size ({z['total_steps']} steps, {z['hidden']}-{z['hidden']}, "
                    f"batch {z['batch']})", "", _lqr_md(lqr_table(R["lqr"]["rows"]))]
+    if "sb3" in R:
+        p = R["sb3"]
+        hp = p["hparams"]
+        tab = sb3_table(p)
+        ratios = {r["env"]: (r["ours"][0] / r["sb3"][0] if r["ours"][0] is not None and r["sb3"][0] else None)
+                  for r in tab}
+        done = not p.get("pending") and all(r[i][2] == len(p["seeds"]) for r in tab for i in SB3_IMPLS)
+        vals = [v for v in ratios.values() if v is not None]
+        mn = min(vals) if vals and done else None
+        size = (f"{hp['total_steps']} steps ({hp['learning_starts']} random), {hp['hidden']}-{hp['hidden']}, lr "
+                f"{hp['lr']:g}, batch {hp['batch']}, N(0, {hp['expl_noise']}) exploration, {hp['eval_episodes']} "
+                "deterministic eval episodes")
+        targets["td3_return_vs_sb3"] = target(
+            None if mn is None else round(mn, 4), 0.9, mn is not None and mn >= 0.9,
+            "min over envs of our TD3's mean final return / SB3 TD3's (same settings, seeds, steps and eval "
+            "episodes): " + ", ".join(f"{e} {f(v)}" for e, v in ratios.items()) + f"; {size}"
+            + ("" if done else f"; INCOMPLETE: {p.get('pending')} runs pending"))
+        md += [f"## TD3 validation against Stable-Baselines3 ({size}; final return, mean ± std over seeds)", "",
+               table([{"env": r["env"], **{f"{lab} ({r[i][2]} seeds)": f"{_pm(r[i][:2])} {r[i][3]}"
+                                          for i, lab in (("ours", "our TD3"), ("sb3", "SB3 TD3"))},
+                       "ours / SB3": f(ratios[r["env"]])} for r in tab]),
+               "Published rl-zoo TD3 figures exist only at 1M steps (benchmark.md: Hopper-v3 3606 ± 4, "
+               "HalfCheetah-v3 9656 ± 970, one trained agent each); none at this step count.", ""]
     if "ablation" in R:
         ab = R["ablation"]
         md += [f"## Ablation (mechanism buffer, {ab['sizes']['updates']} updates; mean ± std over seeds)", "",
