@@ -594,7 +594,7 @@ def report(R: dict) -> tuple[dict, str]:
         tab = sb3_table(p)
         ratios = {r["env"]: (r["ours"][0] / r["sb3"][0] if r["ours"][0] is not None and r["sb3"][0] else None)
                   for r in tab}
-        done = not p.get("pending") and all(r[i][2] == len(p["seeds"]) for r in tab for i in SB3_IMPLS)
+        done = not p.get("pending") and all(r[i][2] == len(p.get("seeds", SB3_SEEDS)) for r in tab for i in SB3_IMPLS)
         vals = [v for v in ratios.values() if v is not None]
         mn = min(vals) if vals and done else None
         size = (f"{hp['total_steps']} steps ({hp['learning_starts']} random), {hp['hidden']}-{hp['hidden']}, lr "
