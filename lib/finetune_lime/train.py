@@ -83,9 +83,14 @@ def _warn_ngram(cfg: AdapterConfig) -> None:
 
 
 def train(cfg: TrainConfig, acfg: AdapterConfig, loaded, rows: list[Row], *, seed: int = 0, device=None,
-          dist: Dist = Dist(), checkpointer=None, model_spec: str = "model", progress=None) -> TrainResult:
+          dist: Dist = Dist(), checkpointer=None, model_spec: str = "model", progress=None,
+          init: dict | None = None, init_source: str | None = None) -> TrainResult:
     """Fit the adapter of ``acfg`` on ``rows`` over the frozen ``loaded`` model (a lib/hf LoadedModel
-    or anything with ``.model`` and ``.tokenizer``). See the module docstring for the steps."""
+    or anything with ``.model`` and ``.tokenizer``). See the module docstring for the steps.
+
+    ``init``: adapter tensors by our names to start from instead of the initialisation (a peft LoRA's
+    lora_A / lora_B read by :func:`~icmlkit.lib.finetune_lime.peft_io.read_peft`, ``init_source`` its
+    folder); for LiME only A and B are set, P, p_s and gamma_s keep their initialisation."""
     cfg.check()
     acfg.check()
     _warn_ngram(acfg)
@@ -94,6 +99,8 @@ def train(cfg: TrainConfig, acfg: AdapterConfig, loaded, rows: list[Row], *, see
     model.to(dev)
     enc = encode_rows(tok, rows, max_length=cfg.max_length)
     ad = apply_adapter(model, acfg, seed=seed)
+    if init:
+        ad.load_adapter_state(init, init_source or "init", partial=True)
     counts = count_parts(ad)
     if counts["trainable"] == 0:
         raise UsageError("the adapter has no trainable parameters")
@@ -116,7 +123,8 @@ def train(cfg: TrainConfig, acfg: AdapterConfig, loaded, rows: list[Row], *, see
     fp = fingerprint({"train": dataclasses.asdict(cfg), "adapter": dataclasses.asdict(acfg), "seed": int(seed),
                       "model": str(model_spec), "config": getattr(getattr(model, "config", None), "to_json_string",
                                                                   lambda: "")()},
-                     [[len(p), p, t] for p, t in zip(enc.prompt, enc.target)])
+                     [[len(p), p, t] for p, t in zip(enc.prompt, enc.target)],
+                     *([sorted(init)] + [init[k] for k in sorted(init)] if init else []))
 
     class _State:
         def state_dict(self_inner):
@@ -196,8 +204,9 @@ def train(cfg: TrainConfig, acfg: AdapterConfig, loaded, rows: list[Row], *, see
                "steps": cfg.steps, "seconds": round(seconds, 3),
                "samples_per_s": round(done * cfg.batch_size / seconds, 3) if seconds > 0 else None,
                "final_loss": log[-1]["ce"] if log else None, "layers": counts["layers"],
-               "parts": counts["parts"], "world_size": dist.world}
-    meta = adapter_metadata(acfg, model_spec, {"parts": counts["parts"], "steps": cfg.steps})
+               "parts": counts["parts"], "world_size": dist.world, "init_peft": init_source if init else None}
+    meta = adapter_metadata(acfg, model_spec, {"parts": counts["parts"], "steps": cfg.steps,
+                                               **({"init_peft": init_source} if init else {})})
     return TrainResult(tensors=tensors, metadata=meta, log=log, summary=summary, adapted=ad)
 
 
