@@ -102,7 +102,7 @@ def tangent_set(name: str, quick: bool, log, fresh: bool = False) -> dict:
     msteps = max(1, steps // 2) if centred else steps
     trained = []
     t_train = time_call(lambda: trained.append(train(
-        TrainConfig(steps=msteps, batch=512, rank=2 * d, dim=d, width=width, blocks=3, lr=1e-3, threads=2,
+        TrainConfig(steps=msteps, batch=512, rank=2 * d, dim=d, width=width, blocks=3, lr=1e-3, threads=2, val_points=0,
                     centred=centred, denoiser_steps=max(1, steps // 2)), Points(tr["points"], name), seed=0)),
         repeats=1, warmup=0)
     res = trained[0]
@@ -236,7 +236,7 @@ def dimension(ctx) -> dict:
             val, test = perm[:nv], perm[nv:2 * nv]
             trained = []
             t_train = time_call(lambda: trained.append(train(
-                TrainConfig(steps=max(1, steps // 2), batch=512, rank=min(D, 24), width=128, blocks=3, lr=1e-3,
+                TrainConfig(steps=max(1, steps // 2), batch=512, rank=min(D, 24), width=128, blocks=3, lr=1e-3, val_points=0,
                             threads=2, centred=True, denoiser_steps=max(1, steps // 2)), Points(x, name), seed=0)),
                 repeats=1, warmup=0)
             m = trained[0].model
@@ -285,7 +285,7 @@ def part_digits(steps, log):
 
     X, y = load_digits(return_X_y=True)
     X = X.astype(np.float64)
-    res = train(TrainConfig(steps=max(1, steps // 2), batch=512, rank=16, width=256, blocks=3, lr=1e-3, threads=2,
+    res = train(TrainConfig(steps=max(1, steps // 2), batch=512, rank=16, width=256, blocks=3, lr=1e-3, threads=2, val_points=0,
                             centred=True, denoiser_steps=max(1, steps // 2)), Points(X, "digits"), seed=0)
     m = res.model
     Xs = torch.as_tensor(m.standardise(X))
@@ -314,7 +314,7 @@ def part_digits(steps, log):
     return out
 
 
-MNIST_TRAIN = {"net": "unet", "channels": 16, "rank": 16, "batch": 64, "denoiser_steps": 400, "steps": 800,
+MNIST_TRAIN = {"val_points": 0, "net": "unet", "channels": 16, "rank": 16, "batch": 64, "denoiser_steps": 400, "steps": 800,
                "lr": 2e-3, "centred": True}
 
 

@@ -47,7 +47,7 @@ Examples:
 )
 
 TRAIN_KEYS = ("n, D, rank, steps, denoiser_steps, batch, final_loss, h_min, h_max, scale (the RMS radius the "
-              "data were divided by), seconds, world_size")
+              "data were divided by), h, n_val, h_criterion, seconds, world_size")
 
 
 @cli.command(device=True)
@@ -66,9 +66,14 @@ def train(run, data, output, loss_csv, checkpoint_every, resume, cfg):
     preconditioning are [reconstructed]. Under torchrun every process draws the same global batch and takes its part;
     gradients are averaged (gloo on CPU), rank 0 writes.
 
+    The default query h is chosen on a held-out split of DATA (--val-points, never trained on)
+    from --h-grid and stored in the model: by projector error when DATA has exact tangents (as
+    `generate` writes, the benchmark's criterion), else by the [reconstructed] chord residual.
+
     \b
-    JSON keys: n, D, rank, steps, denoiser_steps, batch, final_loss, h_min, h_max, scale (the RMS
-    radius the data were divided by), seconds, world_size.
+    JSON keys: n (training points, the held-out ones excluded), D, rank, steps, denoiser_steps, batch,
+    final_loss, h_min, h_max, scale (the RMS radius the data were divided by), h (the default query h),
+    n_val, h_criterion (projector | chord), seconds, world_size.
     Examples:
       metric-match train train.npz -o m.safetensors --rank 8 --steps 3000 --json
       metric-match train train.npz -o m.safetensors --resume
@@ -114,10 +119,14 @@ def query(run, model, points, output, shard, cfg):
     largest (median over the points), where two dimensions fit about equally well.
 
     \b
-    JSON keys: n, D, rank, h, what, median_local_dim, d and eigengap_ratio (with --what tangent),
-    seconds, queries_per_s.
+    Without --h it reads the model's default h (chosen on train's validation split).
+
+    \b
+    JSON keys: n, D, rank, h, h_source (given | validation), what, median_local_dim, d and
+    eigengap_ratio (with --what tangent), seconds, queries_per_s.
     Examples:
       metric-match query m.safetensors test.npz --h 0.1 --what tangent --dim 4 -o tan.npz
+      metric-match query m.safetensors test.npz --what tangent --dim 4 -o tan.npz   # the stored h
       metric-match query m.safetensors test.npz --h 0.1 --what dim --shard 2/8 -o part2.npz --json
       metric-match query m.safetensors test.csv --h 0.1 --what gradient --direction 1,0,0 -o g.npz
     """

@@ -95,16 +95,17 @@ def query(model: MetricModel, pts: Points, cfg: QueryConfig, shard: tuple[int, i
     eigenvectors mapped back to R^D), local dimension, and the asked-for output."""
     cfg.check()
     model.check_points(pts.x, pts.path)
-    model.check_h(cfg.h)
+    h = model.resolve_h(cfg.h)
     idx = _slice(len(pts.x), shard)
     y = torch.as_tensor(model.standardise(pts.x[idx]))
     t0 = time.perf_counter()
-    M = model.factor(y, cfg.h, cfg.batch)
+    M = model.factor(y, h, cfg.batch)
     lam, V = eig_route(M)
     arrays, extra = _outputs(cfg.what, lam, V, cfg, model.D, M)
     sec = time.perf_counter() - t0
     arrays["index"] = idx.astype(np.int64)
-    summary = {"n": int(len(idx)), "D": model.D, "rank": model.rank, "h": cfg.h, "what": cfg.what,
+    summary = {"n": int(len(idx)), "D": model.D, "rank": model.rank, "h": h,
+               "h_source": "given" if cfg.h is not None else "validation", "what": cfg.what,
                "median_local_dim": extra.pop("median_local_dim"), **extra, "seconds": round(sec, 6),
                "queries_per_s": round(len(idx) / sec, 1) if sec > 0 and len(idx) else None}
     return Result(arrays, summary)
@@ -157,7 +158,7 @@ def interpolate(model: MetricModel, a: Points, b: Points, cfg: InterpolateConfig
     cfg.check()
     model.check_points(a.x, a.path)
     model.check_points(b.x, b.path)
-    model.check_h(cfg.h)
+    h = model.resolve_h(cfg.h)
     A, B = _pair(a, b)
     ya, yb = torch.as_tensor(model.standardise(A)), torch.as_tensor(model.standardise(B))
     S = cfg.steps
@@ -165,7 +166,7 @@ def interpolate(model: MetricModel, a: Points, b: Points, cfg: InterpolateConfig
     path = [ya]
     y = ya.clone()
     for i in range(S - 1):
-        M = model.factor(y, cfg.h)
+        M = model.factor(y, h)
         g = (M.transpose(-1, -2) @ (M @ (yb - y)[:, :, None]))[:, :, 0]
         lam1 = torch.linalg.eigvalsh(M @ M.transpose(-1, -2))[:, -1].clamp_min(1e-12)
         y = y + g / lam1[:, None] / (S - 1 - i)
@@ -177,7 +178,7 @@ def interpolate(model: MetricModel, a: Points, b: Points, cfg: InterpolateConfig
     sec = time.perf_counter() - t0
     raw = model.unstandardise(P.numpy().reshape(-1, model.D)).reshape(P.shape)
     lin = model.unstandardise(L.numpy().reshape(-1, model.D)).reshape(L.shape)
-    summary = {"n_paths": int(len(A)), "steps": S, "h": cfg.h, "D": model.D,
+    summary = {"n_paths": int(len(A)), "steps": S, "h": h, "D": model.D,
                "median_end_gap": float(gap.median()), "seconds": round(sec, 6),
                "image_shape": model.config.get("image_shape")}
     return Result({"path": raw, "linear": lin, "end_gap": gap.numpy()}, summary)

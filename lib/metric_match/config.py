@@ -16,6 +16,21 @@ MANIFOLDS = ("sphere", "squiggly-circle", "torus", "swiss-roll")  # plus skdim:<
 # the bound on the log-h embedding's frequencies (radians per unit of log h): a period of 0.2 in
 # log h, i.e. a 20 % change of h, finer than any h the tool compares [reconstructed choice]
 H_FREQ_MAX = 32.0
+# the h grid on which `train` chooses the model's default query h (24 bandwidths over 0.015 .. 0.6, the
+# benchmark's grid for metric matching)
+DEFAULT_H_GRID = ("0.015,0.02,0.025,0.03,0.035,0.04,0.05,0.06,0.07,0.08,0.09,0.1,0.12,0.14,0.16,0.18,0.2,0.25,"
+                  "0.3,0.35,0.4,0.45,0.5,0.6")
+
+
+def parse_grid(text: str, flag: str, cast=float) -> list:
+    """A comma-separated list of positive numbers (``flag`` names the option in the error)."""
+    try:
+        vals = [cast(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise UsageError(f"{flag} needs positive values")
+    return vals
 
 
 @dataclass
@@ -49,6 +64,15 @@ class TrainConfig:
     h_max: float = _opt(16.0, "Largest training h (standardised units); queries above it are refused.", min=0,
                         min_open=True)
     tikhonov: float = _opt(0.0, "lambda of Gamma = M^T M + lambda I (adds 2 lambda |M|^2 to the loss).", min=0)
+    val_points: int = _opt(500, "Points of DATA held out (never trained on; at most a fifth of DATA) to choose the "
+                           "model's default query h from --h-grid, stored in the model: the lowest mean projector "
+                           "error of the top-d eigenvectors when DATA has exact tangents (array 'tangent', as "
+                           "`generate` writes; the benchmark's criterion), else the lowest chord residual (the "
+                           "part of the unit chords to the 10 nearest training points outside the top-d "
+                           "eigenvectors; d from --dim, DATA's 'dim' or the most frequent median local "
+                           "dimension over the grid) [reconstructed]. 0: no split (query then needs --h).", min=0)
+    h_grid: str = _opt(DEFAULT_H_GRID, "Comma-separated h values tried for the default query h (those outside "
+                       "[--h-min, --h-max] are dropped).")
     centred: bool = _opt(False, "Mean-centred variant: train and freeze a denoiser D(y, h) first, then "
                          "delta = (X - D(Y, h)) / (sqrt(2) h). Recommended: better tangents than the plain target at the "
                          "same total steps in the benchmark.")
@@ -76,14 +100,23 @@ class TrainConfig:
             raise UsageError(f"--rank {self.rank} is out of range: it must be >= 1")
         if self.lr <= 0:
             raise UsageError("--lr must be > 0")
+        if self.val_points < 0:
+            raise UsageError("--val-points must be >= 0")
+        if self.val_points and not self.h_values():
+            raise UsageError(f"--h-grid has no value in the trained range [{self.h_min:g}, {self.h_max:g}]")
+
+    def h_values(self) -> list[float]:
+        """--h-grid's values inside [h_min, h_max]."""
+        return [h for h in parse_grid(self.h_grid, "--h-grid") if self.h_min <= h <= self.h_max]
 
 
 @dataclass
 class QueryConfig:
     """Options of :func:`~icmlkit.lib.metric_match.api.query` (and of ``knn``'s outputs)."""
 
-    h: float = _opt(0.1, "Noise level h at which to read the geometry (standardised units; must lie in the "
-                    "model's trained range).", min=0, min_open=True)
+    h: float | None = _opt(None, "Noise level h at which to read the geometry (standardised units; must lie in "
+                           "the model's trained range); default: the h `train` chose on its validation split "
+                           "(stored in the model, see `train --val-points`).", min=0, min_open=True)
     what: str = _opt("tangent", "metric: the factor M and the eigenvectors; tangent: the top-d basis; dim: local "
                      "dimension; gradient: Gamma grad f for f(y) = v . y (--direction).",
                      choices=("metric", "tangent", "dim", "gradient"))
@@ -128,8 +161,9 @@ class KnnConfig:
 class InterpolateConfig:
     """Options of :func:`~icmlkit.lib.metric_match.api.interpolate`."""
 
-    h: float = _opt(0.1, "Noise level h of the metric that drives the flow (in the trained range).", min=0,
-                    min_open=True)
+    h: float | None = _opt(None, "Noise level h of the metric that drives the flow (in the trained range); "
+                           "default: the h `train` chose on its validation split (stored in the model).", min=0,
+                           min_open=True)
     steps: int = _opt(32, "Points on the path (A and B included).", min=2)
 
     def check(self) -> None:
@@ -152,14 +186,7 @@ class EvalConfig:
 
     def grid(self, name: str, cast=float) -> list:
         text = self.h_grid if name == "h" else self.knn_k
-        try:
-            vals = [cast(v) for v in str(text).split(",") if v.strip()]
-        except ValueError:
-            raise UsageError(f"--{'h-grid' if name == 'h' else 'knn-k'} {text!r} is not a comma-separated "
-                             "list of numbers") from None
-        if not vals or any(v <= 0 for v in vals):
-            raise UsageError(f"--{'h-grid' if name == 'h' else 'knn-k'} needs positive values")
-        return vals
+        return parse_grid(text, "--h-grid" if name == "h" else "--knn-k", cast)
 
     def check(self) -> None:
         self.grid("h")

@@ -40,6 +40,22 @@ class MetricModel:
     def h_range(self) -> tuple[float, float]:
         return float(self.config["h_min"]), float(self.config["h_max"])
 
+    @property
+    def default_h(self) -> float | None:
+        """The query h ``train`` chose on its validation split (None: a model trained without one)."""
+        h = self.config.get("h_default")
+        return None if h is None else float(h)
+
+    def resolve_h(self, h: float | None, option: str = "--h") -> float:
+        """``h`` when given (checked against the trained range), else the stored :attr:`default_h`."""
+        if h is None:
+            if self.default_h is None:
+                raise UsageError(f"this model has no validated default h (trained with --val-points 0 or before "
+                                 f"the option): pass {option}")
+            h = self.default_h
+        self.check_h(h, option)
+        return float(h)
+
     def check_h(self, h: float, option: str = "--h") -> None:
         lo, hi = self.h_range
         if not (lo <= h <= hi):

@@ -8,6 +8,11 @@
    Y = X + hZ and delta = (X - Y) / (sqrt(2) h) (= -Z / sqrt(2); or (X - D(Y, h)) / (sqrt(2) h) when
    centred) and minimises the low-rank loss (|M M^T|^2 - 2|M delta|^2 + |delta|^4) / D^2 (+ Tikhonov).
    AdamW with a cosine decay **[reconstructed]** and gradient-norm clipping at 1 **[reconstructed]**.
+4. (``val_points`` > 0) The held-out split (``val_points`` of DATA, at most a fifth, drawn with the
+   stream "validation" and never trained on; the standardisation is the training points') chooses the
+   model's default query h from ``h_grid`` (:mod:`.select`: projector error when DATA has exact
+   tangents, the benchmark's criterion; else the chord residual **[reconstructed]**), stored in the
+   model's config as ``h_default`` with the scores in its info.
 
 Random streams (named, from the seed): "batches", "noise", "bandwidth" (drawn at the global batch
 size on every rank; each torchrun rank takes its ``dist.split`` part and the gradients are averaged
@@ -32,6 +37,7 @@ from icmlkit.lib.metric_match.config import TrainConfig
 from icmlkit.lib.metric_match.core import lowrank_loss
 from icmlkit.lib.metric_match.data import Points
 from icmlkit.lib.metric_match.model import MetricModel, build_nets
+from icmlkit.lib.metric_match.select import choose_h, truth_arrays
 
 LOSS_COLUMNS = ["step", "stage", "loss", "lr"]
 
@@ -79,6 +85,14 @@ def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist
     N, D = x.shape
     if N < 2:
         raise InputError(f"needs at least 2 points, found {N}", points.path)
+    tangent, dims = truth_arrays(points.arrays, N, D, points.path)
+    n_val = min(int(cfg.val_points), N // 5)
+    val_idx = None
+    if n_val >= 1:
+        perm = torch.randperm(N, generator=generator(seed, "validation")).numpy()
+        val_idx, train_idx = perm[:n_val], np.sort(perm[n_val:])
+        x_val, x = x[val_idx], x[train_idx]
+        N = len(x)
     mean, scale = standardisation(x, cfg.scale, points.path)
     rank = int(cfg.rank) if cfg.rank is not None else min(D, 16)
     if cfg.dim is not None and rank < 2 * cfg.dim - 1:
@@ -115,6 +129,9 @@ def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist
     settings = {"config": asdict(cfg), "seed": int(seed), "batch_used": B}
     settings["config"].pop("threads", None)
     settings["config"].pop("log_every", None)
+    if not cfg.val_points:  # the former settings: checkpoints written before the split still resume
+        settings["config"].pop("val_points", None)
+        settings["config"].pop("h_grid", None)
     fp = fingerprint(settings, x)
     rows: list = []
     start, t_before = 0, 0.0
@@ -162,8 +179,20 @@ def train(cfg: TrainConfig, points: Points, *, seed: int = 0, device="cpu", dist
     net.eval()
     model = MetricModel(net.float().cpu(), config, mean, scale,
                         den.float().cpu().eval() if den is not None else None, info)
+    sel = None
+    if val_idx is not None:
+        sel = choose_h(model, torch.as_tensor((x_val - mean) / scale), cfg.h_values(),
+                       tangent=tangent[val_idx] if tangent is not None else None,
+                       dims=dims[val_idx] if dims is not None else None, dim=cfg.dim,
+                       x_train=torch.as_tensor((x - mean) / scale))
+        config["h_default"] = sel["h"]
+        info["h_selection"] = sel
+        log.info("default query h = %g (%s criterion on %d held-out points, d = %d)", sel["h"], sel["criterion"],
+                 sel["n_val"], sel["d"])
     summary = {"n": N, "D": D, "rank": rank, "steps": cfg.steps, "denoiser_steps": n_den, "batch": B,
                "final_loss": info["final_loss"], "h_min": cfg.h_min, "h_max": cfg.h_max, "scale": scale,
+               "h": sel["h"] if sel else None, "n_val": sel["n_val"] if sel else 0,
+               "h_criterion": sel["criterion"] if sel else None,
                "seconds": round(seconds, 3), "world_size": dist.world}
     return TrainResult(model, rows, summary)
 
