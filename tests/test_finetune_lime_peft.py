@@ -295,3 +295,17 @@ def test_import_refusals(tmp_path, capsys):
     data.write_text('{"task": "a", "prompt": "sa 21=", "target": "12"}\n')
     code, _, err = _cli(["eval", str(d), str(dora), str(data), "-o", str(tmp_path / "p.jsonl")], capsys)
     assert code == 1 and "DoRA" in err and _one_error_line(err) and not (tmp_path / "p.jsonl").exists()
+
+
+def test_hub_id_matches_its_model_and_a_saved_embedding_of_another_model_is_refused(tmp_path):
+    from icmlkit.lib.core.errors import InputError
+    from icmlkit.lib.finetune_lime.peft_io import _same_base, read_peft
+
+    assert _same_base("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2")
+    assert not _same_base("someone/another-model", "smollm2")
+    # peft saves the embedding's own weight beside its LoRA: one from another model (same shapes) is refused
+    folder, _ = _peft_folder(tmp_path, "e", seed=1, target_modules=["q_proj", "embed_tokens"])
+    model, _ = tiny_llama(0)
+    with pytest.raises(InputError, match="carries its own weights"):
+        read_peft(folder, model)
+    read_peft(folder, tiny_llama(1)[0])  # its own base model passes

@@ -8,7 +8,9 @@ modulated by expert vectors and zero-parameter routing, with the MoE-PEFT baseli
   optimiser groups, adapter files;
 - :mod:`.data`: task rows (JSONL / CSV), conflicting synthetic tasks, the toy tokenizer;
 - :mod:`.train`: train / evaluate / generate / routing statistics / count; :mod:`.toy`: pretrain-toy;
-  :mod:`.digits`: the scikit-learn digits multi-label check; :mod:`.demo`: the demo.
+  :mod:`.digits`: the scikit-learn digits multi-label check; :mod:`.demo`: the demo;
+- :mod:`.peft_io`: peft LoRA folders out (lora exactly, LiME's shared B·A part only: LiME cannot be
+  merged) and in (a peft LoRA as our lora baseline).
 """
 from icmlkit.lib.core.lazy import lazy_exports
 
@@ -24,6 +26,9 @@ _LAZY = {
     "routing_stats": "icmlkit.lib.finetune_lime.train", "count": "icmlkit.lib.finetune_lime.train", "nmi": "icmlkit.lib.finetune_lime.train",
     "load_backbone": "icmlkit.lib.finetune_lime.api", "routing_report": "icmlkit.lib.finetune_lime.api",
     "pretrain_toy": "icmlkit.lib.finetune_lime.toy", "save_toy": "icmlkit.lib.finetune_lime.toy",
+    "export_peft": "icmlkit.lib.finetune_lime.peft_io", "save_peft": "icmlkit.lib.finetune_lime.peft_io",
+    "read_peft": "icmlkit.lib.finetune_lime.peft_io", "load_peft": "icmlkit.lib.finetune_lime.peft_io",
+    "import_peft": "icmlkit.lib.finetune_lime.peft_io",
 }
 
 __getattr__ = lazy_exports(__name__, _LAZY)
