@@ -816,3 +816,22 @@ def test_funcattn_is_discretisation_consistent_on_a_periodic_grid():
     per, uni = gaps("periodic"), gaps("unified")
     assert max(per) < 1e-5 and per[1] < per[0]
     assert 3 < uni[0] / uni[1] < 5 and uni[1] > 100 * per[1]
+
+
+def test_recipe_h1_is_the_batch_mean_of_rel_l2_plus_the_gradient_term_with_default_init():
+    from icmlkit.lib.train_operator.train import gradient_rel_l2, objective, rel_l2, train
+
+    c16, _ = _burgers_sets()
+    pred = torch.tensor(c16.y[:3]) * 1.1 + 0.01
+    y = torch.tensor(c16.y[:3])
+    err = rel_l2(pred, y)
+    want = (err + 0.1 * gradient_rel_l2(pred, y, c16.grid, "periodic")).mean()
+    assert float(objective(err, pred, y, c16, "h1")) == pytest.approx(float(want), rel=1e-12)
+    assert float(objective(err, pred, y, c16, "paper")) == pytest.approx(3 * float(want), rel=1e-6)  # the sum
+    a = train(_tiny_cfg(), TrainConfig(epochs=1, batch=3, val_fraction=0, recipe="h1"), c16, seed=0)
+    b = train(_tiny_cfg(), TrainConfig(epochs=1, batch=3, val_fraction=0, recipe="paper"), c16, seed=0)
+    w = [k for k in a.model.tensors() if k.endswith("pre.0.weight")][0]
+    assert float(a.model.tensors()[w].std()) > 3 * float(b.model.tensors()[w].std())  # default init, not 0.02
+    pts = fieldset(np.ones((4, 5)), np.ones((4, 5)), np.random.default_rng(0).random((5, 2)))
+    with pytest.raises(UsageError, match="--recipe h1 needs a grid"):
+        train(_tiny_cfg(), TrainConfig(epochs=1, batch=2, val_fraction=0, recipe="h1"), pts)

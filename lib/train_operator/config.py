@@ -12,7 +12,7 @@ MODELS = ("funcattn", "funcattn-conv", "transolver", "fno")
 BASES = ("learned", "fourier")
 POSITIONS = ("unified", "coords", "periodic")
 QUADRATURES = ("uniform", "trapezoid")
-RECIPES = ("ours", "paper")
+RECIPES = ("ours", "paper", "h1")
 GRIDS = ("auto", "node", "cell", "periodic")
 
 
@@ -99,7 +99,10 @@ class TrainConfig:
     recipe: str = option("ours", "ours: PyTorch's default initialisation and the relative-L2 loss (batch mean); "
                          "paper: the official Darcy recipe, every Linear initialised trunc_normal(std 0.02) with "
                          "zero bias, and the loss rel-L2 + 0.1 x (rel-L2 of the central-difference gradient per "
-                         "axis), summed over the batch as the official script (grids only).", choices=RECIPES)
+                         "axis), summed over the batch as the official script (grids only); h1: PyTorch's "
+                         "initialisation and the batch mean of the same rel-L2 + 0.1 x gradient term (the official "
+                         "Burgers-Super-Res loss, the Galerkin Transformer's H1 regulariser; grids only).",
+                         choices=RECIPES)
 
     def check(self) -> None:
         if self.epochs < 1 or self.batch < 1:
