@@ -109,6 +109,10 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg, init_pe
     for p in (output, conf, steps):
         run.output(p)
     rows = _rows(run, data)
+    if init_peft is not None:
+        from icmlkit.lib.finetune_lime.peft_io import read_peft_config
+
+        read_peft_config(run.input(init_peft), model)  # a bad folder fails before the model loads
     loaded = _model(run, model)
     init = None
     if init_peft is not None:
@@ -119,7 +123,7 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg, init_pe
         ctx = click.get_current_context()
         given = {k for k in ("rank", "alpha", "targets", "embeddings")
                  if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)}
-        imp = read_peft(run.input(init_peft), loaded.model, model)
+        imp = read_peft(init_peft, loaded.model, model)
         cfg = init_config(cfg, imp, given)
         init = imp.tensors
     ckpt = run.checkpointer(output, checkpoint_every, resume)
@@ -137,10 +141,10 @@ def train(run, model, data, output, checkpoint_every, resume, cfg, tcfg, init_pe
 
 def _adapted(run, model, adapter):
     from icmlkit.lib.finetune_lime.adapter import check_adapter_model, load_adapted, read_adapter
-    from icmlkit.lib.finetune_lime.peft_io import is_peft_folder, load_peft
+    from icmlkit.lib.finetune_lime.peft_io import is_peft_folder, load_peft, read_peft_config
 
     if is_peft_folder(adapter):  # a peft LoRA folder: evaluated as our lora (checked against MODEL)
-        run.input(adapter)
+        read_peft_config(run.input(adapter), model)
         loaded = _model(run, model)
         return load_peft(loaded.model, adapter, model)[0], loaded.tokenizer
     read_adapter(run.input(adapter))  # a bad adapter fails before the model loads
@@ -304,10 +308,10 @@ def import_peft(run, model, folder, output):
     Example:  finetune-lime import-peft toy lora-peft -o lora.safetensors --json
     """
     from icmlkit.lib.core.io import write_safetensors
-    from icmlkit.lib.finetune_lime.peft_io import import_peft as imp
+    from icmlkit.lib.finetune_lime.peft_io import import_peft as imp, read_peft_config
 
     run.output(output)
-    run.input(folder)
+    read_peft_config(run.input(folder), model)  # a bad folder fails before the model loads
     loaded = _model(run, model, device=False)
     tensors, meta, summary = imp(folder, loaded.model, model)
     run.save(output, write_safetensors, tensors, meta)

@@ -640,7 +640,32 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+def _setup_peft(base):
+    """The model and data of :func:`_setup_model` and a peft LoRA folder for that model (written by
+    export-peft's library call, so no peft is needed)."""
+    from icmlkit.lib.finetune_lime.peft_io import export_peft, save_peft
+
+    named = _setup_model(base)
+    m, _ = tiny_llama()
+    ad = apply_adapter(m, AdapterConfig(method="lora", targets=["q_proj"]))
+    save_peft(base / "peft", export_peft(ad.cfg, ad.adapter_state(), {"model": str(named["model"])}))
+    return {**named, "peft": base / "peft"}
+
+
+# issue 56: the peft interop's inputs (a folder argument gets the four basic kinds)
+PEFT_CASES = [
+    FuzzCase("export-peft", ["export-peft", "{bad}", "-o", "{out}/pf"], suffix=".safetensors",
+             kinds=("missing", "empty", "binary", "folder", "truncated_json", "garbage_pt"), label="adapter"),
+    FuzzCase("import-peft", ["import-peft", "{model}", "{bad}", "-o", "{out}/a.safetensors"], setup=_setup_model,
+             label="folder"),
+    FuzzCase("import-peft", ["import-peft", "{bad}", "{peft}", "-o", "{out}/a.safetensors"], setup=_setup_peft,
+             label="model"),
+    FuzzCase("train", ["train", "{model}", "{data}", "--method", "lora", "--init-peft", "{bad}", "-o",
+                       "{out}/a.safetensors", "--steps", "1"], setup=_setup_model, label="init-peft"),
+]
+
+
+@pytest.mark.parametrize("case", CASES + PEFT_CASES, ids=str)
 def test_malformed_inputs(case, tmp_path, capsys):
     check_malformed(TOOL, case, tmp_path, capsys)
 

@@ -290,6 +290,10 @@ def test_import_refusals(tmp_path, capsys):
     refused(nw, 1, "no adapter_model.safetensors")
     (nw / "adapter_model.safetensors").write_bytes(b"\x00garbage")
     refused(nw, 1, "unreadable")
+    (nw / "adapter_config.json").write_text('{"peft_type": "LORA", "r": ')
+    refused(nw, 1, "adapter_config.json")
+    (nw / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 2, "lora_alpha": -1}')
+    refused(nw, 1, "lora_alpha")
     # eval with a DoRA folder in place of ADAPTER: the same refusal
     data = tmp_path / "t.jsonl"
     data.write_text('{"task": "a", "prompt": "sa 21=", "target": "12"}\n')

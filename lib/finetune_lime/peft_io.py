@@ -185,10 +185,6 @@ def is_peft_folder(path) -> bool:
 
 def _read_peft_tensors(folder: Path, where: str) -> dict:
     st = folder / WEIGHTS_FILE
-    if not st.is_file():
-        extra = " (adapter_model.bin is not read: save it with safe_serialization=True)" \
-            if (folder / "adapter_model.bin").exists() else ""
-        raise InputError(f"no {WEIGHTS_FILE}{extra}", where)
     try:
         from safetensors import safe_open
 
@@ -202,19 +198,24 @@ def _read_peft_tensors(folder: Path, where: str) -> dict:
         raise InputError(f"{WEIGHTS_FILE} is unreadable ({msg})", where) from None
 
 
-def read_peft(folder, model, model_spec=None) -> PeftImport:
-    """Read the peft LoRA adapter ``folder`` for ``model`` (not modified) and check that it fits.
+@dataclass
+class PeftFolderConfig:
+    """The checked adapter_config.json of a peft LoRA folder: rank, our alpha, dropout, the recorded base
+    model, the raw object."""
 
-    Refused (one line naming the folder): not a folder with adapter_config.json / adapter_model.safetensors,
-    a peft type other than LORA, a LoRA variant (DoRA, LoRA bias, per-module ranks, modules_to_save,
-    Conv1D, ... : any non-neutral config key we do not run) -> InputError (exit 1); a recorded
-    ``base_model_name_or_path`` that is not ``model_spec`` -> UsageError (exit 2); tensors naming
-    modules the model lacks, not nn.Linear / the input embedding, or of other shapes -> InputError."""
-    import torch
-    import torch.nn as nn
+    r: int
+    alpha: float
+    lora_alpha: float
+    dropout: float
+    base_model: str | None
+    raw: dict
 
+
+def read_peft_config(folder, model_spec=None) -> PeftFolderConfig:
+    """The folder's adapter_config.json, checked without the model (so a bad folder fails before a model
+    loads): a folder with adapter_config.json and adapter_model.safetensors, peft_type LORA, no LoRA variant
+    we do not run (InputError), the recorded base model ``model_spec`` when both are known (UsageError)."""
     from icmlkit.lib.core.io import display_name, load_json
-    from icmlkit.lib.finetune_lime.adapter import input_embedding_name
 
     folder = Path(str(folder))
     where = display_name(folder)
@@ -240,16 +241,42 @@ def read_peft(folder, model, model_spec=None) -> PeftImport:
         r = int(conf.get("r"))
         lora_alpha = float(conf.get("lora_alpha", 8))
         dropout = float(conf.get("lora_dropout") or 0.0)
-        if r <= 0 or lora_alpha <= 0 or not (0 <= dropout < 1):
+        if r <= 0 or not (0 < lora_alpha < math.inf) or not (0 <= dropout < 1):
             raise ValueError("out of range")
     except (TypeError, ValueError) as exc:
         raise InputError(f"r / lora_alpha / lora_dropout unreadable ({exc})", where) from None
     # our delta = (alpha/r) B A: rsLoRA's lora_alpha/sqrt(r) is our alpha = lora_alpha sqrt(r)
     alpha = lora_alpha * math.sqrt(r) if conf.get("use_rslora") else lora_alpha
     base = conf.get("base_model_name_or_path") or None
+    if base is not None and not isinstance(base, str):
+        raise InputError("base_model_name_or_path is not a string", where)
     if base and model_spec is not None and not _same_base(base, model_spec):
         raise UsageError(f"{where}: the peft adapter was trained on base model {base!r}, not {str(model_spec)!r}; "
                          "give that model")
+    if not (folder / WEIGHTS_FILE).is_file():
+        extra = " (adapter_model.bin is not read: save it with safe_serialization=True)" \
+            if (folder / "adapter_model.bin").exists() else ""
+        raise InputError(f"no {WEIGHTS_FILE}{extra}", where)
+    return PeftFolderConfig(r=r, alpha=alpha, lora_alpha=lora_alpha, dropout=dropout, base_model=base, raw=conf)
+
+
+def read_peft(folder, model, model_spec=None) -> PeftImport:
+    """Read the peft LoRA adapter ``folder`` for ``model`` (not modified) and check that it fits.
+
+    Refused (one line naming the folder): everything :func:`read_peft_config` refuses (not a peft LoRA
+    folder, DoRA, prompt tuning, another base model, ...); tensors naming modules the model lacks, not
+    nn.Linear / the input embedding, or of other shapes -> InputError (exit 1)."""
+    import torch
+    import torch.nn as nn
+
+    from icmlkit.lib.core.io import display_name
+    from icmlkit.lib.finetune_lime.adapter import input_embedding_name
+
+    pc = read_peft_config(folder, model_spec)
+    conf, r, alpha, dropout, base = pc.raw, pc.r, pc.alpha, pc.dropout, pc.base_model
+    lora_alpha = pc.lora_alpha
+    folder = Path(str(folder))
+    where = display_name(folder)
     raw = _read_peft_tensors(folder, where)
     mods = dict(model.named_modules())
     emb_name = input_embedding_name(model)
