@@ -37,10 +37,31 @@ def _embed(points, tangent, D, rotate, rng):
     tpad = np.zeros((n, tangent.shape[1], D))
     tpad[:, :, :d0] = tangent
     if rotate:
-        Q, R = np.linalg.qr(rng.standard_normal((D, D)))
-        Q = Q * np.sign(np.diag(R))
+        Q = rotation_matrix(D, rng)
         pad, tpad = pad @ Q.T, tpad @ Q.T
     return pad, tpad
+
+
+def rotation_matrix(D: int, rng=None) -> np.ndarray:
+    """The random orthogonal matrix of R^D that ``--rotate`` applies (``rng`` default: the stream fixed
+    by D alone, which every ``generate`` call with ``--D D`` uses)."""
+    rng = numpy_rng(0, f"rotation-{D}") if rng is None else rng
+    Q, R = np.linalg.qr(rng.standard_normal((D, D)))
+    return Q * np.sign(np.diag(R))
+
+
+def sphere_points(n: int, d: int, D: int, rotate: bool, seed: int, chunk: int = 1_000_000) -> np.ndarray:
+    """(n, D) points of ``generate sphere --d d --D D [--rotate]`` drawn without their tangents, in
+    chunks (for N of 10^7 and more, where the (n, d, D) tangents would not fit in memory); the same
+    distribution and rotation, another random stream ("sphere-points")."""
+    rng = numpy_rng(seed, "sphere-points")
+    Q = rotation_matrix(D) if rotate else np.eye(D)
+    out = np.empty((n, D))
+    for i in range(0, n, chunk):
+        x = rng.standard_normal((min(chunk, n - i), d + 1))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        out[i:i + len(x)] = x @ Q[:, :d + 1].T
+    return out
 
 
 def sphere(n, d, rng):

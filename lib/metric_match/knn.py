@@ -37,6 +37,21 @@ def knn_neighbours(data: torch.Tensor, queries: torch.Tensor, k: int, chunk: int
 
 
 @torch.no_grad()
+def cdc_of_neighbours(q: torch.Tensor, neighbours: torch.Tensor, d2: torch.Tensor, h: float,
+                      halve: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(spectrum (c, D) descending, eigenvectors (c, D, D) as rows) of the kernel CDC of queries ``q``
+    (c, D) from their neighbours (c, k, D) at squared distances ``d2`` (c, k), however they were found
+    (brute force here, or a tree index)."""
+    w = torch.softmax(-d2 / (2 * h * h), dim=1)                        # (c, k)
+    diff = q[:, None, :] - neighbours                                   # (c, k, D)
+    G = torch.einsum("ck,ckd,cke->cde", w, diff, diff) / (h * h)
+    if halve:
+        G = G / 2
+    lam, U = torch.linalg.eigh(G)
+    return lam.flip(-1).clamp_min(0), U.flip(-1).transpose(-1, -2)
+
+
+@torch.no_grad()
 def knn_cdc(data: torch.Tensor, queries: torch.Tensor, k: int, h: float, chunk: int = 256,
             exclude_self: bool = True, halve: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(spectrum (n, D) descending, eigenvectors (n, D, D) as rows) of the kernel CDC at each query."""
@@ -46,14 +61,9 @@ def knn_cdc(data: torch.Tensor, queries: torch.Tensor, k: int, h: float, chunk: 
     for i in range(0, len(queries), chunk):
         q = queries[i:i + chunk]
         d2, j = knn_neighbours(data, q, k, chunk=len(q), exclude_self=exclude_self)
-        w = torch.softmax(-d2 / (2 * h * h), dim=1)                    # (c, k)
-        diff = q[:, None, :] - data[j]                                  # (c, k, D)
-        G = torch.einsum("ck,ckd,cke->cde", w, diff, diff) / (h * h)
-        if halve:
-            G = G / 2
-        lam, U = torch.linalg.eigh(G)
-        lams.append(lam.flip(-1).clamp_min(0))
-        vecs.append(U.flip(-1).transpose(-1, -2))
+        lam, V = cdc_of_neighbours(q, data[j], d2, h, halve)
+        lams.append(lam)
+        vecs.append(V)
     D = data.shape[1]
     if not lams:
         return torch.zeros((0, D), dtype=torch.float64), torch.zeros((0, D, D), dtype=torch.float64)
