@@ -254,9 +254,9 @@ def routing(run, model, adapter, data, output, png, batch_size):
                directory=True, required=True)
 @click.option("--lime-part", type=click.Choice(["ba", "shared", "mean"]), default=None,
               help="LiME adapters: which fixed part to write, the routed experts dropped [default: ba]. ba: "
-                   "(alpha/r) B A alone (every expert vector replaced by 1, no p_s); shared: gamma_s p_s * B A, exactly "
-                   "LiME's input-independent term; mean: (mean_e P_e + gamma_s p_s) * B A, every token given the "
-                   "uniform expert mixture. None of them is the LiME model.")
+                   "(alpha/r) B A alone (every expert vector replaced by 1, no p_s); shared: gamma_s p_s * B A, "
+                   "exactly LiME's input-independent term; mean: (mean_e P_e + gamma_s p_s) * B A, every token "
+                   "given the uniform expert mixture. None of them is the LiME model.")
 def export_peft(run, adapter, output, lime_part):
     """Write ADAPTER as a Hugging Face peft LoRA folder that peft.PeftModel.from_pretrained(base, OUTPUT) loads.
 
