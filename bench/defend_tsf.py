@@ -20,6 +20,14 @@ Parts (``python bench/defend_tsf.py --list``): ``random-12`` (Random attack, L =
 each, every seed cached (a killed part resumes at the next seed). ``--quick``: one seed, T_b = T_1 = 2,
 T_2 = 6.
 
+Issue 56 (single-threaded, no timing figures): ``reference`` (each model of the three parts above trained
+on the CLEAN series per seed: the attack-takes criterion's reference MAE_P), ``official-12`` (the official
+strength, budget 0.2 and cone x1), ``patchtst-12`` and ``timesnet-12``, ``itransformer-90``
+(iTransformer-lite at the official T_b = T_1 = 10, T_2 = 90), ``purity-12`` and ``purity-backtime-12``
+(reruns of random-12 / backtime-12, no defence vs TimeGuard, for the learned-pair purity). A cell takes
+when MAE_P(undefended) / MAE_P(clean-trained) <= 0.5 (``api.TAKES_RATIO``, read from undefended runs only);
+``mae_p_ratio_min_where_attack_takes`` and ``mae_c_ratio_max_where_attack_takes`` are taken over those cells.
+
 Run: ``make bench TOOL=defend-tsf`` (or ``python bench/defend_tsf.py [--part P] [--quick] [--report]``).
 """
 from __future__ import annotations
@@ -201,7 +209,7 @@ def backtime_12(ctx) -> dict:
 # attacker's target. It reads undefended runs only; the targets below are taken over the cells that take.
 
 BASE_PARTS = ("random-12", "random-96", "backtime-12")  # the 2026-12-07 parts (their targets stay)
-CELL_PARTS = BASE_PARTS + ("official-12", "models-12", "itransformer-90")
+CELL_PARTS = BASE_PARTS + ("official-12", "patchtst-12", "timesnet-12", "itransformer-90")
 RERUNS = {"purity-12": "random-12", "purity-backtime-12": "backtime-12"}  # same setting, learned purity added
 REF_SETTINGS = (("random", 12, 12), ("random", 96, 24), ("backtime", 12, 12))
 
@@ -226,7 +234,7 @@ def _reference_seed(series, attack: str, L: int, H: int, seed: int, models) -> d
 
 
 @bench.part("reference", doc="clean-trained reference MAE_P (attack-takes criterion) for every model and seed of "
-            "random-12, random-96, backtime-12", hours=0.16, seeds=(0, 1, 2))
+            "random-12, random-96, backtime-12", hours=0.12, seeds=(0, 1, 2))
 def reference(ctx) -> dict:
     torch.set_num_threads(1)
     series = read_series(etth1())
@@ -245,15 +253,22 @@ def official_12(ctx) -> dict:
                  defenses=("none", "timeguard"), learned=True, reference=True, threads=1)
 
 
-@bench.part("models-12", doc="Random attack, L = H = 12, PatchTST + TimesNet-lite, no defence vs TimeGuard, "
-            "learned-pair purity", hours=0.18, seeds=(0,))
-def models_12(ctx) -> dict:
-    return _part(ctx, "random", 12, 12, ("patchtst", "timesnet"), defenses=("none", "timeguard"), learned=True,
+@bench.part("patchtst-12", doc="Random attack, L = H = 12, PatchTST, no defence vs TimeGuard, learned-pair purity",
+            hours=0.14, seeds=(0, 1))
+def patchtst_12(ctx) -> dict:
+    return _part(ctx, "random", 12, 12, ("patchtst",), defenses=("none", "timeguard"), learned=True,
+                 reference=True, threads=1)
+
+
+@bench.part("timesnet-12", doc="Random attack, L = H = 12, TimesNet-lite, no defence vs TimeGuard, learned-pair "
+            "purity", hours=0.14, seeds=(0, 1))
+def timesnet_12(ctx) -> dict:
+    return _part(ctx, "random", 12, 12, ("timesnet",), defenses=("none", "timeguard"), learned=True,
                  reference=True, threads=1)
 
 
 @bench.part("itransformer-90", doc="Random attack, L = H = 12, iTransformer-lite at the official epochs "
-            "(T_b = T_1 = 10, T_2 = 90; undefended 100), no defence vs TimeGuard", hours=0.1, seeds=(0,))
+            "(T_b = T_1 = 10, T_2 = 90; undefended 100), no defence vs TimeGuard", hours=0.23, seeds=(0, 1))
 def itransformer_90(ctx) -> dict:
     return _part(ctx, "random", 12, 12, ("itransformer",), defenses=("none", "timeguard"), full=(10, 10, 90),
                  learned=True, reference=True, threads=1)
@@ -450,7 +465,7 @@ def report(results: dict):
                   "poisoned share pool / train": f"{r['poison_share_pool']:.4f} / {r['poison_share_train']:.4f}",
                   "train s": f"{r['train_seconds']:.1f}"} for r in agg], digits=4)]
     new_rows = []
-    for name in ("official-12", "models-12", "itransformer-90", *RERUNS):
+    for name in ("official-12", "patchtst-12", "timesnet-12", "itransformer-90", *RERUNS):
         if name not in results:
             continue
         rr = _part_rows(results, name)
@@ -474,6 +489,28 @@ def report(results: dict):
                "Single-threaded, one CPU lock: their wall times are not reported. Learned share = the poisoned "
                "pairs whose poisoned loss under the undefended model (same seed) is below their clean loss.", "",
                table(new_rows, digits=4)]
+    rr_rows = []
+    for name, orig in RERUNS.items():
+        if name not in results or orig not in results:
+            continue
+        new_r, old_r = _part_rows(results, name), _part_rows(results, orig)
+        for m in results[name]["settings"]["models"]:
+            def ratio(rows, key):
+                sel = {d: _mean([r[key] for r in rows if r["model"] == m and r["defense"] == d])
+                       for d in ("none", "timeguard")}
+                return _ratio(sel["timeguard"], sel["none"])
+            seeds = sorted({r["seed"] for r in new_r if r["model"] == m})
+            o = [r for r in old_r if r["model"] == m and r["seed"] in seeds]
+            rr_rows.append({"rerun": name, "of": orig, "model": m, "seeds": len(seeds),
+                            "MAE_P TG / none (rerun)": ratio(new_r, "mae_poison"),
+                            "MAE_P TG / none (2026-12-07)": ratio(o, "mae_poison"),
+                            "MAE_C TG / none (rerun)": ratio(new_r, "mae_clean"),
+                            "MAE_C TG / none (2026-12-07)": ratio(o, "mae_clean")})
+    if rr_rows:
+        md += ["", "## Reruns vs the 2026-12-07 rows", "",
+               "Same settings and seeds, one thread instead of two: DLinear reproduces to the last digit; "
+               "iTransformer-lite differs in float rounding, which TimeGuard's pool selection amplifies.", "",
+               table(rr_rows, digits=3)]
     if cells:
         md += ["", "## Cells: where the attack takes (criterion first, then TimeGuard)", "",
                f"Criterion, fixed before the defended rows of issue 56's cells were computed: a (model, attack) "
