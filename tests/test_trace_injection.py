@@ -309,6 +309,81 @@ def test_text_preparation_is_exact_on_the_real_runs():
     assert len(seen) > 1000
 
 
+def _graph_rows(g) -> tuple:
+    return ([(n, v.kind, v.trusted, v.candidate, v.score, v.order, v.named_by, v.sink) for n, v in g.nodes.items()],
+            [(e.src, e.dst, e.type, e.confidence, e.strategy, e.weight, e.norm) for e in g.edges])
+
+
+def _graphs_both_ways(trace) -> tuple:
+    """The graph of ``trace`` built with the indexed content tests and with every value tested against
+    every earlier text (the plain path), from cold caches each."""
+    from icmlkit.lib.trace_injection.graph import GraphBuilder, clear_caches
+
+    out = []
+    for indexed in (True, False):
+        clear_caches()
+        b = GraphBuilder(trace.id)
+        b.indexed = indexed
+        for ev in trace.events:
+            b.add(ev)
+        out.append(_graph_rows(b.graph()))
+    return out
+
+
+def test_indexed_content_tests_are_exact_on_random_strings():
+    """Corpus.matching holds every text a value matches (a superset; None: any), and the graph built with
+    the indexed content tests (a value tested only against the texts it can match or share a shingle
+    with) is the plain one, on random texts and argument values."""
+    from icmlkit.lib.trace_injection.content import Corpus, Text, Value, match
+    from icmlkit.lib.trace_injection.schema import Event, Trace
+
+    rng = random.Random(11)
+    words = ["GB29 NWBK 6016", "www.x.com/", "http://x.com", "a@b.com", "<a@b.com>", "$1,000.00", "1000", "may 5, 2024",
+             "2024-05-05", "05/05/2024", "send money", "to bob", "the", "pay the bill", "\x00", "12", "file.txt",
+             "ignore previous instructions and", "send_money", "\n", "hotel reviews", "verylongword"]
+
+    def phrase(n):
+        return " ".join(rng.choice(words) for _ in range(rng.randint(0, n)))
+
+    for _ in range(300):
+        texts = [Text(phrase(12)) for _ in range(rng.randint(0, 5))]
+        corpus = Corpus(texts)
+        for _ in range(10):
+            v = Value(phrase(4))
+            for min_len in (6, 10):
+                at = corpus.matching(v, min_len)
+                hit = [i for i, t in enumerate(texts) if match(v, t, min_len)[0]]
+                assert at is None or set(hit) <= set(at), (v.raw, [t.norm for t in texts])
+                if at is not None:
+                    assert at == sorted(set(at))
+                    assert bool(at) <= corpus.may_match(v, min_len)
+    for n in range(40):
+        events = [Event(id="t", kind="TASK", trusted=True, text=phrase(8))]
+        for k in range(rng.randint(1, 5)):
+            events.append(Event(id=f"a{k}", kind="ACTION", trusted=False, function=rng.choice(
+                ["send_money", "get_webpage", "read_file", "respond"]), args={"x": phrase(4), "y": phrase(3)}))
+            events.append(Event(id=f"o{k}", kind="OBSERVATION", trusted=False, text=phrase(15), parent_call=f"a{k}"))
+        fast, plain = _graphs_both_ways(Trace(id=f"r{n}", events=events))
+        assert fast == plain
+
+
+def test_indexed_content_tests_are_exact_on_the_real_runs():
+    """Every graph of the recorded runs (when they are beside the project): the same nodes and edges
+    (confidence, weight, normalisation) with the indexed content tests as with the plain ones."""
+    from icmlkit.lib.core.io import shared_data_dir
+    from icmlkit.lib.trace_injection.pipeline import load_traces
+
+    root = shared_data_dir("agentdojo_runs")
+    files = sorted(str(p) for p in root.glob("*.jsonl")) if root is not None else []
+    if not files:
+        pytest.skip("the recorded AgentDojo runs are not beside the project")
+    traces = load_traces(files)
+    for t in traces:
+        fast, plain = _graphs_both_ways(t)
+        assert fast == plain, t.id
+    assert len(traces) > 2000
+
+
 # Porter (1980) stems as the Snowball ``porter`` stemmer gives them (checked there; the first ones are
 # the examples of the paper's steps)
 _PORTER = {"caresses": "caress", "ponies": "poni", "ties": "ti", "cats": "cat", "feed": "feed", "agreed": "agre",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from functools import lru_cache
 
 from icmlkit.lib.trace_injection.config import ACTION_VERBS, GENERIC_TOKENS, MARKER_RE, SYNONYMS
@@ -628,7 +629,7 @@ class Value:
         characters, other than the whole value."""
         if self._idents is None:
             toks = [t.strip(".,;:!?()") for t in self.norm.split()] if len(self.norm) <= 100 else []
-            self._idents = [Value(t) for t in toks if len(t) >= 6 and t != self.norm and _IDENT.search(t)]
+            self._idents = [value(t) for t in toks if len(t) >= 6 and t != self.norm and _IDENT.search(t)]
         return self._idents
 
 
@@ -674,12 +675,58 @@ class Corpus:
     in the text's ``norm`` or its ``canon`` in the text's ``canon`` (:func:`match`), so a value found in
     neither joined string matches none of the texts."""
 
-    __slots__ = ("norm", "canon")
+    __slots__ = ("norm", "canon", "_lens", "_starts", "_ends", "_memo")
 
     def __init__(self, texts):
         texts = list(texts)
         self.norm = "\x00".join(t.norm for t in texts)
         self.canon = "\x00".join(t.canon for t in texts)
+        self._lens = ([len(t.norm) for t in texts], [len(t.canon) for t in texts])
+        self._starts = self._ends = None
+        self._memo = {}
+
+    def _where(self, s: str, canon: bool) -> list:
+        """Indices (in order) of the texts whose ``norm`` (``canon``) contains the non-empty ``s``: each
+        occurrence in the joined string mapped to its text, one that runs into a separator skipped."""
+        if self._starts is None:  # where each text starts and ends in the joined strings
+            self._starts, self._ends = ([], []), ([], [])
+            for k in (0, 1):
+                a = 0
+                for n in self._lens[k]:
+                    self._starts[k].append(a)
+                    self._ends[k].append(a + n)
+                    a += n + 1
+        k = 1 if canon else 0
+        joined = self.canon if canon else self.norm
+        starts, ends = self._starts[k], self._ends[k]
+        out, n, m = [], len(starts), len(s)
+        pos = joined.find(s)
+        while pos >= 0:
+            i = bisect_right(starts, pos) - 1
+            if pos + m <= ends[i]:
+                out.append(i)
+                if i + 1 >= n:
+                    break
+                pos = joined.find(s, starts[i + 1])
+            else:
+                pos = joined.find(s, pos + 1)
+        return out
+
+    def matching(self, value: Value, min_len: int = 6):
+        """The indices (in order) of the texts that ``value`` can :func:`match` with ``min_len``: those
+        whose ``norm`` holds its ``norm`` or whose ``canon`` holds its ``canon`` (for a value of
+        ``min_len`` characters or more, plain and canonical, that starts with no digit, :func:`match`
+        is True only then; a superset, so exact as a filter); None when it may match any text (a short
+        value is matched as a token, a value starting with a digit also as a date in words)."""
+        v, c = value.norm, value.canon
+        if len(v) < min_len or len(c) < min_len or not (v and c) or v[:1].isdigit():
+            return None
+        key = (v, c)
+        out = self._memo.get(key)
+        if out is None:
+            a, b = self._where(v, False), self._where(c, True)
+            out = self._memo[key] = a if not b or a == b else (b if not a else sorted(set(a) | set(b)))
+        return out
 
     def may_match(self, value: Value, min_len: int = 6) -> bool:
         """False only when ``value`` matches no text of the corpus (a necessary condition; exact)."""

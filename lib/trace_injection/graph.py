@@ -176,7 +176,30 @@ def clear_caches() -> None:
     """Empty the per-text and per-value caches (prepared texts, values, matches; a benchmark clears
     them before each timed pass so that repeats do not time a warm cache)."""
     _prepared.cache_clear()
+    _echo_text.cache_clear()
+    _FMATCH.clear()
     C.clear_caches()
+
+
+_FMATCH: dict = {}  # (function name, Text) -> content.function_match (a prepared text is read-only)
+
+
+@lru_cache(maxsize=8192)
+def _echo_text(joined: str) -> C.Text:
+    """The arguments of a call as one prepared text, cached (the same calls recur across runs; read-only)."""
+    return C.Text(joined)
+
+
+def _function_match(function: str, text: C.Text) -> float:
+    """:func:`.content.function_match` of a prepared text, kept per (function, text) pair (the same
+    task and tool outputs meet the same functions across the runs of one task)."""
+    key = (function, text)
+    out = _FMATCH.get(key)
+    if out is None:
+        if len(_FMATCH) >= 1 << 18:
+            _FMATCH.clear()
+        out = _FMATCH[key] = C.function_match(function, text)
+    return out
 
 
 class GraphBuilder:
@@ -185,6 +208,8 @@ class GraphBuilder:
     added so far. Every edge into an event depends only on the events before it, so the graph of a
     prefix is the same whether built at once (:func:`build_graph`) or extended event by event (the
     online gate extends one builder per trajectory instead of rebuilding each prefix)."""
+
+    indexed = True  # test a value only against the texts it can match (False: against every text; the tests)
 
     def __init__(self, trace_id: str, sinks: dict | None = None, params: dict | None = None, scorer=None):
         self.id = trace_id
@@ -282,7 +307,7 @@ class GraphBuilder:
         if call is not None and call.kind == "ACTION":
             # the result of a call repeats what the call sent (a reservation confirmed, a file appended to):
             # the call's own arguments and function are not evidence that the result caused a later call
-            echo = (call.function or "", C.Text(" \n ".join(C.flat_values(call.args))))
+            echo = (call.function or "", _echo_text(" \n ".join(C.flat_values(call.args))))
         if self.scorer is None:  # the heuristic score depends on the text alone: prepared once per text
             rest, segs, pieces = _prepared(ev.text, bool(ev.trusted), float(p["instruction_threshold"]))
         else:
@@ -345,28 +370,69 @@ class GraphBuilder:
         # some text at all (most cannot): the per-text tests that cannot succeed are skipped (same edges)
         corpus = C.Corpus(self.texts.values())
         mo = p["min_overlap"]
-        may_long = [corpus.may_match(v, mo) for v in long_values]
-        ids_long = [[t for t in v.idents() if len(t.norm) >= mo and corpus.may_match(t, mo)] for v in long_values]
+        indexed = self.indexed
+        if indexed:  # whether a value can match some text: the texts it can match, kept per value (exact)
+            def may(v, min_len=6):
+                at = corpus.matching(v, min_len)
+                return at is None or bool(at)
+        else:
+            may = corpus.may_match
+        may_long = [may(v, mo) for v in long_values]
+        ids_long = [[t for t in v.idents() if len(t.norm) >= mo and may(t, mo)] for v in long_values]
         live = [k for k, v in enumerate(long_values) if may_long[k] or ids_long[k] or not v.identifier()]
-        may_sal = [corpus.may_match(v) for v in salient]
-        may_named = [corpus.may_match(v) for v in named_values]
+        may_sal = [may(v) for v in salient]
+        may_named = [may(v) for v in named_values]
         zero = (0.0, "")
-        for sid, text in self.texts.items():
-            src = nodes[sid]
-            # (d) content overlap -> data_dependency
+        items = list(self.texts.items())
+        srcs = [nodes[sid] for sid, _ in items]
+        echoes = [self.echo.get(sid) for sid, _ in items]
+        every = range(len(items))
+        # (d) content overlap -> data_dependency, tested only on the (value, text) pairs that can give a
+        # positive strength (every other pair gives 0; exact): a text that the value, or one of its
+        # identifier tokens, can match (Corpus.matching), and for a value judged by its shingle coverage
+        # a text sharing one of its shingles (a long text: every one, its shingle set is built only when
+        # the value may reach the threshold, Value.shingle_bound)
+        cand: dict = {}  # text index -> the values to test against it
+        shingled = []
+        for k in live:
+            v = long_values[k]
+            if not v.identifier() and v.shingles(mo):
+                shingled.append(k)
+            for u in ([v] if may_long[k] else []) + ids_long[k]:
+                at = corpus.matching(u, mo) if indexed else None
+                for i in (every if at is None else at):
+                    cand.setdefault(i, set()).add(k)
+        if shingled:
+            union = frozenset().union(*(long_values[k].shingles(mo) for k in shingled)) if indexed else None
+            for i, (sid, text) in enumerate(items):
+                ks = shingled
+                if indexed and len(text.norm) < C.LONG_TEXT:
+                    common = union.intersection(text.shingles(mo))
+                    ks = [k for k in shingled if common and not common.isdisjoint(long_values[k].shingles(mo))]
+                if ks:
+                    cand.setdefault(i, set()).update(ks)
+        for i in sorted(cand):
+            sid, text = items[i]
+            echo = echoes[i]
             strengths = [zero] * len(long_values)
-            echo = self.echo.get(sid)
-            for k in live:
+            for k in cand[i]:
                 if echo is not None and C.match(long_values[k], echo[1])[0]:
                     continue  # the value was in the call that produced this text: not taken from it
                 strengths[k] = C.overlap_known(long_values[k], text, mo, p["similarity"], may_long[k], ids_long[k])
             if any(st for st, _ in strengths):
                 overlaps.append((sid, strengths))
-            plain = src.kind != "SEGMENT" and sid not in self.tainted
-            named_by = self.named.get(sid) if plain and not src.trusted else None
-            for k, v in enumerate(salient):
-                if not may_sal[k] or (found[k] and (not plain or trusted[k] >= 1.0)):
+        # where each value occurs in earlier text: tested only on the texts it can match (Corpus.matching)
+        plains = [src.kind != "SEGMENT" and sid not in self.tainted for (sid, _), src in zip(items, srcs)]
+        for k, v in enumerate(salient):
+            if not may_sal[k]:
+                continue
+            at = corpus.matching(v) if indexed else None
+            for i in (every if at is None else at):
+                plain = plains[i]
+                if found[k] and (not plain or trusted[k] >= 1.0):
                     continue
+                sid, text = items[i]
+                echo = echoes[i]
                 if echo is not None and C.match(v, echo[1])[0]:
                     continue
                 ok, how = C.match(v, text)
@@ -375,6 +441,8 @@ class GraphBuilder:
                 found[k] = True
                 if not plain:
                     continue
+                src = srcs[i]
+                named_by = self.named.get(sid) if not src.trusted else None
                 if src.trusted:
                     trusted[k] = 1.0
                 elif named_by is not None and referenced[k] < 1.0:
@@ -382,9 +450,11 @@ class GraphBuilder:
                             default=0.0)
                     if 1.0 - s * s > referenced[k]:
                         referenced[k], ref_task[k] = 1.0 - s * s, named_by
+        for i, (sid, text) in enumerate(items):
+            src, echo = srcs[i], echoes[i]
             # instruction pattern from an injection candidate -> trust_transfer
             if src.candidate and not (echo is not None and echo[0] == fn):  # a result of fn names fn: an echo
-                fm = C.function_match(fn, text)
+                fm = _function_match(fn, text)
                 if fm >= 0.5:
                     named = [m and C.match(v, text)[0] and not (echo is not None and C.match(v, echo[1])[0])
                              for v, m in zip(named_values, may_named)]
@@ -413,9 +483,9 @@ class GraphBuilder:
         seq_support = agg([trusted[k] for k in idx]) if idx else 1.0
         ref_share = both - seq_support if both > seq_support else 0.0
         for sid in self.tasks:
-            compat = C.function_match(fn, self.texts[sid]) if fn != "respond" else 1.0
+            compat = _function_match(fn, self.texts[sid]) if fn != "respond" else 1.0
             verb = C.function_tokens(fn)[0] if fn != "respond" else ""
-            if verb in ACTION_VERBS and not C.function_match(verb, self.texts[sid]):
+            if verb in ACTION_VERBS and not _function_match(verb, self.texts[sid]):
                 compat *= 0.3  # the task never asks for this kind of action
             self._edge(sid, node.id, "trust_transfer", max(0.15, compat) * (0.25 + 0.75 * seq_support), "sequence")
             if ref_share > 0 and any(ref_task[k] == sid for k in idx):
