@@ -210,11 +210,12 @@ def rotated_mnist(ctx) -> dict:
 # personalised: each client's own model (its local model of the round: the global model fine-tuned
 # E epochs on its own training set) scored on its own next-period distribution
 P_METRIC = "acc_personal_next_time_avg"
-P_LABELS = ("fedavg-fifo", "fedavg-reservoir", "dds-saw true", "dds-saw noisy:0.3")
+P_LABELS = ("fedavg-fifo", "fedavg-reservoir", "dds-only true", "saw-only true", "dds-saw true", "dds-saw noisy:0.3")
 P_KEYS = ("acc_time_avg", "acc_next_time_avg", "acc_personal_time_avg", P_METRIC, "oracle_tv_error",
           "dds_kept_fraction", "seconds_per_round")
 BOOT = 10000
-P_TAGS = {"label-drift": "", "covariate-drift": "rotated_", "fast-label-drift": "fast_"}  # target names
+P_TAGS = {"label-drift": "", "covariate-drift": "rotated_", "fast-label-drift": "fast_",
+          "label-skew": "skew_"}  # target names
 
 
 def _keys(summary: dict, keys) -> dict:
@@ -229,12 +230,18 @@ def personal_settings(quick: bool) -> dict:
             "covariate-drift rotated-mnist": (rotated_setting(12 if quick else 60), base),
             # added after the first two were measured (the target stays on the first): independent
             # clients (heterogeneity 1) and a cycle of 6 periods, so a FIFO buffer of 3 periods lags
-            "fast-label-drift digits": (dataclasses.replace(digits_setting(quick), heterogeneity=1.0, cycle=6), base)}
+            "fast-label-drift digits": (dataclasses.replace(digits_setting(quick), heterogeneity=1.0, cycle=6), base),
+            # added 2026-12-07 after the diagnosis (part personalised-why; the target stays on the
+            # first): independent clients with peaked priors (heterogeneity 1, alpha 0.1), so one
+            # global model cannot serve every client's next period
+            "label-skew digits": (dataclasses.replace(digits_setting(quick), heterogeneity=1.0, alpha=0.1), base)}
 
 
 def personal_variants(base: RunConfig) -> dict[str, RunConfig]:
     return {"fedavg-fifo": dataclasses.replace(base, strategy="fedavg-fifo", oracle="true"),
             "fedavg-reservoir": dataclasses.replace(base, strategy="fedavg-reservoir", oracle="true"),
+            "dds-only true": dataclasses.replace(base, strategy="dds-only", oracle="true"),
+            "saw-only true": dataclasses.replace(base, strategy="saw-only", oracle="true"),
             "dds-saw true": dataclasses.replace(base, strategy="dds-saw", oracle="true"),
             "dds-saw noisy:0.3": dataclasses.replace(base, strategy="dds-saw", oracle="noisy:0.3")}
 
@@ -254,7 +261,8 @@ def personalised(ctx) -> dict:
                      variants=personal_variants(base), metric=P_METRIC)
         res = {}
         for label, cfg in cfgs.items():
-            res[label] = [ctx.cached(_key("personalised", tag, label, seed), lambda cfg=cfg, seed=seed: _keys(
+            knobs = [f"{k}{getattr(cfg, k)}" for k in ("lr", "lam", "gamma")]  # the tuned config names the item
+            res[label] = [ctx.cached(_key("personalised", tag, label, seed, *knobs), lambda cfg=cfg, seed=seed: _keys(
                 run_stream(cfg, streams[seed], seed=seed, warn=False).summary, P_KEYS)) for seed in ctx.seeds]
             ctx.log(f"{name} {label:18s} personal next {np.mean([v[P_METRIC] for v in res[label]]):.4f} global next "
                     f"{np.mean([v['acc_next_time_avg'] for v in res[label]]):.4f}")
@@ -269,6 +277,81 @@ def personalised(ctx) -> dict:
                               for lab in P_LABELS],
                      "pairs": pairs, "per_seed": res}
     return {"seeds": ctx.seeds, "tune_seed": TUNE_SEED, "metric": P_METRIC, "boot": BOOT, "settings": out}
+
+
+# personalised-why: why each client's own model scores below the global one (diagnosis)
+WHY_RUNS = {"fifo E5 lr0.4 (tuned)": {}, "fifo E1 lr0.4": {"epochs": 1}, "fifo E2 lr0.2": {"epochs": 2, "lr": 0.2},
+            "fifo E5 lr0.1": {"lr": 0.1}, "fifo M30": {"buffer": 30}, "fifo M300": {"buffer": 300},
+            "dds-saw true lambda 0.5": {"strategy": "dds-saw", "lam": 0.5},
+            "dds-saw true lambda 2": {"strategy": "dds-saw", "lam": 2.0},
+            "dds-saw true lambda 10": {"strategy": "dds-saw", "lam": 10.0}}
+
+
+def stream_gaps(stream) -> dict:
+    """TV distances of each client's next-period label mix D_k^(t+1) to the population mix (the
+    average over clients and periods: what one global model is trained for) and to the mix of a
+    FIFO buffer of 3 periods (D_k^(t-2..t), what a client's own model is trained on)."""
+    H = stream.hist
+    pop = H.mean((0, 1))
+    fifo = np.stack([H[:, max(0, t - 2):t + 1].mean(1) for t in range(H.shape[1] - 1)], 1)
+    return {"tv_next_to_population": float(0.5 * np.abs(H[:, 1:] - pop).sum(-1).mean()),
+            "tv_next_to_fifo_buffer": float(0.5 * np.abs(fifo - H[:, 1:]).sum(-1).mean()),
+            "tv_period_to_period": float(0.5 * np.abs(H[:, 1:] - H[:, :-1]).sum(-1).mean()),
+            "top_class_share": float(H.max(-1).mean())}
+
+
+def prior_ceiling(stream, res, model: str, seed: int) -> dict:
+    """The most a label-prior personalisation can gain: the final global model's accuracy on every
+    client's next-period mix, plain and with its log-probabilities shifted by log D_k^(t+1) - log
+    (population mix) (Bayes' rule with the TRUE next prior)."""
+    from torch.func import functional_call
+
+    from icmlkit.lib.fed_stream.models import build_model
+
+    m = build_model(model, stream.dim, stream.n_classes, seed)
+    with torch.no_grad():
+        lp = torch.log_softmax(functional_call(m, res.params, (torch.as_tensor(stream.x_test),)), -1).numpy()
+    y, H = stream.y_test, stream.hist
+    C = H.shape[-1]
+    acc = lambda pred: np.array([(pred[y == c] == c).mean() for c in range(C)])  # noqa: E731
+    shift = np.log(H[:, 1:] + 1e-12) - np.log(H.mean((0, 1)))[None, None]
+    plain = float((H[:, 1:] @ acc(lp.argmax(-1))).mean())
+    adj = float(np.mean([H[k, t + 1] @ acc((lp + shift[k, t]).argmax(-1))
+                         for k in range(H.shape[0]) for t in range(H.shape[1] - 1)]))
+    return {"final_global_next": plain, "final_global_next_prior_adjusted": adj, "ceiling_gain": adj - plain}
+
+
+@bench.part("personalised-why", doc="why per-client models lose to the global one: stream gaps, the prior "
+            "ceiling, fine-tune length, lr, buffer, lambda (FIFO/DDS)", hours=0.03, seeds=(0, 1), quick_seeds=(0,))
+def personalised_why(ctx) -> dict:
+    """Label-drift digits (the target's stream) and label-skew digits (the added row), the
+    personalised part's base run (E 5, lr 0.2 x 2 = the tuned 0.4, M 90) with one knob moved at a
+    time; personal next - global next per run, mean over the seeds."""
+    torch.set_num_threads(1)
+    out = {}
+    settings = personal_settings(ctx.quick)
+    for name in ("label-drift digits", "label-skew digits"):
+        scfg, base = settings[name]
+        base = dataclasses.replace(base, strategy="fedavg-fifo", lr=0.4)
+        tag = name.split()[0]
+        streams = {s: make_stream(scfg, seed=s) for s in ctx.seeds}
+        runs = {}
+        for lab, kw in WHY_RUNS.items():
+            def one(seed, kw=kw, lab=lab):
+                r = run_stream(dataclasses.replace(base, **kw), streams[seed], seed=seed, warn=False)
+                rec = _keys(r.summary, P_KEYS)
+                if not kw:
+                    rec.update(prior_ceiling(streams[seed], r, base.model, seed))
+                return rec
+            vals = [ctx.cached(_key("why", tag, lab.replace(" ", "_"), seed), lambda seed=seed, one=one: one(seed))
+                    for seed in ctx.seeds]
+            runs[lab] = {k: float(np.mean([v[k] for v in vals])) for k in vals[0] if vals[0][k] is not None}
+            runs[lab]["personal_minus_global_next"] = runs[lab][P_METRIC] - runs[lab]["acc_next_time_avg"]
+            ctx.log(f"{name} {lab:24s} personal-global next {runs[lab]['personal_minus_global_next']:+.4f}")
+        gaps = [stream_gaps(streams[s]) for s in ctx.seeds]
+        out[name] = {"stream": dataclasses.asdict(scfg), "run": dataclasses.asdict(base),
+                     "gaps": {k: float(np.mean([g[k] for g in gaps])) for k in gaps[0]}, "runs": runs}
+    return {"seeds": ctx.seeds, "settings": out}
 
 
 def client_pass(stream, cfg, rule) -> None:
@@ -455,7 +538,8 @@ def report(results: dict):
         for name, st in pr["settings"].items():
             t = st["tuned"]
             md += [f"### {name}", "", "Tuned: " + "; ".join(
-                f"{lab} lr {c['lr']:g}" + (f", lambda {c['lam']:g}" if c["strategy"] == "dds-saw" else "")
+                f"{lab} lr {c['lr']:g}" + (f", lambda {c['lam']:g}" if c["strategy"] in ("dds-saw", "dds-only") else "")
+                + (f", gamma {c['gamma']:g}" if c["strategy"] == "saw-only" else "")
                 for lab, c in t.items()) + ".", ""]
             rows = []
             for r in st["rows"]:
@@ -470,6 +554,24 @@ def report(results: dict):
                              "global next - FIFO": "" if g is None else f"{g['diff']:+.4f}",
                              "DDS kept": "" if r.get("dds_kept_fraction") is None else f"{r['dds_kept_fraction']:.2f}"})
             md += [table(rows), ""]
+    wy = results.get("personalised-why")
+    if wy:
+        md += ["## Why per-client models lose (diagnosis)", "",
+               f"Seeds {wy['seeds']}; each run is the personalised part's FIFO run (E 5, lr 0.4, M 90) with one knob "
+               "moved. Gaps: TV of each client's next-period mix to the population mix and to a 3-period FIFO "
+               "buffer's mix. Ceiling: the final global model on every client's next period, plain and with its "
+               "log-probabilities shifted by the TRUE next prior (the most a label-prior personalisation can gain).", ""]
+        for name, st in wy["settings"].items():
+            g, c = st["gaps"], st["runs"]["fifo E5 lr0.4 (tuned)"]
+            md += [f"### {name}", "",
+                   f"TV(next, population) {g['tv_next_to_population']:.3f}; TV(next, FIFO buffer) "
+                   f"{g['tv_next_to_fifo_buffer']:.3f}; TV per period {g['tv_period_to_period']:.3f}; top class share "
+                   f"{g['top_class_share']:.3f}. Prior ceiling: {c['final_global_next']:.4f} -> "
+                   f"{c['final_global_next_prior_adjusted']:.4f} ({c['ceiling_gain']:+.4f}).", "",
+                   table([{"run": lab, "global next": f"{r['acc_next_time_avg']:.4f}", "personal next": f"{r[P_METRIC]:.4f}",
+                           "personal - global": f"{r['personal_minus_global_next']:+.4f}",
+                           "DDS kept": f"{r['dds_kept_fraction']:.2f}" if "dds_kept_fraction" in r else ""}
+                          for lab, r in st["runs"].items()]), ""]
     if sp:
         md += ["## Speed", "", f"DDS/FIFO client-round cost ratio {sp['dds_vs_fifo_ratio']:.2f}; in-process rounds/s "
                + ", ".join(f"{k} {v:.2f}" for k, v in sp["rounds_per_s_inproc"].items()) + ".", ""]
