@@ -46,6 +46,7 @@ import json
 import re
 
 from _common import Bench, speed_ratio, table, target, time_call
+from icmlkit.lib.core.stats import paired_bootstrap
 from icmlkit.lib.attribute_tokens import api
 from icmlkit.lib.attribute_tokens.config import EvalConfig, TaskConfig, ToyConfig, TraceConfig
 from icmlkit.lib.attribute_tokens.tasks import make_task
@@ -332,16 +333,11 @@ def qwen_replies(ctx, bundle, rows) -> list[str]:
 
 def bootstrap_diff(a, b, *, n_boot: int = 2000, seed: int = 0) -> dict:
     """Mean of the paired differences a - b with a 95 % percentile bootstrap interval over items."""
-    import numpy as np
-
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    if len(d) == 0:
+    ci = paired_bootstrap(a, b, n_boot=n_boot, seed=seed)
+    if ci["n"] == 0:
         return {"mean": None, "ci95": None, "n": 0}
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(1)
-    return {"mean": round(float(d.mean()), 4), "ci95": [round(float(np.quantile(means, 0.025)), 4),
-                                                        round(float(np.quantile(means, 0.975)), 4)],
-            "n": int(len(d)), "wins": int((d > 0).sum()), "losses": int((d < 0).sum())}
+    return {"mean": round(ci["mean"], 4), "ci95": [round(ci["low"], 4), round(ci["high"], 4)], "n": ci["n"],
+            "wins": ci["wins"], "losses": ci["losses"]}
 
 
 def _qwen_items(ctx, bundle, rows, ig_n: int, faith_n: int, groups: int) -> tuple[list, list]:

@@ -35,6 +35,7 @@ import statistics
 import time
 
 from _common import Bench, table, target, time_call
+from icmlkit.lib.core.stats import paired_bootstrap
 from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.design_safe_agents import (Compiled, GameSettings, SearchSettings, baseline_designs,
                                             design_from_bits, enumerate_attacks, env_menu, load_env, mc_safety,
@@ -505,21 +506,17 @@ def enterprise_runs(ctx, iters) -> dict:
 
 
 def paired_ci(a: list, b: list, seed: int = 0, n_boot: int = 10000) -> dict:
-    """Mean of the paired differences a - b over seeds, its percentile bootstrap 95 % CI and its t CI."""
+    """Mean of the paired differences a - b over seeds, its percentile bootstrap 95 % CI
+    (lib.core.stats.paired_bootstrap) and its t CI."""
     import math
-    import random
 
+    from scipy import stats
+
+    ci = paired_bootstrap(a, b, n_boot=n_boot, seed=seed)
     d = [x - y for x, y in zip(a, b)]
-    n = len(d)
-    mu = statistics.mean(d)
-    rng = random.Random(seed)
-    boots = sorted(statistics.mean(rng.choice(d) for _ in range(n)) for _ in range(n_boot))
-    lo, hi = boots[int(0.025 * n_boot)], boots[int(0.975 * n_boot) - 1]
-    sd = statistics.stdev(d) if n > 1 else 0.0
-    t975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262,
-            11: 2.228, 12: 2.201, 15: 2.145, 20: 2.093}.get(n, 1.96)
-    h = t975 * sd / math.sqrt(n) if n > 1 else float("inf")
-    return {"mean": mu, "bootstrap_ci": [lo, hi], "t_ci": [mu - h, mu + h], "n": n,
+    n, mu = len(d), ci["mean"]
+    h = float(stats.t.ppf(0.975, n - 1)) * statistics.stdev(d) / math.sqrt(n) if n > 1 else float("inf")
+    return {"mean": mu, "bootstrap_ci": [ci["low"], ci["high"]], "t_ci": [mu - h, mu + h], "n": n,
             "differences": [round(x, 6) for x in d]}
 
 

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from _common import Bench, table, target
+from icmlkit.lib.core.stats import paired_bootstrap
 
 bench = Bench("distill-agent")
 
@@ -144,14 +145,10 @@ def qwen_teacher(ctx) -> dict:
     return out
 
 
-def paired_bootstrap(a: list, b: list, n: int = 10000, seed: int = 0) -> list:
+def paired_ci95(a: list, b: list) -> list:
     """95% percentile interval of mean(a) - mean(b) over paired 0/1 items, resampled together."""
-    import random
-
-    rng = random.Random(seed)
-    d = [int(x) - int(y) for x, y in zip(a, b)]
-    means = sorted(sum(d[rng.randrange(len(d))] for _ in d) / len(d) for _ in range(n))
-    return [round(means[int(0.025 * n)], 4), round(means[int(0.975 * n) - 1], 4)]
+    ci = paired_bootstrap([int(x) for x in a], [int(y) for y in b])
+    return [round(ci["low"], 4), round(ci["high"], 4)]
 
 
 def _qwen_report(q: dict, targets: dict) -> list:
@@ -164,10 +161,10 @@ def _qwen_report(q: dict, targets: dict) -> list:
     d_items = [c for p in per for c in p["eval"]["D"]["held_out"]["correct"]]
     a_items = [c for p in per for c in p["eval"]["A"]["held_out"]["correct"]]
     diff = round(acc[("D", "held_out")] - acc[("A", "held_out")], 4)
-    ci = paired_bootstrap(d_items, a_items)
+    ci = paired_ci95(d_items, a_items)
     din = [c for p in per for c in p["eval"]["D"]["in_dist"]["correct"]]
     ain = [c for p in per for c in p["eval"]["A"]["in_dist"]["correct"]]
-    ci_in = paired_bootstrap(din, ain)
+    ci_in = paired_ci95(din, ain)
     tok_c = [p["teacher_model_tokens"]["C_mps"] for p in per]
     tok_a = [p["teacher_model_tokens"]["A_imitation"] for p in per]
     steps = q["sizes"]["rl_steps"]

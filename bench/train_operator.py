@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from _common import CACHE, Bench, speed_ratio, table, target, time_call
+from icmlkit.lib.core.stats import paired_bootstrap
 from icmlkit.lib.train_operator.config import BurgersConfig, DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
 from icmlkit.lib.train_operator.data import fieldset, grid_coords, read_fields
 from icmlkit.lib.train_operator.demo import darcy_files
@@ -509,13 +510,11 @@ def burgers_timing(ctx) -> dict:
 
 def paired_bootstrap_ci(a, b, *, n_boot: int = 10000, seed: int = 0, level: float = 0.95) -> dict:
     """Mean of a - b and its percentile bootstrap interval, resampling the pairs (the last axis: test
-    samples; earlier axes, the seeds, averaged within each pair first)."""
+    samples; earlier axes, the seeds, averaged within each pair first; lib.core.stats.paired_bootstrap)."""
     d = (np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
     d = d.reshape(-1, d.shape[-1]).mean(0)
-    rng = np.random.default_rng(seed)
-    boots = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(1)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
-    return {"mean": float(d.mean()), "low": float(lo), "high": float(hi), "level": level, "n_pairs": int(d.size),
+    ci = paired_bootstrap(d, np.zeros_like(d), n_boot=n_boot, seed=seed, level=level)
+    return {"mean": ci["mean"], "low": ci["low"], "high": ci["high"], "level": level, "n_pairs": ci["n"],
             "n_boot": n_boot}
 
 

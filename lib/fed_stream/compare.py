@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icmlkit.lib.core.console import log
+from icmlkit.lib.core.stats import paired_bootstrap
 from icmlkit.lib.fed_stream.sim import checked_oracle, run_stream
 
 
@@ -34,9 +35,8 @@ def paired_ci(a, b, level: float = 0.95, boot: int = 0, seed: int = 0) -> dict:
     half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
     out = {"diff": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n}
     if boot > 0:
-        means = d[np.random.default_rng(seed).integers(0, n, size=(boot, n))].mean(1)
-        lo, hi = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
-        out.update(boot_low=float(lo), boot_high=float(hi), boot=int(boot))
+        ci = paired_bootstrap(a, b, n_boot=boot, seed=seed, level=level)
+        out.update(boot_low=ci["low"], boot_high=ci["high"], boot=int(boot))
     return out
 
 
