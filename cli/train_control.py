@@ -210,8 +210,10 @@ def critic_study(run, buffer, output, cfg):
     \b
     JSON keys: transitions, validation, updates, ams_k, ams_k_used, ams_rho; point_* and ams_* for l1, l3_spectral,
     l3_trace, l3_trace_abs (mean per-state |trace|), grad_norm, l4, l4_std, td_std, val_td_loss (own target), val_td_loss_point (the noiseless
-    point target), update_ms, diverged; reduction_l3_spectral, reduction_l3_trace, reduction_l4,
-    reduction_l3_trace_abs, reduction_l4_std (1 - |AMS|/|point|), td_loss_not_worse, update_time_ratio (AMS/point).
+    point target), update_ms, diverged, and where AMS acts: l3_pi_spectral, l3_pi_trace_abs (at pi(s)),
+    l3_aprime_spectral, l3_aprime_trace_abs (at a' = pi_targ(s')), l4_pi; reduction_<k> (1 - |AMS|/|point|) for
+    l3_spectral, l3_trace, l3_trace_abs, l4, l4_std, l3_pi_spectral, l3_pi_trace_abs, l3_aprime_spectral,
+    l3_aprime_trace_abs, l4_pi; td_loss_not_worse, update_time_ratio (AMS/point). --lambda-nb applies to both learners.
     Example:  train-control critic-study humanoid.npz --updates 20000 --ams-k 8 --ams-rho 0.15 -o study.csv --json
     """
     from icmlkit.lib.train_control.replay import read_replay

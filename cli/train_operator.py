@@ -213,8 +213,9 @@ def superres(run, model, data, output, plot, x_key, y_key, grid, batch, max_rati
     """One model at several resolutions (zero-shot, no retraining): a table and a figure.
 
     Columns: data, resolution, n, rel_l2_x100, rel_l2_std, seconds, points, interp_rel_l2_x100,
-    ratio_to_first. interp_rel_l2_x100 is the simple baseline: the first DATA's prediction bilinearly
-    interpolated onto this grid, when it nests the first grid and holds the same samples (else empty).
+    ratio_to_first. interp_rel_l2_x100 is the simple baseline: the first DATA's prediction interpolated
+    onto this grid (bilinear on node grids, trigonometric on periodic ones), when it nests the first grid
+    and holds the same samples (else empty).
 
     \b
     JSON keys: model, train_resolution, params, resolutions, rel_l2_x100, interp_rel_l2_x100,
