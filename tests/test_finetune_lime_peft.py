@@ -12,7 +12,7 @@ import torch
 from icmlkit.lib.finetune_lime.adapter import apply_adapter, load_adapted, read_adapter
 from icmlkit.lib.finetune_lime.config import AdapterConfig
 from icmlkit.lib.finetune_lime.peft_io import export_peft, load_peft, save_peft
-from test_finetune_lime import _cli, tiny_llama
+from test_finetune_lime import _cli, _setup_model, tiny_llama
 
 peft = pytest.importorskip("peft")
 torch.set_num_threads(1)
@@ -108,13 +108,8 @@ def test_lime_with_routed_experts_differs_from_its_exported_part(tmp_path):
 
 
 def test_cli_train_lora_export_peft_same_logits_and_refusals(tmp_path, capsys):
-    m, tok = tiny_llama()
-    d = tmp_path / "model"
-    m.save_pretrained(str(d))
-    tok.save_pretrained(str(d))
-    data = tmp_path / "t.jsonl"
-    data.write_text('{"task": "a", "prompt": "sa 21=", "target": "12"}\n{"task": "b", "prompt": "sd 12=", '
-                    '"target": "21"}\n')
+    named = _setup_model(tmp_path)
+    d, data = named["model"], named["data"]
     a = tmp_path / "lora.safetensors"
     code, _, err = _cli(["train", str(d), str(data), "-o", str(a), "--method", "lora", "--rank", "2", "--steps", "3",
                          "--batch-size", "2", "--peft-lr", "0.05"], capsys)
@@ -186,13 +181,8 @@ def test_imported_peft_lora_has_peft_logits(tmp_path, kw):
 
 
 def test_cli_import_peft_eval_folder_and_init_peft(tmp_path, capsys):
-    m, tok = tiny_llama()
-    d = tmp_path / "model"
-    m.save_pretrained(str(d))
-    tok.save_pretrained(str(d))
-    data = tmp_path / "t.jsonl"
-    data.write_text('{"task": "a", "prompt": "sa 21=", "target": "12"}\n{"task": "b", "prompt": "sd 12=", '
-                    '"target": "21"}\n')
+    named = _setup_model(tmp_path)
+    d, data = named["model"], named["data"]
     folder, ref = _peft_folder(tmp_path, "pf", model_dir=d)
     out_a = tmp_path / "imp.safetensors"
     code, out, err = _cli(["import-peft", str(d), str(folder), "-o", str(out_a), "--json"], capsys)
