@@ -38,3 +38,19 @@ def build_config(cls, values: dict):
     if callable(check):
         check()
     return cfg
+
+
+def number_list(text, flag: str, cast=float, *, positive: bool = False) -> list:
+    """A comma-separated list of numbers given to ``flag`` (a list or tuple is taken as it is); a
+    UsageError naming the flag when an entry is not a number, the list is empty or, with ``positive``,
+    an entry is not above 0."""
+    try:
+        vals = [cast(x) for x in text] if isinstance(text, (list, tuple)) else \
+            [cast(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
+    if not vals:
+        raise UsageError(f"{flag} needs at least one value")
+    if positive and any(not v > 0 for v in vals):
+        raise UsageError(f"{flag} needs positive values")
+    return vals

@@ -24,24 +24,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from icmlkit.lib.core.config import number_list
 from icmlkit.lib.core.errors import UsageError
 
 CLIP = {"file": None, "on": True, "off": False}
 ROW_KEYS = ("label", "strength", "switch_rate", "source_rate", "perplexity", "perplexity_ratio", "changed",
             "empty", "mean_new_tokens", "n", "seconds")
-
-
-def parse_strengths(text) -> list[float]:
-    if isinstance(text, (list, tuple)):
-        vals = [float(x) for x in text]
-    else:
-        try:
-            vals = [float(x) for x in str(text).split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"--strengths {text!r}: give numbers separated by commas") from None
-    if not vals:
-        raise UsageError("--strengths: give at least one strength")
-    return vals
 
 
 @dataclass
@@ -65,7 +53,7 @@ class DecoderConfig:
                 "regression): minilm or a local folder."})
 
     def strength_list(self) -> list[float]:
-        return parse_strengths(self.strengths)
+        return number_list(self.strengths, "--strengths")
 
     def check(self) -> None:
         self.strength_list()
