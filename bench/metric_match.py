@@ -725,7 +725,7 @@ def speed_honest_md(P: dict) -> tuple[dict, list[str]]:
           table([{"N": f"{r['N']:,}", "MM": f"{r['mm_s_per_query'] * 1e6:.1f} us",
                   "brute (torch)": f"{r['brute_s_per_query'] * 1e6:.0f} us",
                   "ratio": f"{r['ratio_brute']:.1f}x ({r['ratio_brute_range'][0]:.1f}-{r['ratio_brute_range'][1]:.1f})",
-                  f"tree (sklearn)": f"{r['tree_s_per_query'] * 1e6:.0f} us ({r['tree_algorithm']})",
+                  "tree (sklearn)": f"{r['tree_s_per_query'] * 1e6:.0f} us ({r['tree_algorithm']})",
                   "ratio ": f"{r['ratio_tree']:.1f}x ({r['ratio_tree_range'][0]:.1f}-{r['ratio_tree_range'][1]:.1f})",
                   "build s": f"{r['tree_build_s']:.1f}", "queries (MM / brute / tree)":
                       f"{r['mm_queries']} / {r['brute_queries']} / {r['tree_queries']}",

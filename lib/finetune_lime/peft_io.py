@@ -108,13 +108,13 @@ def export_peft(cfg: AdapterConfig, tensors: dict, meta: dict | None = None, *, 
         raise InputError("the adapter holds no lora_A tensors", source)
     linear = [p for p in paths if any(_suffix_match(p, t) for t in cfg.targets)]
     embed = [p for p in paths if p not in linear]
-    if (len(embed) != (1 if cfg.embeddings else 0)) or (embed and not cfg.embeddings):
+    if len(embed) != (1 if cfg.embeddings else 0):
         raise InputError(f"cannot tell the wrapped layers apart (targets {cfg.targets}, layers {paths})", source)
     out: dict = {}
     for p in paths:
         A = np.asarray(tensors[f"{p}.lora_A"], dtype=np.float32)
         B = np.asarray(tensors[f"{p}.lora_B"], dtype=np.float32)
-        if part != "lora" and part != "ba":
+        if part in ("shared", "mean"):
             v = np.zeros(B.shape[0], dtype=np.float64)
             if part == "mean":
                 v = v + np.asarray(tensors[f"{p}.experts"], dtype=np.float64).mean(0)
@@ -184,6 +184,8 @@ def is_peft_folder(path) -> bool:
 
 
 def _read_peft_tensors(folder: Path, where: str) -> dict:
+    # the safetensors package, not lib/core/io.read_safetensors: peft folders are often saved in
+    # bfloat16, which core's numpy reader cannot represent
     st = folder / WEIGHTS_FILE
     try:
         from safetensors import safe_open

@@ -20,6 +20,7 @@ from icmlkit.lib.metric_match.core import eig_route, eigengap_strength, local_di
 from icmlkit.lib.metric_match.data import Points, parse_direction
 from icmlkit.lib.metric_match.knn import knn_cdc
 from icmlkit.lib.metric_match.model import MetricModel
+from icmlkit.lib.metric_match.select import truth_arrays
 from icmlkit.lib.metric_match.train import standardisation
 
 
@@ -213,21 +214,8 @@ def path_png(paths: np.ndarray, image_shape, max_rows: int = 16) -> bytes:
 
 
 def _truth(test: Points) -> tuple[np.ndarray | None, int | None, np.ndarray | None]:
-    tangent = test.arrays.get("tangent")
-    dims = test.arrays.get("dim")
-    if tangent is not None:
-        tangent = np.asarray(tangent, dtype=np.float64)
-        if tangent.ndim != 3 or tangent.shape[0] != len(test.x) or tangent.shape[2] != test.x.shape[1]:
-            raise InputError(f"array 'tangent' has shape {tangent.shape}, expected (n, d, D) = ({len(test.x)}, d, "
-                             f"{test.x.shape[1]})", test.path)
-        if not np.isfinite(tangent).all():
-            raise InputError("array 'tangent' has NaN or infinite values", test.path)
-    if dims is not None:
-        dims = np.asarray(dims).reshape(-1)
-        if dims.shape[0] != len(test.x) or not np.isfinite(dims).all():
-            raise InputError(f"array 'dim' must hold one finite dimension per point ({len(test.x)})", test.path)
-        dims = dims.astype(np.int64)
-    elif tangent is not None:
+    tangent, dims = truth_arrays(test.arrays, len(test.x), test.x.shape[1], test.path)
+    if dims is None and tangent is not None:
         dims = np.full(len(test.x), tangent.shape[1], dtype=np.int64)
     if tangent is None and dims is None:
         raise InputError("a test set needs the array 'tangent' (n, d, D) and/or 'dim' (n,) (see `generate`)",

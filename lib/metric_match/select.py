@@ -31,9 +31,10 @@ def truth_arrays(arrays: dict, n: int, D: int, where: str) -> tuple[np.ndarray |
     tangent, dims = arrays.get("tangent"), arrays.get("dim")
     if tangent is not None:
         tangent = np.asarray(tangent, dtype=np.float64)
-        if tangent.ndim != 3 or tangent.shape[0] != n or tangent.shape[2] != D or not np.isfinite(tangent).all():
-            raise InputError(f"array 'tangent' must be finite with shape (n, d, D) = ({n}, d, {D}), found "
-                             f"{tangent.shape}", where)
+        if tangent.ndim != 3 or tangent.shape[0] != n or tangent.shape[2] != D:
+            raise InputError(f"array 'tangent' has shape {tangent.shape}, expected (n, d, D) = ({n}, d, {D})", where)
+        if not np.isfinite(tangent).all():
+            raise InputError("array 'tangent' has NaN or infinite values", where)
     if dims is not None:
         dims = np.asarray(dims).reshape(-1)
         if dims.shape[0] != n or not np.isfinite(dims).all():
