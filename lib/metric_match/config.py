@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from icmlkit.lib.core.config import option as _opt
+from icmlkit.lib.core.config import number_list, option as _opt
 from icmlkit.lib.core.errors import UsageError
 
 BANDWIDTHS = ("lognormal", "uniform", "lognormalwide")
@@ -24,13 +24,7 @@ DEFAULT_H_GRID = ("0.015,0.02,0.025,0.03,0.035,0.04,0.05,0.06,0.07,0.08,0.09,0.1
 
 def parse_grid(text: str, flag: str, cast=float) -> list:
     """A comma-separated list of positive numbers (``flag`` names the option in the error)."""
-    try:
-        vals = [cast(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r} is not a comma-separated list of numbers") from None
-    if not vals or any(not v > 0 for v in vals):
-        raise UsageError(f"{flag} needs positive values")
-    return vals
+    return number_list(text, flag, cast, positive=True)
 
 
 @dataclass
