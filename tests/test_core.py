@@ -553,3 +553,14 @@ def test_library_bars_stay_off_a_terminal(tmp_path):
                        cwd=str(Path(__file__).parents[1]), env={**env, "PYTHONPATH": "."})
     assert r.returncode == 0 and json.loads(r.stdout)["n"] == 50, r.stderr
     assert r.stderr == "", r.stderr
+
+
+def test_number_list_parses_and_refuses_naming_the_flag():
+    from icmlkit.lib.core.config import number_list
+    from icmlkit.lib.core.errors import UsageError
+
+    assert number_list("1, 2.5,", "--x") == [1.0, 2.5]
+    assert number_list((3, 4), "--x", int) == [3, 4]
+    for bad, kw in (("a,1", {}), ("", {}), ("1,0", {"positive": True})):
+        with pytest.raises(UsageError, match="--x"):
+            number_list(bad, "--x", **kw)
