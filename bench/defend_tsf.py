@@ -36,12 +36,10 @@ import statistics as st
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from _common import Bench, speed_ratio, table, target, time_call
 from icmlkit.lib.core.io import shared_data_dir
-from icmlkit.lib.defend_tsf import attack as atk
 from icmlkit.lib.defend_tsf import timeguard as tg
 from icmlkit.lib.defend_tsf.api import (TAKES_RATIO, attack_series, attack_takes, evaluate, learned_pairs,
                                         pool_shares, poison_truth, read_model, train, write_model)
@@ -151,11 +149,12 @@ def _reference_mae(series, ar, dc, m: str, seed: int, epochs: int, tmp: Path) ->
     path = tmp / f"{m}-clean.pt"
     write_model(path, res)
     ev = evaluate(read_model(path), ar.poisoned, record={**ar.record, "_path": "record"}).summary
-    return {"mae_poison_clean_trained": ev["mae_poison"], "mae_clean_clean_trained": ev["mae_clean"]}
+    return {"mae_poison_clean_trained": ev["mae_poison"], "mae_clean_clean_trained": ev["mae_clean"],
+            "mae_poison_no_effect": ev["mae_poison_no_effect"], "n_triggered": ev["n_triggered"]}
 
 
 def _part(ctx, attack: str, L: int, H: int, models, *, strength: str = "bench", defenses=DEFENSES,
-          full=(5, 5, 30), learned: bool = False, reference: bool = False, threads: int = 2, key: str = "") -> dict:
+          full=(5, 5, 30), learned: bool = False, reference: bool = False, threads: int = 2) -> dict:
     """Every seed of one setting (one cached item per seed). The 2026-12-07 parts ran with 2 threads
     and keep their cache keys; issue 56's parts run single-threaded (``threads`` 1) under one CPU lock,
     so their wall times are indicative only and feed no speed figure."""
@@ -171,7 +170,7 @@ def _part(ctx, attack: str, L: int, H: int, models, *, strength: str = "bench", 
         return one_seed(ctx, series, attack, L, H, s, models, strength=strength, defenses=defenses, full=full,
                         learned=learned, reference=reference)
 
-    per_seed = [ctx.cached(f"{attack}-L{L}-H{H}-seed{s}{key}", lambda s=s: seed_run(s)) for s in ctx.seeds]
+    per_seed = [ctx.cached(f"{attack}-L{L}-H{H}-seed{s}", lambda s=s: seed_run(s)) for s in ctx.seeds]
     return {"settings": {"attack": attack, "L": L, "H": H, "models": list(models), "t_b": tb, "t_1": t1, "t_2": t2,
                          "lr": LR, "strength": strength, "defenses": list(defenses), "threads": threads,
                          "timed": threads == 2, "learned_purity": learned,
@@ -212,23 +211,19 @@ BASE_PARTS = ("random-12", "random-96", "backtime-12")  # the 2026-12-07 parts (
 CELL_PARTS = BASE_PARTS + ("official-12", "patchtst-12", "timesnet-12", "itransformer-90")
 RERUNS = {"purity-12": "random-12", "purity-backtime-12": "backtime-12"}  # same setting, learned purity added
 REF_SETTINGS = (("random", 12, 12), ("random", 96, 24), ("backtime", 12, 12))
+CELL = dict(defenses=("none", "timeguard"), learned=True, threads=1)  # what every issue-56 part shares
 
 
-def _reference_seed(series, attack: str, L: int, H: int, seed: int, models) -> dict:
+def _reference_seed(series, attack: str, L: int, H: int, seed: int, models, epochs: int) -> dict:
     """One seed of a 2026-12-07 part: its attack rebuilt and each model's clean-trained reference MAE_P
-    (and the no-effect level) for the attack-takes criterion."""
+    (and the no-effect level) for the attack-takes criterion; ``epochs`` = T_1 + T_2 of the part."""
     dc = DataConfig(seq_len=L, pred_len=H)
     ar = attack_series(series, dc, AttackConfig(attack=attack, **ATTACK), seed=seed)
-    trig = ar.triggered
-    chans = np.asarray(ar.record["channel_index"], dtype=np.int64)
-    level = atk.mae_poison(trig["y_clean"], trig["y_target"], chans, int(trig["pattern_steps"])) \
-        if trig["times"].size else None
     out = []
     with tempfile.TemporaryDirectory(prefix="defend-tsf-ref-") as tmp:
         for m in models:
-            ref = _reference_mae(series, ar, dc, m, seed, 35, Path(tmp))
+            ref = _reference_mae(series, ar, dc, m, seed, epochs, Path(tmp))
             out.append({"attack": attack, "L": L, "H": H, "seed": seed, "model": m, **ref,
-                        "mae_poison_no_effect": level, "n_triggered": int(trig["times"].size),
                         "attack_train_times": len(ar.record["train_times"])})
     return {"rows": out}
 
@@ -242,50 +237,44 @@ def reference(ctx) -> dict:
     epochs = sum(_epochs(ctx.quick)[1:])
     out = [r for a, L, H in REF_SETTINGS for s in ctx.seeds
            for r in ctx.cached(f"{a}-L{L}-H{H}-seed{s}", lambda a=a, L=L, H=H, s=s: _reference_seed(
-               series, a, L, H, s, models[a]))["rows"]]
+               series, a, L, H, s, models[a], epochs))["rows"]]
     return {"settings": {"attack_config": ATTACK, "threads": 1, "epochs": epochs}, "rows": out}
 
 
 @bench.part("official-12", doc="Random attack at the official strength (budget 0.2, cone x1), L = H = 12, "
             "DLinear + iTransformer-lite, no defence vs TimeGuard, learned-pair purity", hours=0.1, seeds=(0, 1))
 def official_12(ctx) -> dict:
-    return _part(ctx, "random", 12, 12, ("dlinear", "itransformer"), strength="official",
-                 defenses=("none", "timeguard"), learned=True, reference=True, threads=1)
+    return _part(ctx, "random", 12, 12, ("dlinear", "itransformer"), strength="official", **CELL, reference=True)
 
 
 @bench.part("patchtst-12", doc="Random attack, L = H = 12, PatchTST, no defence vs TimeGuard, learned-pair purity",
             hours=0.14, seeds=(0, 1))
 def patchtst_12(ctx) -> dict:
-    return _part(ctx, "random", 12, 12, ("patchtst",), defenses=("none", "timeguard"), learned=True,
-                 reference=True, threads=1)
+    return _part(ctx, "random", 12, 12, ("patchtst",), **CELL, reference=True)
 
 
 @bench.part("timesnet-12", doc="Random attack, L = H = 12, TimesNet-lite, no defence vs TimeGuard, learned-pair "
             "purity", hours=0.14, seeds=(0, 1))
 def timesnet_12(ctx) -> dict:
-    return _part(ctx, "random", 12, 12, ("timesnet",), defenses=("none", "timeguard"), learned=True,
-                 reference=True, threads=1)
+    return _part(ctx, "random", 12, 12, ("timesnet",), **CELL, reference=True)
 
 
 @bench.part("itransformer-90", doc="Random attack, L = H = 12, iTransformer-lite at the official epochs "
             "(T_b = T_1 = 10, T_2 = 90; undefended 100), no defence vs TimeGuard", hours=0.23, seeds=(0, 1))
 def itransformer_90(ctx) -> dict:
-    return _part(ctx, "random", 12, 12, ("itransformer",), defenses=("none", "timeguard"), full=(10, 10, 90),
-                 learned=True, reference=True, threads=1)
+    return _part(ctx, "random", 12, 12, ("itransformer",), full=(10, 10, 90), **CELL, reference=True)
 
 
 @bench.part("purity-12", doc="random-12 rerun (no defence vs TimeGuard) for the learned-pair purity",
             hours=0.1, seeds=(0, 1, 2))
 def purity_12(ctx) -> dict:
-    return _part(ctx, "random", 12, 12, ("dlinear", "itransformer"), defenses=("none", "timeguard"), learned=True,
-                 threads=1)
+    return _part(ctx, "random", 12, 12, ("dlinear", "itransformer"), **CELL)
 
 
 @bench.part("purity-backtime-12", doc="backtime-12 rerun (no defence vs TimeGuard) for the learned-pair purity",
             hours=0.1, seeds=(0, 1, 2))
 def purity_backtime_12(ctx) -> dict:
-    return _part(ctx, "backtime", 12, 12, ("itransformer",), defenses=("none", "timeguard"), learned=True,
-                 threads=1)
+    return _part(ctx, "backtime", 12, 12, ("itransformer",), **CELL)
 
 
 def _mean(xs):
@@ -340,10 +329,10 @@ def _cells(results: dict) -> list:
             none, tgd = by["none"], by["timeguard"]
             r0 = none[0]
             a, L, H = r0["attack"], r0["L"], r0["H"]
-            noeff = [r.get("mae_poison_clean_trained", refs.get((a, L, H, m, r["seed"]))) for r in none]
-            noeff_ok = bool(none) and all(v is not None for v in noeff)
-            takes_ratio = _ratio(_mean([r["mae_poison"] for r in none]), _mean(noeff)) if noeff_ok else None
-            takes = attack_takes(_mean([r["mae_poison"] for r in none]), _mean(noeff)) if noeff_ok else None
+            ref_mae = [r.get("mae_poison_clean_trained", refs.get((a, L, H, m, r["seed"]))) for r in none]
+            ref_ok = bool(none) and all(v is not None for v in ref_mae)
+            takes_ratio = _ratio(_mean([r["mae_poison"] for r in none]), _mean(ref_mae)) if ref_ok else None
+            takes = attack_takes(_mean([r["mae_poison"] for r in none]), _mean(ref_mae)) if ref_ok else None
             # learned-pair purity: this part's own rows, or the rerun of the same setting
             src = rows if any(r.get("learned_share_train") is not None for r in rows) else rerun_rows.get(part, [])
             src_tg = [r for r in src if r["model"] == m and r["defense"] == "timeguard"]
@@ -355,9 +344,9 @@ def _cells(results: dict) -> list:
             cells.append({
                 "part": part, "attack": a, "L": L, "H": H, "model": m, "strength": r0["strength"],
                 "epochs": r0["epochs"], "seeds": len(none), "tag": _tag(part, a, L, H, m, r0["strength"], results[part]["settings"]["t_2"]),
-                "mae_poison_none": _mean([r["mae_poison"] for r in none]), "mae_poison_reference": _mean(noeff) if noeff_ok else None,
+                "mae_poison_none": _mean([r["mae_poison"] for r in none]), "mae_poison_reference": _mean(ref_mae) if ref_ok else None,
                 "takes_ratio": takes_ratio, "takes": takes,
-                "takes_ratio_seeds": [_ratio(r["mae_poison"], v) for r, v in zip(none, noeff)] if noeff_ok else [],
+                "takes_ratio_seeds": [_ratio(r["mae_poison"], v) for r, v in zip(none, ref_mae)] if ref_ok else [],
                 "has_tg": bool(tgd),
                 "mae_p_ratio": _ratio(_mean([r["mae_poison"] for r in tgd]), _mean([r["mae_poison"] for r in none])),
                 "mae_c_ratio": _ratio(_mean([r["mae_clean"] for r in tgd]), _mean([r["mae_clean"] for r in none])),

@@ -54,7 +54,7 @@ from icmlkit.lib.train_control.config import AgentConfig, CollectConfig, CriticS
 from icmlkit.lib.train_control.envs import make_env
 from icmlkit.lib.train_control.replay import ReplayBuffer, collect
 from icmlkit.lib.train_control.ams import td3_noise_norm
-from icmlkit.lib.train_control.study import KEYS as STUDY_KEYS, _split, critic_study, train_critic
+from icmlkit.lib.train_control.study import KEYS as STUDY_KEYS, _split, critic_study, final_figures, train_critic
 from icmlkit.lib.train_control.train import train
 
 bench = Bench("train-control")
@@ -171,7 +171,7 @@ def _mechanism_variants(ctx, spec: str, buffer, study: dict) -> dict:
             def one(s=s, algo=algo, kw=kw):
                 tr, val = _split(buffer().arrays, base.val_fraction, s)
                 _, _, fin = train_critic(tr, val, replace(base, **kw), algo, s)
-                return {k: (round(float(fin[k]), 6) if isinstance(fin.get(k), float) else fin.get(k)) for k in STUDY_KEYS}
+                return final_figures(fin)
 
             row = ctx.cached(f"{spec.replace(':', '_')}-{name}-seed{s}", one)
             ctx.log(f"{spec} {name} seed {s}: L3 spectral at a' {row['l3_aprime_spectral']}")

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from _common import CACHE, Bench, speed_ratio, table, target, time_call
+from icmlkit.lib.core.io import load_npz, write_npz
 from icmlkit.lib.core.stats import paired_bootstrap
 from icmlkit.lib.train_operator.config import BurgersConfig, DarcyConfig, FewShotConfig, ModelConfig, TrainConfig
 from icmlkit.lib.train_operator.data import fieldset, grid_coords, read_fields
@@ -419,13 +420,13 @@ def burgers_arrays(quick: bool) -> tuple[dict, float]:
     cache = CACHE / "train_operator" / f"burgers{z['solve']}-{n}-dt{BURGERS['dt']:g}-seed{BURGERS['seed']}.npz"
     cache.parent.mkdir(parents=True, exist_ok=True)
     if cache.is_file():
-        arrays = dict(np.load(cache))
+        arrays = load_npz(cache, ("x", "y", "seconds"))
         return arrays, float(arrays.pop("seconds"))
     got = []
     cfg = BurgersConfig(n=n, solve_resolution=z["solve"], resolution=z["solve"], nu=BURGERS["nu"], dt=BURGERS["dt"])
     t = time_call(lambda: got.append(generate_burgers(cfg, seed=BURGERS["seed"]).arrays), repeats=1, warmup=0)
     arrays = {"x": got[0]["x"], "y": got[0]["y"]}
-    np.savez(cache, x=arrays["x"], y=arrays["y"], seconds=t["median_s"])
+    write_npz(cache, x=arrays["x"], y=arrays["y"], seconds=t["median_s"])
     return arrays, t["median_s"]
 
 
@@ -435,12 +436,14 @@ def burgers_sets(quick: bool):
     z = burgers_sizes(quick)
     a, seconds = burgers_arrays(quick)
     ntr = z["ntrain"]
+    return (burgers_fieldset(a, z["solve"], z["train"], slice(0, ntr)),
+            [burgers_fieldset(a, z["solve"], s, slice(ntr, None)) for s in z["tests"]], seconds)
 
-    def at(s, rows):
-        step = z["solve"] // s
-        return fieldset(a["x"][rows, ::step], a["y"][rows, ::step], grid_coords((s,), "periodic"), convention="periodic")
 
-    return at(z["train"], slice(0, ntr)), [at(s, slice(ntr, None)) for s in z["tests"]], seconds
+def burgers_fieldset(a: dict, solve: int, s: int, rows):
+    """Samples ``rows`` of the solve ``a`` subsampled to ``s`` periodic points (i / s)."""
+    step = solve // s
+    return fieldset(a["x"][rows, ::step], a["y"][rows, ::step], grid_coords((s,), "periodic"), convention="periodic")
 
 
 def burgers_extra(model, tests) -> dict:
@@ -494,10 +497,9 @@ def burgers_timing(ctx) -> dict:
     n = 8 if quick else 32
     sizes_ = (z["train"], 2 * z["train"])
     out = {}
+    tc = dataclasses.replace(burgers_train_config(quick), epochs=1)
     for s in sizes_:
-        step = z["solve"] // s
-        fs = fieldset(a["x"][:n, ::step], a["y"][:n, ::step], grid_coords((s,), "periodic"), convention="periodic")
-        tc = TrainConfig(epochs=1, batch=BURGERS["batch"], lr=BURGERS["lr"], val_fraction=0, recipe="h1")
+        fs = burgers_fieldset(a, z["solve"], s, slice(0, n))
         for name, kw in BURGERS_MODELS.items():
             if name == "funcattn-periodic-pos":
                 continue

@@ -96,6 +96,11 @@ def train_critic(arrs_train: dict, val: dict, cfg: CriticStudyConfig, algo: str,
     return agent, rows, final
 
 
+def final_figures(final: dict) -> dict:
+    """The ``KEYS`` of a learner's final diagnostics (:func:`train_critic`), floats rounded to 6 digits."""
+    return {k: round(float(v), 6) if isinstance(v := final.get(k), float) else v for k in KEYS}
+
+
 def critic_study(arrs: dict, cfg: CriticStudyConfig, seed: int = 0, device="cpu") -> StudyResult:
     """Point-target vs AMS-target TD3 learners on one fixed buffer (see the module docstring)."""
     cfg.check()
@@ -116,9 +121,7 @@ def critic_study(arrs: dict, cfg: CriticStudyConfig, seed: int = 0, device="cpu"
          "ams_k": cfg.ams_k, "ams_k_used": directions_used(cfg.ams_k, int(arrs["act"].shape[1]), cfg.ams_directions),
          "ams_rho": cfg.ams_rho}
     for algo, name in (("td3", "point"), ("ams-td3", "ams")):
-        for k in KEYS:
-            v = out[algo].get(k)
-            s[f"{name}_{k}"] = round(float(v), 6) if isinstance(v, float) else v
+        s.update({f"{name}_{k}": v for k, v in final_figures(out[algo]).items()})
     for k in REDUCED:
         s[f"reduction_{k}"] = red(k)
     p, a = s["point_val_td_loss"], s["ams_val_td_loss"]  # each learner against its own target
