@@ -215,13 +215,20 @@ class Context:
         """``compute()`` once: its JSON result is kept under the part's folder and returned by later
         runs (a killed long part resumes at the first item not done). ``key`` must name every
         setting the result depends on that the part's own settings do not."""
-        path = self.folder / f"{key}.json"
-        if path.is_file() and not self.fresh:
+        path = self._cache_path(key)
+        if self.is_cached(key):
             return json.loads(path.read_text())
         value = compute()
         self.folder.mkdir(parents=True, exist_ok=True)
         write_json(path, value)
         return value
+
+    def _cache_path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def is_cached(self, key: str) -> bool:
+        """Whether :meth:`cached` would return a stored result for ``key`` without computing."""
+        return self._cache_path(key).is_file() and not self.fresh
 
     def record_tuning(self, name: str, record: dict) -> dict:
         """Keep a ``tune`` record (or any grid a method was given) in the part's provenance."""

@@ -114,7 +114,7 @@ def run_specs(ctx, specs: list[dict]) -> list[dict]:
     def key(s):
         return re.sub(r"[^A-Za-z0-9=.+-]+", "_", f"{s['name']}-seed{s['seed']}-{s['iters']}")
 
-    done = {key(s) for s in specs if (ctx.folder / f"{key(s)}.json").is_file() and not ctx.fresh}
+    done = {key(s) for s in specs if ctx.is_cached(key(s))}
     todo = [s for s in specs if key(s) not in done]
     if todo:  # each fit is stored as it finishes: a killed part resumes with the fits not done
         ctx_mp = mp.get_context("spawn")

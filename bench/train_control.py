@@ -367,7 +367,7 @@ def sb3(ctx) -> dict:
             for s in ctx.seeds:
                 for impl in SB3_IMPLS:
                     key = f"{impl}-{env_id}-seed{s}"
-                    if not ctx.quick and time.perf_counter() - t0 > SB3_CHUNK_S and not (ctx.folder / f"{key}.json").is_file():
+                    if not ctx.quick and time.perf_counter() - t0 > SB3_CHUNK_S and not ctx.is_cached(key):
                         pending += 1
                         continue
                     fn = ours_td3_run if impl == "ours" else sb3_td3_run
