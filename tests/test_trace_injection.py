@@ -953,7 +953,8 @@ def test_legitimate_bill_payment_is_not_flagged():
     res = analyse(bill)
     assert res["sink"] == "m4.0" and "m3" in res["candidates"]      # the bill is a treatment ...
     assert not res["attack"] and res["effect"] < 0.25                # ... but the user asked to pay it
-    assert any(e.src == "m3" and e.dst == "m4.0" and e.strategy == "overlap" for e in res["graph"].edges)
+    # (a flow out of the bill the task names: its own strategy, fitted apart by EM)
+    assert any(e.src == "m3" and e.dst == "m4.0" and e.strategy == "named_overlap" for e in res["graph"].edges)
     assert analyse(read_traces(FIXTURE)[1])["attack"]                  # the injected IBAN is
 
 
@@ -962,9 +963,11 @@ def test_em_recovers_planted_confidences():
 
     from icmlkit.lib.trace_injection.em import STRATEGIES, fit_em, simulate
 
-    planted = dict(zip(STRATEGIES, (0.7, 0.5, 0.85, 0.3, 0.6, 0.4, 0.8, 0.55, 0.9, 0.65)))
-    assert len(planted) == len(STRATEGIES)
-    f, y = simulate(np.random.default_rng(0), planted, 0.1, 10000)  # 10 strategies: more traces per strategy
+    planted = {"taint": 0.7, "overlap": 0.5, "fuzzy": 0.85, "delegation": 0.3, "instruction": 0.6,
+               "marked_overlap": 0.4, "marked_fuzzy": 0.8, "marked_instruction": 0.55, "named_overlap": 0.35,
+               "named_fuzzy": 0.75, "named_instruction": 0.45, "sequence": 0.9, "referenced": 0.65}
+    assert set(planted) == set(STRATEGIES)
+    f, y = simulate(np.random.default_rng(0), planted, 0.1, 13000)  # 13 strategies: more traces per strategy
     fit = fit_em(f, y, strength=1.0)
     for s in STRATEGIES:
         assert abs(fit.theta[s] - planted[s]) < 0.12, (s, fit.theta[s], planted[s])

@@ -105,10 +105,24 @@ CONFIDENCE = {
     "marked_overlap": 0.95,    # the same three out of an instruction-like segment (the weak feature:
     "marked_fuzzy": 0.8,       # the same prior, fitted apart by EM)
     "marked_instruction": 0.95,
+    "named_overlap": 0.95,     # the same three out of an untrusted span whose source the task names
+    "named_fuzzy": 0.8,        # (provenance: a flow from data the user pointed to; the same prior,
+    "named_instruction": 0.95, # fitted apart by EM)
     "sequence": 0.9,           # (b) the trusted task -> a compatible action (scaled by support)
     "referenced": 0.9,         # the task -> an action whose values come from a source the task names
     "state": 0.9,              # state_enablement (login -> protected call); never a trigger
 }
+
+
+def confidence_table(table: dict | None = None) -> dict:
+    """Every strategy's confidence: ``table`` over the prior :data:`CONFIDENCE`. A ``named_*`` strategy
+    that ``table`` lacks while it has the plain one takes the plain one's value (a table fitted before
+    the flows out of task-named sources were split off keeps its behaviour)."""
+    t = {**CONFIDENCE, **(table or {})}
+    for k in CONFIDENCE:
+        if k.startswith("named_") and table and k not in table and k[6:] in table:
+            t[k] = table[k[6:]]
+    return t
 
 
 def sink_category(function: str | None, table: dict[str, str] | None = None) -> str | None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from icmlkit.lib.trace_injection.config import CONFIDENCE
+from icmlkit.lib.trace_injection.config import CONFIDENCE, confidence_table
 from icmlkit.lib.trace_injection.scm import LEAK_ACTION
 
 FIXED = ("produced", "segment", "state")  # structural edges (a call -> its output, a span -> its piece)
@@ -72,8 +72,9 @@ def sink_factors(graphs: list, sinks: list[list[str]]) -> Factors:
 
 
 def theta_vector(table: dict | None) -> np.ndarray:
-    """theta per :data:`STRATEGIES` from a strategy table (missing ones: the prior CONFIDENCE)."""
-    t = {**CONFIDENCE, **(table or {})}
+    """theta per :data:`STRATEGIES` from a strategy table (missing ones: the prior CONFIDENCE; a missing
+    ``named_*`` one the table's plain strategy, :func:`.config.confidence_table`)."""
+    t = confidence_table(table)
     return np.array([t[s] for s in STRATEGIES], dtype=np.float64)
 
 

@@ -22,7 +22,9 @@ Edges (Step 2), each with a confidence, from four inference strategies in order:
     trust_transfer;
 (d) content overlap: an argument value (>= ``min_overlap`` characters, normalised) contained in i's
     text, or shingle similarity >= ``similarity`` -> data_dependency; an instruction pattern (j's
-    function and argument values spelled out in an injection candidate) -> trust_transfer.
+    function and argument values spelled out in an injection candidate) -> trust_transfer. Out of an
+    instruction-like segment these are the ``marked_*`` strategies, out of the plain part of a span
+    whose source the task names the ``named_*`` ones (provenance), each fitted apart by EM.
 
 A call's result is not evidence for what the call itself sent (**reconstructed**): a value that
 occurs in the arguments of the call that produced a text makes no content edge from that text and
@@ -46,7 +48,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from icmlkit.lib.trace_injection import content as C
-from icmlkit.lib.trace_injection.config import ACTION_VERBS, CONFIDENCE, DEFAULTS, DEFAULT_SINKS, sink_category
+from icmlkit.lib.trace_injection.config import (ACTION_VERBS, CONFIDENCE, DEFAULTS, DEFAULT_SINKS, confidence_table,
+                                                sink_category)
 from icmlkit.lib.trace_injection.schema import Trace
 
 TRIGGER_TYPES = ("data_dependency", "trust_transfer")
@@ -125,10 +128,11 @@ class TraceGraph:
 
 def reweight(g: "TraceGraph", table: dict | None) -> "TraceGraph":
     """Set every edge's confidence to ``table[strategy] * weight`` (strategies missing from ``table``,
-    or every strategy when ``table`` is None, take the prior ``config.CONFIDENCE``); in place, returns
+    or every strategy when ``table`` is None, take the prior ``config.CONFIDENCE``, a ``named_*`` one the
+    table's plain strategy: ``config.confidence_table``); in place, returns
     ``g`` (so a graph, or the edges a prefix graph shares with the online builder, never keeps an
     earlier call's table)."""
-    t = {**CONFIDENCE, **(table or {})}
+    t = confidence_table(table)
     for e in g.edges:
         e.confidence = float(min(1.0, t[e.strategy] * e.weight))
     return g
@@ -136,8 +140,15 @@ def reweight(g: "TraceGraph", table: dict | None) -> "TraceGraph":
 
 def _marked(src: Node, strategy: str) -> str:
     """Edges out of an instruction-like segment get their own strategy (``marked_*``), so the fit can
-    weigh the instruction cue: the weak feature, never a gate (plain spans keep theirs)."""
-    return f"marked_{strategy}" if src.kind == "SEGMENT" else strategy
+    weigh the instruction cue: the weak feature, never a gate. Edges out of the plain part of an
+    untrusted span whose source the task names (``named_by``: the file, e-mail, page or transactions
+    the user pointed to) get theirs too (``named_*``; reconstructed, issue 54 items 1 and 3): a value or
+    an instruction the agent takes from data the user asked it to use is a legitimate untrusted -> sink
+    flow as often as not, and EM fits how often (a segment of such a span stays ``marked_*``: the
+    instruction cue, not the provenance, decides there). Other spans keep the plain strategy."""
+    if src.kind == "SEGMENT":
+        return f"marked_{strategy}"
+    return f"named_{strategy}" if src.named_by is not None else strategy
 
 
 def build_graph(trace: Trace, sinks: dict | None = None, params: dict | None = None, scorer=None) -> TraceGraph:

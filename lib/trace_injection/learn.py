@@ -225,7 +225,8 @@ def copy_rule(g, sinks: list[str]) -> float:
     """Ablation "copy rule": the strongest content-overlap edge (an argument value copied) from an
     untrusted span into one of ``sinks``."""
     ss = set(sinks)
-    return max((e.weight for e in g.edges if e.dst in ss and e.strategy.removeprefix("marked_") in ("overlap", "fuzzy")
+    return max((e.weight for e in g.edges if e.dst in ss
+                and e.strategy.removeprefix("marked_").removeprefix("named_") in ("overlap", "fuzzy")
                 and g.nodes[e.src].candidate), default=0.0)
 
 
