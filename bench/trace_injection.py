@@ -243,6 +243,8 @@ def real(ctx) -> dict:
     ctx.log("marker-gated variant ...")
     base["scm_markers"] = np.array([analyse(t, params={"candidates": "markers"})["effect"] for t in traces])
     factors = em.sink_factors(graphs, sinks)
+    row_sink = [(k, s) for k, ss in enumerate(sinks) for s in ss]  # the sink of each factor row
+    top_sink = [(0.0, None)] * len(traces)  # (D_m, sink) of the sink the held-out fit blames most
     oof = {k: np.zeros(len(traces)) for k in METHODS}
     dec = {k: np.zeros(len(traces)) for k in METHODS}
     covered = np.zeros(len(traces), dtype=bool)
@@ -254,6 +256,10 @@ def real(ctx) -> dict:
         thetas.append(fitted.theta | {"leak": fitted.leak})
         fit_row = {k: round(v, 4) for k, v in thetas[-1].items()}
         s = {"scm_em": scores_at(factors, fitted), **base}
+        for r_, d_ in enumerate(em.probability(factors, fitted.vector(), fitted.leak)[1]):
+            k_, sid = row_sink[r_]
+            if pipe[k_] == held and d_ > top_sink[k_][0]:
+                top_sink[k_] = (float(d_), sid)
         thr = {k: fit_threshold(y[tr], v[tr]) for k, v in s.items()}
         tf = TfidfBaseline(text="tools").fit([traces[i] for i in tr], y[tr])
         s["tfidf_tools"], thr["tfidf_tools"] = np.zeros(len(traces)), 0.5
@@ -290,6 +296,17 @@ def real(ctx) -> dict:
                   "n2_flagged": int(flagged.sum()), "n2_flagged_calling_attacker_value": int((flagged & tried).sum()),
                   "n2_flagged_share_as_labelled": round(float(flagged.mean()), 4),
                   "n2_not_acting_flagged_share": round(float(flagged[~tried].mean()), 4) if (~tried).any() else None}
+    # every flagged N2 run with its reason: acted on the injection (the function of its first call with
+    # the attacker's value) or not, and the sink the fitted model blames most (its D_m)
+    flagged_n2 = []
+    for i in n2[flagged]:
+        h, (d_, sid) = harmful_index(traces[i]), top_sink[i]
+        flagged_n2.append({"id": traces[i].id, "user_task": traces[i].meta.get("user_task"),
+                           "acted_on_injection": h is not None,
+                           "attacker_value_call": traces[i].events[h].function if h is not None else None,
+                           "sink": graphs[i].nodes[sid].function if sid is not None else None,
+                           "sink_effect": round(d_, 4), "score": round(float(oof["scm_em"][i]), 4)})
+    summary_n2["flagged_runs"] = flagged_n2
     for k in METHODS:
         f = dec[k][n2] >= 0.5
         summary[k]["n2_flagged_acted_on_injection"] = int((f & tried).sum())
@@ -677,7 +694,10 @@ def targets_of(r: dict) -> dict:
         t["real_lopo_macro_f1"] = target(scm["macro_f1"], 0.90, scm["macro_f1"] >= 0.90,
                                          "SCM fitted by EM, P vs N1+N2, pooled over the 12 held-out pipelines; mean "
                                          f"over pipelines with P {scm['macro_f1_mean_over_pipelines_with_P']}")
-        t["real_n2_flagged"] = target(scm["n2_flagged"], 0.05, scm["n2_flagged"] <= 0.05, "share of N2 runs flagged")
+        n2d = r["real"]["n2_diagnostic"]
+        t["real_n2_flagged"] = target(scm["n2_flagged"], 0.05, scm["n2_flagged"] <= 0.05,
+                                      f"share of N2 runs flagged ({n2d['n2_flagged']} of {n2d['n2']}; the runs and "
+                                      "their reasons: real.n2_diagnostic.flagged_runs)")
         t["real_auroc"] = target(scm["auroc"], None, True, "pooled out-of-fold scores (reported)")
         gain = round(scm["macro_f1"] - reach["macro_f1"], 4)
         t["scm_beats_reachability_by_0.02"] = target(gain, 0.02, gain >= 0.02,
@@ -804,7 +824,12 @@ def markdown(r: dict) -> str:
                   f"hand-set prior: ECE {rr['calibration_scm_prior_p_compromised']['ece']}.", "",
                   f"Edge confidences: prior {rr['theta_prior']}; fitted (mean over folds) {rr['theta_fitted_mean']} "
                   "(per fold: bench/results/trace_injection.json, real.folds[].fitted).",
-                  "", f"N2 diagnostic: {rr['n2_diagnostic']}", "",
+                  "", "N2 diagnostic: " + str({k: v for k, v in rr["n2_diagnostic"].items() if k != "flagged_runs"}), "",
+                  *(["N2 runs flagged that did not act on the injection (no call with the attacker's value; the sink "
+                     "the fitted model blames most):", "",
+                     table([{"run": x["id"], "user task": x["user_task"], "sink": x["sink"], "D_m": x["sink_effect"],
+                             "P(compromised)": x["score"]} for x in rr["n2_diagnostic"]["flagged_runs"]
+                            if not x["acted_on_injection"]]), ""] if rr["n2_diagnostic"].get("flagged_runs") else []),
                   f"Throughput {rr['throughput_traces_per_second']} traj/s{spread}, 0 LLM calls"
                   + (f"; graph building with the learned instruction score {lv['graphs_per_second']} graphs/s "
                      "(without the rest of the analysis)." if lv is not None else "."), ""]
