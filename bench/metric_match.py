@@ -24,10 +24,11 @@ scikit-dimension's lPCA / TwoNN. Parts:
   ~6 GB here), the network at its stored default h vs kNN-CDC by torch brute force and by
   scikit-learn's tree index (kd_tree or ball_tree, the faster at N = 1e5; never 'auto', which is brute
   force at D = 16); the target takes the smaller ratio. Run it with both CPU locks held.
-- ``scale``: S^4 in R^16, plain and centred, 3 step counts x 3 widths, one seed, every cell trained
-  with the tool's defaults (the default h chosen on a held-out split) and cached; power-law fits of
-  the tangent error against steps (and width) and the extrapolated budget at which each variant
-  reaches the tuned kNN-CDC error.
+- ``scale``: S^4 in R^16 (4 step counts, 300 to 10k, x 3 widths) and the paper's S^8 in R^64 (3 step
+  counts, 300 to 3000, x 3 widths), plain and centred, one seed, every cell trained with the tool's
+  defaults (the default h chosen on a held-out split) and cached; power-law fits of the tangent error
+  against steps (and width), the extrapolated budget at which each variant reaches the tuned kNN-CDC
+  error, and on S^4 the fit through 300-3000 steps checked against the error measured at 10k.
 
 Run:  make bench TOOL=metric-match   (or .venv/bin/python bench/metric_match.py [--part P] [--quick])
 """
@@ -230,10 +231,20 @@ SCALE_VARIANTS = ("plain", "centred")
 
 
 def scale_grid(quick: bool) -> dict:
-    """The (steps, width) grid of the scale part: every cell is one training of each variant (seed 0)."""
+    """The scale part's (steps, width) grid per set: every cell is one training of each variant (seed 0).
+    S^4 / R^16 has a fourth step count, 10k, beyond the three a first run fitted: it tests that fit's
+    extrapolation (``held_out_check``); the paper's S^8 / R^64 has three."""
     if quick:
-        return {"steps": [20, 40], "widths": [16, 32], "n_train": 2000, "sets": ["S4_R16"]}
-    return {"steps": [300, 1000, 3000], "widths": [64, 128, 256], "n_train": 10_000, "sets": ["S4_R16"]}
+        return {"n_train": 2000, "sets": {"S4_R16": {"steps": [20, 40, 80, 160], "widths": [16, 32]},
+                                          "S8_R64": {"steps": [20, 40], "widths": [16]}}}
+    return {"n_train": 10_000, "sets": {"S4_R16": {"steps": [300, 1000, 3000, 10_000], "widths": [64, 128, 256]},
+                                        "S8_R64": {"steps": [300, 1000, 3000], "widths": [64, 128, 256]}}}
+
+
+def speed_cell(quick: bool) -> tuple[int, int]:
+    """(width, steps) of the scale part's centred S^4 / R^16 cell whose network the speed parts time
+    (the tangents part's architecture and budget), kept apart from the grid's largest cell."""
+    return (32, 40) if quick else (256, 3000)
 
 
 def scale_data(name: str, n_train: int):
@@ -253,6 +264,22 @@ def knn_reference(name: str, n_train: int) -> dict:
     best = rec["methods"]["kNN-CDC"]["best"]
     pe, acc = scores(*knn_cdc(X, yt, best["k"], best["h"]), te["tangent"], d)
     return {"k": best["k"], "h": best["h"], "projector_error": pe, "dim_accuracy": acc, "tuning": rec}
+
+
+def chance_levels(name: str, n_train: int) -> dict:
+    """Reference projector errors on the scale part's test set (no training): a uniformly random d-plane
+    in R^D, and a random d-plane inside the sphere's own (d+1)-dimensional span (the span known, the
+    normal not). An estimate near the second has learned the span and little of the tangent plane."""
+    d, D, _, _, te = scale_data(name, n_train)
+    T, x = torch.as_tensor(te["tangent"]), torch.as_tensor(te["points"])
+    g = torch.Generator().manual_seed(0)
+    n = len(T)
+    rand = torch.linalg.qr(torch.randn(n, D, d, generator=g, dtype=T.dtype)).Q.transpose(-1, -2)
+    span = torch.cat([T, x[:, None]], 1)                                     # (n, d+1, D), orthonormal rows
+    C = torch.linalg.qr(torch.randn(n, d + 1, d, generator=g, dtype=T.dtype)).Q  # (n, d+1, d)
+    in_span = C.transpose(-1, -2) @ span
+    return {"random_plane": float(projector_error(rand, T).mean()),
+            "random_plane_in_span": float(projector_error(in_span, T).mean())}
 
 
 def scale_cell(name: str, variant: str, width: int, steps: int, n_train: int, log, save_as=None) -> dict:
@@ -322,6 +349,10 @@ def scale_fits(cells: list[dict], knn_err: float) -> dict:
             f = power_fit([c["steps"] for c in cw], [c["projector_error"] for c in cw])
             f["steps_to_knn"] = steps_to(f["a"], f["b"], knn_err)
             f["ratio_to_knn_at_max_steps"] = cw[-1]["projector_error"] / knn_err
+            # the local slope: the power law through the two largest step counts only (a plateau shows here)
+            f2 = power_fit([c["steps"] for c in cw[-2:]], [c["projector_error"] for c in cw[-2:]])
+            f["b_last_two"] = f2["b"]
+            f["steps_to_knn_last_two"] = steps_to(f2["a"], f2["b"], knn_err)
             per_width[str(w)] = f
         lx = np.log([[c["steps"], c["width"]] for c in mine])
         ly = np.log([c["projector_error"] for c in mine])
@@ -335,8 +366,29 @@ def scale_fits(cells: list[dict], knn_err: float) -> dict:
     return out
 
 
-@bench.part("scale", doc="S^4/R^16 tangent error vs training steps and width, plain and centred, fitted trend",
-            hours=0.25)
+def held_out_check(cells: list[dict], knn_err: float) -> dict | None:
+    """The fits made without the largest step count (``scale_fits`` of the other cells), their predicted
+    error at the largest step count beside the error measured there, per variant and width. None below
+    four step counts (a check needs a fit through three)."""
+    steps = sorted({c["steps"] for c in cells})
+    if len(steps) < 4:
+        return None
+    last = steps[-1]
+    fits = scale_fits([c for c in cells if c["steps"] < last], knn_err)
+    check = {}
+    for variant, fv in fits.items():
+        check[variant] = {}
+        for w, f in fv["per_width"].items():
+            meas = next(c["projector_error"] for c in cells
+                        if c["variant"] == variant and str(c["width"]) == w and c["steps"] == last)
+            check[variant][w] = {"predicted_error": f["a"] * last ** -f["b"], "measured_error": meas,
+                                 "predicted_steps_to_knn": f["steps_to_knn"], "measured_ratio_to_knn": meas / knn_err,
+                                 "reached_knn": meas <= knn_err}
+    return {"fit_steps": steps[:-1], "at_steps": last, "fits": fits, "check": check}
+
+
+@bench.part("scale", doc="S^4/R^16 and S^8/R^64 tangent error vs training steps and width, plain and centred, "
+            "fitted trend, extrapolation checked at 10k steps", hours=1.0)
 def scale(ctx) -> dict:
     """Tangent-projector error against steps x width for both variants (one seed), each cell cached;
     fitted power laws and the budget at which the plain variant would reach kNN (extrapolated). One
@@ -344,29 +396,31 @@ def scale(ctx) -> dict:
     torch.set_num_threads(1)
     g = scale_grid(ctx.quick)
     out = {}
-    for name in g["sets"]:
+    for name, grid in g["sets"].items():
         knn = dict(ctx.cached(f"knn-{name}-{g['n_train']}", lambda: knn_reference(name, g["n_train"])))
         ctx.record_tuning(f"knn-{name}", knn.pop("tuning"))
         cells = []
         for variant in SCALE_VARIANTS:
-            for w in g["widths"]:
-                for s in g["steps"]:
-                    big = variant == "centred" and w == max(g["widths"]) and s == max(g["steps"]) and name == "S4_R16"
+            for w in grid["widths"]:
+                for s in grid["steps"]:
+                    big = variant == "centred" and (w, s) == speed_cell(ctx.quick) and name == "S4_R16"
                     save_as = _shared(ctx.quick) / f"scale-{name}-centred-w{w}-s{s}.safetensors" if big else None
                     if save_as is not None:
                         save_as.parent.mkdir(parents=True, exist_ok=True)
                     cells.append(ctx.cached(f"cell-{name}-{variant}-w{w}-s{s}-n{g['n_train']}",
                                             lambda: scale_cell(name, variant, w, s, g["n_train"], ctx.log, save_as)))
         out[name] = {"knn": knn, "cells": cells, "fits": scale_fits(cells, knn["projector_error"]),
-                     "grid": {"steps": g["steps"], "widths": g["widths"], "seed": 0, "n_train": g["n_train"]}}
+                     "held_out": held_out_check(cells, knn["projector_error"]),
+                     "chance": chance_levels(name, g["n_train"]),
+                     "grid": {"steps": grid["steps"], "widths": grid["widths"], "seed": 0, "n_train": g["n_train"]}}
     return out
 
 
 def speed_model(quick: bool):
-    """The centred S^4/R^16 network of the scale part's largest cell (width 256, rank 8: the tangents
-    part's architecture), trained here if the scale part has not run."""
+    """The centred S^4/R^16 network of the scale part's ``speed_cell`` (width 256, 3000 steps, rank 8: the
+    tangents part's architecture), trained here if the scale part has not run."""
     g = scale_grid(quick)
-    w, s = max(g["widths"]), max(g["steps"])
+    w, s = speed_cell(quick)
     path = _shared(quick) / f"scale-S4_R16-centred-w{w}-s{s}.safetensors"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -734,26 +788,66 @@ def speed_honest_md(P: dict) -> tuple[dict, list[str]]:
     return tg, md
 
 
+SCALE_TREND_TARGETS = {"S4_R16": "plain_error_scale_trend", "S8_R64": "plain_error_scale_trend_s8"}
+SCALE_SET_LABELS = {"S4_R16": "S^4 in R^16", "S8_R64": "S^8 in R^64"}
+
+
+def plain_trend_target(name: str, S: dict) -> dict:
+    """The reported trend of the plain variant at the largest width: its fitted power law and the
+    extrapolated steps at which it reaches kNN's error (the per-width fit and the joint one)."""
+    kerr, wmax, steps = S["knn"]["projector_error"], str(max(S["grid"]["widths"])), S["grid"]["steps"]
+    f, j = S["fits"]["plain"]["per_width"][wmax], S["fits"]["plain"]["joint"]
+    need = f["steps_to_knn"]
+    measured = next(c["projector_error"] for c in S["cells"]
+                    if c["variant"] == "plain" and str(c["width"]) == wmax and c["steps"] == max(steps))
+    return target(
+        float(f"{need:.3g}") if need is not None else None, "reported", True,
+        f"{SCALE_SET_LABELS[name]}, plain variant, width {wmax}: error ~ {f['a']:.3g} steps^{-f['b']:.3f} (R^2 "
+        f"{f['r2']:.2f}, {len(steps)} step counts {min(steps)}-{max(steps)}, 1 seed; measured {measured:.4f} at "
+        f"{max(steps)} steps = {measured / kerr:.2f}x kNN"
+        + (f"; a random d-plane in the sphere's (d+1)-span scores {S['chance']['random_plane_in_span']:.4f}"
+           if "chance" in S else "") + ") "
+        + ("does not fall with steps: no extrapolated budget" if need is None else
+           f"would not reach kNN's {kerr:.4f} before 1e30 steps" if need >= 1e30 else
+           f"reaches kNN's {kerr:.4f} at about {need:.3g} steps (EXTRAPOLATED)")
+        + (f"; through the last two step counts only: steps^{-f['b_last_two']:.3f}, "
+           + (f"kNN at about {f['steps_to_knn_last_two']:.3g} steps (EXTRAPOLATED)"
+              if f.get("steps_to_knn_last_two") and f["steps_to_knn_last_two"] < 1e30 else "never")
+           if "b_last_two" in f else "")
+        + f"; joint fit a steps^-b width^-c with b = {j['b']:.3f}, c = {j['c']:.3f}; at width 1024 "
+        + (f"about {j['steps_to_knn_at_width_1024']:.3g} steps (EXTRAPOLATED)"
+           if j.get("steps_to_knn_at_width_1024") else "no budget"))
+
+
+def held_out_target(name: str, S: dict) -> dict:
+    """The plain variant at the largest width: the error the fit without the largest step count
+    predicted there, against the error measured (value: measured / predicted)."""
+    H, kerr, wmax = S["held_out"], S["knn"]["projector_error"], str(max(S["grid"]["widths"]))
+    c, f = H["check"]["plain"][wmax], H["fits"]["plain"]["per_width"][wmax]
+    fs = H["fit_steps"]
+    pred_need = c["predicted_steps_to_knn"]
+    return target(
+        round(c["measured_error"] / c["predicted_error"], 3), "reported", True,
+        f"{SCALE_SET_LABELS[name]}, plain variant, width {wmax}: the fit through {len(fs)} step counts "
+        f"({fs[0]}-{fs[-1]}; error ~ {f['a']:.3g} steps^{-f['b']:.3f}) predicted {c['predicted_error']:.4f} at "
+        f"{H['at_steps']} steps and "
+        + (f"kNN's {kerr:.4f} at about {pred_need:.3g} steps" if pred_need is not None else
+           f"never to reach kNN's {kerr:.4f}")
+        + f"; measured at {H['at_steps']}: {c['measured_error']:.4f} ({c['measured_ratio_to_knn']:.2f}x kNN): "
+        + ("reached kNN" if c["reached_knn"] else "did NOT reach kNN")
+        + " (value: measured / predicted)")
+
+
 def scale_md(P: dict) -> tuple[dict, list[str]]:
     tg, md = {}, []
     for name, S in P.items():
         knn, fits, cells = S["knn"], S["fits"], S["cells"]
         kerr = knn["projector_error"]
         wmax = str(max(S["grid"]["widths"]))
-        if name == "S4_R16" and "plain" in fits:
-            f = fits["plain"]["per_width"][wmax]
-            j = fits["plain"]["joint"]
-            need = f["steps_to_knn"]
-            approach = f["b"] > 0
-            tg["plain_error_scale_trend"] = target(
-                float(f"{need:.3g}") if need is not None else None, "reported", True,
-                f"S^4 in R^16, plain variant, width {wmax}: error ~ {f['a']:.3g} steps^{-f['b']:.3f} (R^2 "
-                f"{f['r2']:.2f}, {len(S['grid']['steps'])} step counts, 1 seed) "
-                + (f"reaches kNN's {kerr:.4f} at about {need:.3g} steps (EXTRAPOLATED)" if approach else
-                   "does not fall with steps: no extrapolated budget")
-                + f"; joint fit a steps^-b width^-c with b = {j['b']:.3f}, c = {j['c']:.3f}; at width 1024 "
-                + (f"about {j['steps_to_knn_at_width_1024']:.3g} steps (EXTRAPOLATED)"
-                   if j.get("steps_to_knn_at_width_1024") else "no budget"))
+        if name in SCALE_TREND_TARGETS and "plain" in fits:
+            tg[SCALE_TREND_TARGETS[name]] = plain_trend_target(name, S)
+        if name == "S4_R16" and S.get("held_out") and "plain" in S["held_out"]["check"]:
+            tg["plain_scale_extrapolation_check"] = held_out_target(name, S)
         rows = []
         for c in sorted(cells, key=lambda c: (c["variant"], c["width"], c["steps"])):
             rows.append({"variant": c["variant"], "width": c["width"], "steps": c["steps"],
@@ -769,13 +863,20 @@ def scale_md(P: dict) -> tuple[dict, list[str]]:
                f"chosen on it by projector error (the model's stored h, 'tool's h'); 'bench h' is the h the "
                f"separate 500-point validation set picks, as in part A. Test set: 1k points. kNN-CDC (all "
                f"{g['n_train']:,} points, (k, h) tuned on validation, 24 configurations): {kerr:.4f} (k = {knn['k']}, "
-               f"h = {knn['h']}). Mean error at the tool's h / at the bench's h over the cells: {ratio_h:.3f}.", "",
+               f"h = {knn['h']}). Mean error at the tool's h / at the bench's h over the cells: {ratio_h:.3f}."
+               + (f" Reference levels (no training): a random d-plane in R^D "
+                  f"{S['chance']['random_plane']:.4f}; a random d-plane inside the sphere's own (d+1)-span (the "
+                  f"span known, the normal not) {S['chance']['random_plane_in_span']:.4f}." if "chance" in S else ""),
+               "",
                table(rows), "",
                table([{"variant": v, "width": w, "a": f"{f['a']:.3g}", "b": f"{f['b']:.3f}",
                        "R^2": f"{f['r2']:.2f}" if f["r2"] is not None else "-",
                        "error / kNN at the most steps": f"{f['ratio_to_knn_at_max_steps']:.2f}",
                        "steps to reach kNN (EXTRAPOLATED)": f"{f['steps_to_knn']:.3g}" if f["steps_to_knn"] else
-                       "never (b <= 0)"}
+                       "never (b <= 0)",
+                       "b, last two step counts": f"{f['b_last_two']:.3f}",
+                       "steps to kNN, last two (EXTRAPOLATED)": f"{f['steps_to_knn_last_two']:.3g}"
+                       if f["steps_to_knn_last_two"] else "never (b <= 0)"}
                       for v, fv in fits.items() for w, f in fv["per_width"].items()]), "",
                "Joint fits error ~ a steps^-b width^-c (EXTRAPOLATED budgets): " + "; ".join(
                    f"{v}: a = {fv['joint']['a']:.3g}, b = {fv['joint']['b']:.3f}, c = {fv['joint']['c']:.3f}, "
@@ -786,6 +887,19 @@ def scale_md(P: dict) -> tuple[dict, list[str]]:
                    + (f"{fv['joint']['steps_to_knn_at_width_1024']:.3g}"
                       if fv["joint"].get("steps_to_knn_at_width_1024") else "never")
                    for v, fv in fits.items()) + ".", ""]
+        H = S.get("held_out")
+        if H:
+            md += [f"Extrapolation check: the per-width fits through {H['fit_steps'][0]}-{H['fit_steps'][-1]} "
+                   f"steps ({len(H['fit_steps'])} step counts), their prediction at {H['at_steps']} steps, and "
+                   f"the error measured there.", "",
+                   table([{"variant": v, "width": w,
+                           "fit": f"{H['fits'][v]['per_width'][w]['a']:.3g} steps^{-H['fits'][v]['per_width'][w]['b']:.3f}",
+                           "predicted": f"{c['predicted_error']:.4f}", "measured": f"{c['measured_error']:.4f}",
+                           "measured / predicted": f"{c['measured_error'] / c['predicted_error']:.2f}",
+                           "predicted steps to kNN": f"{c['predicted_steps_to_knn']:.3g}"
+                           if c["predicted_steps_to_knn"] else "never",
+                           "measured / kNN": f"{c['measured_ratio_to_knn']:.2f}"}
+                          for v, cv in H["check"].items() for w, c in cv.items()]), ""]
     return tg, md
 
 
