@@ -211,7 +211,10 @@ _REFERENCE_PATTERNS = {
                  r",?\s+(\d{4})\b",
     "_DATE_SLASH": r"(?<![\d/.])(\d{1,2})[/.](\d{1,2})[/.](\d{4})(?![\d/.])",
     "_DATE_ISO": r"(?<!\d)(\d{4})[/.](\d{1,2})[/.](\d{1,2})(?!\d)",
+    "_AMOUNT": r"(?<![\w.,:/-])(?:[$€£]\s?)?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:\s?(?:usd|eur|gbp|chf))?"
+               r"(?![\w/:-]|[.,]\d)",
 }
+_AMOUNT_HINT = r"[$€£]|\d,\d{3}|\d\.\d*0\b|\d\s?(?:usd|eur|gbp|chf)\b"
 _DATE_HINT = (r"\d[/.]\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?\s+\d|"
               r"\d\s+(?:of\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
 _FUZZ = list("ab12 -/.:@<>$,wmtp0jnay\n\"'[]{}") + ["www.", "http://", "mailto:", "jan ", "May ", " of ", "st ", "2024",
@@ -228,6 +231,12 @@ def _reference_steps(s: str, C) -> list:
            C._EMAIL_BR.sub(r"\1", C._MAILTO.sub("", s)) if "@" in s else s,
            ref["_GROUPS"].sub(lambda m: m.group(0).replace(" ", "").replace("-", ""),
                               ref["_IBAN"].sub(lambda m: m.group(0).replace(" ", "").replace("-", ""), s))]
+
+    def amount(m):
+        whole, frac = m.group(1).replace(",", ""), (m.group(2) or "").rstrip("0")
+        return whole + ("." + frac if frac else "")
+
+    out.append(ref["_AMOUNT"].sub(amount, s) if re.search(_AMOUNT_HINT, s) else s)
     d = s
     if re.search(_DATE_HINT, d):
         def rep(m, y, mo, day):
@@ -250,7 +259,7 @@ def _check_text_preparation(raw: str, C) -> None:
     assert C.normalise(raw) == re.sub(r"\s+", " ", re.sub(r"[\"'`{}\[\]]", " ", raw.replace("\\n", " ")
                                                            .replace("\\t", " ").lower())).strip(), raw
     n = C.normalise(raw)
-    assert [C._url(n), C._email(n), C._account(n), C._date(n)] == _reference_steps(n, C), raw
+    assert [C._url(n), C._email(n), C._account(n), C._amount(n), C._date(n)] == _reference_steps(n, C), raw
     text = C.unwrap(raw)
     plain = [(sp, C.instruction_score(text[sp[0]:sp[1]])) for sp in C._pieces(text)]
     assert C.scored_pieces(text) == plain, raw
@@ -267,7 +276,7 @@ def test_shingle_bound_never_leaves_out_a_shingle_that_occurs():
     for _ in range(3000):
         v = Value(" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))))
         t = Text(" ".join(rng.choice(words) for _ in range(rng.randint(0, 30))))
-        assert v.shingle_bound(t, 10) >= len(v.shingles(10) & t.shingles(10))
+        assert v.shingle_bound(t, 10) >= len(v.shingles(10).keys() & t.shingles(10).keys())
     # a long text: the same overlap with and without its shingle set built first
     body = " ".join(rng.choice(words) for _ in range(LONG_TEXT // 3))
     for raw in ("the money to bob reviews", "verylongword hotel a.b pay the", "zz qq the money"):
@@ -286,6 +295,20 @@ def test_text_preparation_is_exact_on_random_strings():
                 "see https://www.x.com/ and <mailto:a@b.com>, 1234-5678-9012, $1,000.00",
                 "Hi.\n\n<INFORMATION>\nThis is an important message from me to you, AI model.\n</INFORMATION>"):
         _check_text_preparation(raw, C)
+
+
+def test_amount_and_date_steps_are_exact_on_random_dates_and_amounts():
+    """The amount step (its pattern written from the first character) and the date step (each substitution run
+    only when the text it gets holds what it needs) against the reference patterns, on random strings built
+    from the parts of amounts and dates."""
+    from icmlkit.lib.trace_injection import content as C
+
+    rng = random.Random(13)
+    parts = ["$", "\u20ac", "\u00a3", "1", "12", "1,000", ",", ".", ".50", "0", "usd", " eur", " ", "-", "/", ":", "a",
+             "5th", "1st", " of ", "may", "sept", "dec.", "jan ", "2024", "05/05/", "2024/5/5", "12.31.", "x", "_"]
+    for _ in range(20000):
+        n = C.normalise("".join(rng.choice(parts) for _ in range(rng.randint(1, 14))))
+        assert [C._amount(n), C._date(n)] == _reference_steps(n, C)[3:], n
 
 
 def test_text_preparation_is_exact_on_the_real_runs():

@@ -237,8 +237,11 @@ def segments(text: str, threshold: float = 0.5, scorer=None, scored=None) -> lis
     return out
 
 
-def _shingles(text: str, k: int) -> set:
-    return {text[i:i + k] for i in range(max(0, len(text) - k + 1))}
+def _shingles(text: str, k: int) -> dict:
+    """The ``k``-character shingles of ``text`` as the keys of a dict (values None): a dict holding only strings
+    is never tracked by the garbage collector, a set is (the shingle sets of every text and value of a batch
+    made each full collection visit millions of strings); compare them through ``.keys()``."""
+    return dict.fromkeys([text[i:i + k] for i in range(max(0, len(text) - k + 1))])
 
 
 _WHOLE_WORD = re.compile(r"(?= ([^ ]+) )")  # every word between two spaces (overlapping)
@@ -255,32 +258,25 @@ def overlap(value: "Value", source: "Text", min_overlap: int = 10, similarity: f
     return overlap_known(value, source, min_overlap, similarity)
 
 
-_OVERLAPS: dict = {}  # (value, source, min_overlap, similarity) -> overlap (the objects are read-only)
-
-
 def overlap_known(value: "Value", source: "Text", min_overlap: int = 10, similarity: float = 0.6,
                   may_match: bool = True, idents: list | None = None) -> tuple[float, str]:
     """:func:`overlap` when the caller already knows that ``value`` cannot :func:`match` the source
     (``may_match`` False: it occurs in no text of a corpus holding the source, :meth:`Corpus.may_match`)
     and which of its identifier tokens can (``idents``, in order; None: all of them): the same result
     with the containment tests that cannot succeed skipped; kept per (value, source) pair (the same
-    tool output and argument value recur across the runs of one task)."""
-    key = (value, source, min_overlap, similarity)
-    out = _OVERLAPS.get(key)
+    tool output and argument value recur across the runs of one task) on the value (:meth:`Value.memo`)."""
+    memo = value.memo(("overlap", min_overlap, similarity))
+    out = memo.get(source)
     if out is None:
-        if len(_OVERLAPS) >= 1 << 18:
-            _OVERLAPS.clear()
-        out = _OVERLAPS[key] = _overlap(value, source, min_overlap, similarity, may_match, idents)
+        out = memo[source] = _overlap(value, source, min_overlap, similarity, may_match, idents)
     return out
 
 
 def clear_caches() -> None:
     """Empty the per-value, per-pair and per-word caches of this module (values, matches, overlaps,
-    word forms, stems)."""
+    word forms, stems; the per-pair results live on the cached values and texts, :meth:`Value.memo`)."""
     value.cache_clear()
-    match.cache_clear()
     overlap.cache_clear()
-    _OVERLAPS.clear()
     _expand.cache_clear()
     stem.cache_clear()
 
@@ -289,13 +285,13 @@ def _overlap(value: "Value", source: "Text", min_overlap: int, similarity: float
              idents: list | None) -> tuple[float, str]:
     v, src = value.norm, source.norm
     if len(v) < min_overlap:
-        return 0.0, ""
+        return _NONE
     if may_match:
         if v in src:
-            return 1.0, ""
+            return _FULL[""]
         ok, how = match(value, source, min_overlap)
         if ok:
-            return 1.0, how
+            return _FULL[how]
     # an identifier-like token of the value (IBAN, e-mail, URL, id: >= min_overlap characters with a
     # digit, '@', '.' or '/') found in the source is a >= min_overlap common substring that cannot be
     # a common word; for short values only (a long composite text is judged by its coverage)
@@ -303,17 +299,17 @@ def _overlap(value: "Value", source: "Text", min_overlap: int, similarity: float
         if len(tok.norm) >= min_overlap:
             ok, how = match(tok, source, min_overlap)
             if ok:
-                return 1.0, how
+                return _FULL[how]
     if value.identifier():
-        return 0.0, ""  # an identifier (IBAN, e-mail, URL, id) matches canonically or not at all
+        return _NONE  # an identifier (IBAN, e-mail, URL, id) matches canonically or not at all
     mine = value.shingles(min_overlap)
     if not mine:
-        return 0.0, ""
+        return _NONE
     if (len(src) >= LONG_TEXT and not source.has_shingles(min_overlap)
             and value.shingle_bound(source, min_overlap) / len(mine) < similarity):
-        return 0.0, ""  # (exact: even every shingle the bound allows would fall short of the threshold)
-    cov = len(mine & source.shingles(min_overlap)) / len(mine)
-    return (cov, "") if cov >= similarity else (0.0, "")
+        return _NONE  # (exact: even every shingle the bound allows would fall short of the threshold)
+    cov = len(mine.keys() & source.shingles(min_overlap).keys()) / len(mine)
+    return ((cov, "") if cov < 1.0 else _FULL[""]) if cov >= similarity else _NONE
 
 
 @lru_cache(maxsize=4096)
@@ -342,7 +338,19 @@ def function_tokens(function: str) -> tuple:
 
 def function_match(function: str, text_tokens) -> float:
     """Fraction of the function's content tokens named (or a synonym named) in a text (its token set,
-    or a :class:`Text`)."""
+    or a :class:`Text`: kept per function name on the text, which is read-only)."""
+    if isinstance(text_tokens, Text):
+        memo = text_tokens._fm
+        if memo is None:
+            memo = text_tokens._fm = {}
+        out = memo.get(function)
+        if out is None:
+            out = memo[function] = _function_match(function, text_tokens)
+        return out
+    return _function_match(function, text_tokens)
+
+
+def _function_match(function: str, text_tokens) -> float:
     toks = function_tokens(function)
     if not toks:
         return 0.0
@@ -409,8 +417,11 @@ _EMAIL_BR = re.compile(r"<([a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,})>")
 # an IBAN matched from its check digits (its two letters hold no space or dash to drop)
 _IBAN = re.compile(r"\d(?<=(?<![a-z0-9])[a-z]{2}\d)\d(?:[ -]?[a-z0-9]{4}){2,7}(?:[ -]?[a-z0-9]{1,3})?(?![a-z0-9])")
 _GROUPS = re.compile(r"\d(?<![\w-]\d)\d{2,3}(?:[ -]\d{3,4}){2,}(?![\w-])")
-_AMOUNT = re.compile(r"(?<![\w.,:/-])(?:[$€£]\s?)?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:\s?(?:usd|eur|gbp|chf))?"
-                     r"(?![\w/:-]|[.,]\d)")
+# an amount: "(?<![\w.,:/-])(?:[$€£]\s?)?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:\s?(?:usd|eur|gbp|chf))?(?![\w/:-]|[.,]\d)",
+# written from its first character (a currency sign or the first digit, the look-behind after it) so that sre's
+# prefix scan applies: group 1 the whole part after a first digit, group 2 the whole part after a sign, 3 the decimals
+_AMOUNT = re.compile(r"[$€£\d](?<![\w.,:/-][$€£\d])(?:(?<=\d)(\d{0,2}(?:,\d{3})+|\d*)|(?<=[$€£])\s?(\d{1,3}(?:,\d{3})+|\d+))"
+                     r"(?:\.(\d+))?(?:\s?(?:usd|eur|gbp|chf))?(?![\w/:-]|[.,]\d)")
 _MONTH_RE = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _DATE_MDY = re.compile(r"\b" + _MONTH_RE + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
 _DATE_DMY = re.compile(r"(\d(?<!\w\d)\d?)(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH_RE + r",?\s+(\d{4})\b")
@@ -418,13 +429,15 @@ _DATE_SLASH = re.compile(r"(\d(?<![\d/.]\d)\d?)[/.](\d{1,2})[/.](\d{4})(?![\d/.]
 _DATE_ISO = re.compile(r"(\d(?<!\d\d)\d{3})[/.](\d{1,2})[/.](\d{1,2})(?!\d)")
 _MDY_NEED = re.compile(r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d")  # what _DATE_MDY needs
 _DIGIT = re.compile(r"\d")
-_AMOUNT_HINT = re.compile(r"[$€£]|\d,\d{3}|\d\.\d*0\b|\d\s?(?:usd|eur|gbp|chf)\b")
+# what a changed amount needs besides a currency sign (tested with str.find): "[$€£]|" + this
+_AMOUNT_HINT = re.compile(r"\d(?:,\d{3}|\.\d*0\b|\s?(?:usd|eur|gbp|chf)\b)")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _MONTH_ALT = "|".join(_MONTHS)
-# the date hint: a search for "\d[/.]\d|\b<month>[a-z]*\.?,?\s+\d|\d\s+(?:of\s+)?<month>", one branch at a time
-_DATE_HINTS = (re.compile(r"\d[/.]\d"), re.compile(r"\d\s+(?:of\s+)?(?:" + _MONTH_ALT + ")"))
-_DATE_HINT_MONTH = (re.compile(r"(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d"),
-                    re.compile(r"\b(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d"))
+# what each date substitution needs (exact pre-tests, each on the text it is applied to): a month word followed
+# by a number (_DATE_MDY and _DATE_DMY), and a number, a separator, one or two digits, a separator and a digit
+# (_DATE_SLASH and _DATE_ISO; written from the separator so that sre's prefix scan applies)
+_MONTH_NEED = re.compile(r"(?:" + _MONTH_ALT + r")[a-z]*\.?,?\s+\d")
+_SEP_NEED = re.compile(r"[/.](?<=\d[/.])\d{1,2}[/.]\d")
 _MON = {m: k + 1 for k, m in enumerate(_MONTHS)}
 
 
@@ -457,14 +470,16 @@ def _account(s: str) -> str:
 
 
 def _amount_sub(m) -> str:
-    whole, frac = m.group(1).replace(",", ""), (m.group(2) or "").rstrip("0")
+    rest, whole, frac = m.group(1, 2, 3)
+    whole = (m.group(0)[0] + rest if rest is not None else whole).replace(",", "")
+    frac = (frac or "").rstrip("0")
     return whole + ("." + frac if frac else "")
 
 
 def _amount(s: str) -> str:
     """Amounts: currency signs and codes, thousands separators and trailing zero decimals dropped
     (``$1,000.00`` -> ``1000``, ``45.50`` -> ``45.5``)."""
-    if not _AMOUNT_HINT.search(s):
+    if not ("$" in s or "€" in s or "£" in s or _AMOUNT_HINT.search(s)):
         return s
     return _AMOUNT.sub(_amount_sub, s)
 
@@ -477,17 +492,25 @@ def _iso(y, mo, d) -> str | None:
 def _date(s: str) -> str:
     """Dates: ``May 5, 2024``, ``5th of May 2024``, ``05/05/2024`` (month first), ``2024/5/5`` ->
     ``2024-05-05``."""
-    if not (any(h.search(s) for h in _DATE_HINTS) or all(h.search(s) for h in _DATE_HINT_MONTH)):
-        return s
-
     def rep(m, y, mo, d):
         return _iso(y, mo, d) or m.group(0)
 
-    if _MDY_NEED.search(s):
-        s = _DATE_MDY.sub(lambda m: rep(m, m.group(3), _MON[m.group(1)[:3]], m.group(2)), s)
-    s = _DATE_DMY.sub(lambda m: rep(m, m.group(3), _MON[m.group(2)[:3]], m.group(1)), s)
-    s = _DATE_SLASH.sub(lambda m: rep(m, m.group(3), m.group(1), m.group(2)), s)
-    return _DATE_ISO.sub(lambda m: rep(m, m.group(1), m.group(2), m.group(3)), s)
+    # each substitution in turn, run only when the text it gets holds what it needs (a text a substitution
+    # changed is tested again: the same result as running every one)
+    if _MONTH_NEED.search(s):
+        ok = True
+        if _MDY_NEED.search(s):
+            t = _DATE_MDY.sub(lambda m: rep(m, m.group(3), _MON[m.group(1)[:3]], m.group(2)), s)
+            if t != s:
+                s, ok = t, _MONTH_NEED.search(t) is not None
+        if ok:
+            s = _DATE_DMY.sub(lambda m: rep(m, m.group(3), _MON[m.group(2)[:3]], m.group(1)), s)
+    if _SEP_NEED.search(s):
+        t = _DATE_SLASH.sub(lambda m: rep(m, m.group(3), m.group(1), m.group(2)), s)
+        if t == s or _SEP_NEED.search(t):
+            t = _DATE_ISO.sub(lambda m: rep(m, m.group(1), m.group(2), m.group(3)), t)
+        s = t
+    return s
 
 
 NORMALISATIONS = (("url", _url), ("email", _email), ("account", _account), ("amount", _amount), ("date", _date))
@@ -515,7 +538,7 @@ class Text:
     """(Read-only once built; :func:`match` and :func:`overlap` are memoised per object.) A source text prepared for matching: ``norm`` (:func:`normalise`), ``tokens``, ``canon`` (every
     step of :data:`NORMALISATIONS` applied) and ``canon_tokens``, computed once."""
 
-    __slots__ = ("norm", "canon", "_raw", "_forms", "_tokens", "_canon_tokens", "_stems", "_sh", "_words")
+    __slots__ = ("norm", "canon", "_raw", "_forms", "_tokens", "_canon_tokens", "_stems", "_sh", "_words", "_fm")
 
     def __init__(self, raw: str | None = None, norm: str | None = None):
         self.norm = norm if norm is not None else normalise(raw or "")
@@ -527,6 +550,7 @@ class Text:
         self._stems = None
         self._sh = None
         self._words = None
+        self._fm = None  # function name -> function_match (a dict of floats: never tracked by the collector)
 
     @property
     def tokens(self) -> set:
@@ -543,8 +567,8 @@ class Text:
             self._canon_tokens = tokens(self.canon) if self._forms else self.tokens
         return self._canon_tokens
 
-    def shingles(self, k: int) -> frozenset:
-        """The ``k``-character shingles of ``norm`` (computed once per text)."""
+    def shingles(self, k: int) -> dict:
+        """The ``k``-character shingles of ``norm``, the keys of a dict (:func:`_shingles`; computed once per text)."""
         if self._sh is None or self._sh[0] != k:
             self._sh = (k, _shingles(self.norm, k))
         return self._sh[1]
@@ -571,7 +595,7 @@ class Value:
     """An argument value prepared for matching: ``raw``, ``norm``, its cumulative canonical forms and
     ``canon`` (the last one); :meth:`idents` its identifier-like tokens (as values)."""
 
-    __slots__ = ("raw", "norm", "forms", "canon", "_idents", "_sh", "_ident", "_words")
+    __slots__ = ("raw", "norm", "forms", "canon", "_idents", "_sh", "_ident", "_words", "_memo")
 
     def __init__(self, raw: str):
         self.raw = raw
@@ -582,9 +606,22 @@ class Value:
         self._sh = None
         self._ident = None
         self._words = None
+        self._memo = None
 
-    def shingles(self, k: int) -> frozenset:
-        """The ``k``-character shingles of ``norm`` (computed once per value)."""
+    def memo(self, kind) -> dict:
+        """The results kept for this value against texts, one dict per ``kind`` (a :func:`match` length,
+        an :func:`overlap_known` setting) keyed by the :class:`Text`: per-object dicts and shared result
+        constants instead of one key tuple and one result tuple per pair, so that the memo of a batch adds
+        few objects for the garbage collector to track (read-only objects: a pair's result never changes)."""
+        if self._memo is None:
+            self._memo = {}
+        out = self._memo.get(kind)
+        if out is None:
+            out = self._memo[kind] = {}
+        return out
+
+    def shingles(self, k: int) -> dict:
+        """The ``k``-character shingles of ``norm``, the keys of a dict (:func:`_shingles`; computed once per value)."""
         if self._sh is None or self._sh[0] != k:
             self._sh = (k, _shingles(self.norm, k))
         return self._sh[1]
@@ -643,29 +680,44 @@ def _in(v: str, norm: str, toks: set, min_len: int) -> bool:
     return (v in norm) if len(v) >= min_len else (v in toks)
 
 
-@lru_cache(maxsize=1 << 18)
+# results as shared constants (a memo of many pairs then holds no tuple of its own)
+_NO = (False, "")
+_FOUND = {name: (True, name) for name in ("", "date") + tuple(n for n, _ in NORMALISATIONS)}
+_NONE = (0.0, "")
+_FULL = {name: (1.0, name) for name in _FOUND}
+
+
 def match(value: Value, text: Text, min_len: int = 6) -> tuple[bool, str]:
     """Whether ``value`` is named in ``text``: (found, normalisation), the normalisation being "" for a
     plain match (containment for values of ``min_len`` characters or more, a whole token for shorter
     ones; an ISO date also when written in words: "date") or the name of the step of
     :data:`NORMALISATIONS` that made it (the value's own first changed form found in the text's
-    canonical form; else the text's first step after which the value is found)."""
+    canonical form; else the text's first step after which the value is found). Kept per (value, text,
+    min_len) on the value (:meth:`Value.memo`)."""
+    memo = value.memo(min_len)
+    out = memo.get(text)
+    if out is None:
+        out = memo[text] = _match(value, text, min_len)
+    return out
+
+
+def _match(value: Value, text: Text, min_len: int) -> tuple[bool, str]:
     v = value.norm
     if not v:
-        return False, ""
+        return _NO
     if _in(v, text.norm, text.tokens, min_len):
-        return True, ""
+        return _FOUND[""]
     if v[:1].isdigit() and _date_named(v, text.tokens):
-        return True, "date"
+        return _FOUND["date"]
     if not _in(value.canon, text.canon, text.canon_tokens, min_len):
-        return False, ""
+        return _NO
     for name, form in value.forms:
         if _in(form, text.canon, text.canon_tokens, min_len):
-            return True, name
+            return _FOUND[name]
     for name, form in canonical_forms(text.norm):
         if _in(v, form, tokens(form), min_len):
-            return True, name
-    return True, NORMALISATIONS[-1][0]
+            return _FOUND[name]
+    return _FOUND[NORMALISATIONS[-1][0]]
 
 
 class Corpus:

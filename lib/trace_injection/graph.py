@@ -188,11 +188,7 @@ def clear_caches() -> None:
     them before each timed pass so that repeats do not time a warm cache)."""
     _prepared.cache_clear()
     _echo_text.cache_clear()
-    _FMATCH.clear()
     C.clear_caches()
-
-
-_FMATCH: dict = {}  # (function name, Text) -> content.function_match (a prepared text is read-only)
 
 
 @lru_cache(maxsize=8192)
@@ -202,15 +198,9 @@ def _echo_text(joined: str) -> C.Text:
 
 
 def _function_match(function: str, text: C.Text) -> float:
-    """:func:`.content.function_match` of a prepared text, kept per (function, text) pair (the same
-    task and tool outputs meet the same functions across the runs of one task)."""
-    key = (function, text)
-    out = _FMATCH.get(key)
-    if out is None:
-        if len(_FMATCH) >= 1 << 18:
-            _FMATCH.clear()
-        out = _FMATCH[key] = C.function_match(function, text)
-    return out
+    """:func:`.content.function_match` of a prepared text, kept per (function, text) pair on the text (the
+    same task and tool outputs meet the same functions across the runs of one task)."""
+    return C.function_match(function, text)
 
 
 class GraphBuilder:
@@ -418,8 +408,9 @@ class GraphBuilder:
             for i, (sid, text) in enumerate(items):
                 ks = shingled
                 if indexed and len(text.norm) < C.LONG_TEXT:
-                    common = union.intersection(text.shingles(mo))
-                    ks = [k for k in shingled if common and not common.isdisjoint(long_values[k].shingles(mo))]
+                    tsh = text.shingles(mo)  # (a dict: content._shingles; each test iterates the smaller side)
+                    common = tsh.keys() & union if len(union) <= len(tsh) else union.intersection(tsh)
+                    ks = [k for k in shingled if common and not long_values[k].shingles(mo).keys().isdisjoint(common)]
                 if ks:
                     cand.setdefault(i, set()).update(ks)
         for i in sorted(cand):
