@@ -242,19 +242,19 @@ def reference(ctx) -> dict:
 
 
 @bench.part("official-12", doc="Random attack at the official strength (budget 0.2, cone x1), L = H = 12, "
-            "DLinear + iTransformer-lite, no defence vs TimeGuard, learned-pair purity", hours=0.1, seeds=(0, 1))
+            "DLinear + iTransformer-lite, no defence vs TimeGuard, learned-pair purity", hours=0.1, seeds=(0, 1, 2))
 def official_12(ctx) -> dict:
     return _part(ctx, "random", 12, 12, ("dlinear", "itransformer"), strength="official", **CELL, reference=True)
 
 
 @bench.part("patchtst-12", doc="Random attack, L = H = 12, PatchTST, no defence vs TimeGuard, learned-pair purity",
-            hours=0.14, seeds=(0, 1))
+            hours=0.14, seeds=(0, 1, 2))
 def patchtst_12(ctx) -> dict:
     return _part(ctx, "random", 12, 12, ("patchtst",), **CELL, reference=True)
 
 
 @bench.part("timesnet-12", doc="Random attack, L = H = 12, TimesNet-lite, no defence vs TimeGuard, learned-pair "
-            "purity", hours=0.14, seeds=(0, 1))
+            "purity", hours=0.14, seeds=(0, 1, 2))
 def timesnet_12(ctx) -> dict:
     return _part(ctx, "random", 12, 12, ("timesnet",), **CELL, reference=True)
 
