@@ -60,7 +60,7 @@ SIZES = {"toy_n": 200, "toy_faith": 60, "toy_ablation": 10, "correct_n": 200, "c
          "forced_n": 200, "forced_faith": 24, "lengths": [8, 32, 128, 512], "prompts": [200, 1000, 2000],
          "toy_prompt": 200, "smol_prompt": 120, "repeats": 3,
          "qwen_screen": 40, "qwen_batch": 8, "qwen_max": 20, "qwen_ig_n": 4, "qwen_faith_n": 4, "qwen_groups": 10,
-         "qwen_lengths": [32, 128, 512], "qwen_prompt": 200, "qwen_repeats": 2, "qwen_tokenwise_max_s": 420}
+         "qwen_lengths": [32, 128, 512], "qwen_prompt": 200, "qwen_repeats": 2, "qwen_tokenwise_max_s": 1000}
 QUICK = {"toy_n": 6, "toy_faith": 3, "toy_ablation": 2, "correct_n": 4, "correct_max": 1,
          "forced_n": 2, "forced_faith": 1, "lengths": [8, 32], "prompts": [40, 80],
          "toy_prompt": 40, "smol_prompt": 40, "repeats": 1,
