@@ -255,8 +255,9 @@ def real(ctx) -> dict:
         head, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[graphs[i] for i in tr])
         thetas.append(fitted.theta | {"leak": fitted.leak})
         fit_row = {k: round(v, 4) for k, v in thetas[-1].items()}
-        s = {"scm_em": scores_at(factors, fitted), **base}
-        for r_, d_ in enumerate(em.probability(factors, fitted.vector(), fitted.leak)[1]):
+        p_fold, d_rows = em.probability(factors, fitted.vector(), fitted.leak)  # P(compromised), D_m per sink row
+        s = {"scm_em": p_fold, **base}
+        for r_, d_ in enumerate(d_rows):
             k_, sid = row_sink[r_]
             if pipe[k_] == held and d_ > top_sink[k_][0]:
                 top_sink[k_] = (float(d_), sid)

@@ -197,12 +197,6 @@ def _echo_text(joined: str) -> C.Text:
     return C.Text(joined)
 
 
-def _function_match(function: str, text: C.Text) -> float:
-    """:func:`.content.function_match` of a prepared text, kept per (function, text) pair on the text (the
-    same task and tool outputs meet the same functions across the runs of one task)."""
-    return C.function_match(function, text)
-
-
 class GraphBuilder:
     """The graph of a trajectory built one event at a time: :meth:`add` extends it with the next event
     (its node, its segments and every edge into it), :meth:`graph` returns the graph of the prefix
@@ -456,7 +450,7 @@ class GraphBuilder:
             src, echo = srcs[i], echoes[i]
             # instruction pattern from an injection candidate -> trust_transfer
             if src.candidate and not (echo is not None and echo[0] == fn):  # a result of fn names fn: an echo
-                fm = _function_match(fn, text)
+                fm = C.function_match(fn, text)
                 if fm >= 0.5:
                     named = [m and C.match(v, text)[0] and not (echo is not None and C.match(v, echo[1])[0])
                              for v, m in zip(named_values, may_named)]
@@ -485,9 +479,9 @@ class GraphBuilder:
         seq_support = agg([trusted[k] for k in idx]) if idx else 1.0
         ref_share = both - seq_support if both > seq_support else 0.0
         for sid in self.tasks:
-            compat = _function_match(fn, self.texts[sid]) if fn != "respond" else 1.0
+            compat = C.function_match(fn, self.texts[sid]) if fn != "respond" else 1.0
             verb = C.function_tokens(fn)[0] if fn != "respond" else ""
-            if verb in ACTION_VERBS and not _function_match(verb, self.texts[sid]):
+            if verb in ACTION_VERBS and not C.function_match(verb, self.texts[sid]):
                 compat *= 0.3  # the task never asks for this kind of action
             self._edge(sid, node.id, "trust_transfer", max(0.15, compat) * (0.25 + 0.75 * seq_support), "sequence")
             if ref_share > 0 and any(ref_task[k] == sid for k in idx):
