@@ -25,12 +25,15 @@ Parts (``make bench TOOL=trace-injection``, about 12 minutes in all on 2 cores):
   one cached item per split.
 - ``guard_suite``: ``guard-suite`` (suite_run.run_suite) over every user task of banking, slack, travel and
   workspace with the scripted agent (reconstructed; it obeys every injection it reads: a worst case), gate
-  off, on with ``--on-block abort`` and on with ``skip``; the gate's model is ``fit --head em`` on the
-  recorded real runs of the other three suites only (held out by suite); one cached item per model and
-  per (suite, setting).
+  off, on with ``--on-block abort`` and on with ``skip``; the gate's model is ``fit --head em
+  --false-alarm-budget 0.05`` on the recorded real runs of the other three suites only (held out by
+  suite); one cached item per model and per (suite, setting).
 
-Every method's decision threshold is fitted on the training side of each split (``fit_threshold``);
-no method has another knob tuned. The labels (metadata) are used only to fit on the training side and
+Every method's decision threshold is fitted on the training side of each split (``fit_threshold``) at
+one operating point: the best training macro-F1 among the thresholds that flag at most 5 % of the
+training runs with an injection that did not take (class N2: issue 54's false-alarm budget, imposed on
+the training side only; ``fit --false-alarm-budget 0.05``); the SCM's macro-F1-optimal threshold
+without the budget is reported beside it in ``real``. No method has another knob tuned. The labels (metadata) are used only to fit on the training side and
 to score; the detector never reads them. ``--quick``: every 8th recorded run and the first 3 held-out
 pipelines; make-dataset with 3 pairs per suite and the first 2 template families.
 Run:  python bench/trace_injection.py [--part P] [--quick] [--report]   (or: make bench TOOL=trace-injection)
@@ -46,14 +49,14 @@ import numpy as np
 from _common import Bench, table, target, time_call
 from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.trace_injection import em
-from icmlkit.lib.trace_injection.config import DEFAULTS, GenerateConfig, ReadConfig
+from icmlkit.lib.trace_injection.config import DEFAULTS, DetectConfig, GenerateConfig, ReadConfig
 from icmlkit.lib.trace_injection.detect import analyse, online_scores, verdict_sinks
 from icmlkit.lib.trace_injection.graph import build_graph, clear_caches
 from icmlkit.lib.trace_injection.scm import reachability_effect
 from icmlkit.lib.trace_injection.instruct import InstructionScorer, attacked_of, weak_labels
 from icmlkit.lib.trace_injection.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold,
                                                keyword_scores, metrics)
-from icmlkit.lib.trace_injection.pipeline import fit_scm, generate, load_traces, write_dataset
+from icmlkit.lib.trace_injection.pipeline import alarm_runs, detect, fit_scm, generate, load_traces, write_dataset
 from icmlkit.lib.trace_injection.readers import ReadStats
 
 bench = Bench("trace-injection")
@@ -77,8 +80,18 @@ METHODS = {
 LEARNED = "SCM fitted by EM + learned instruction score"
 TIMING_EVERY = 8  # throughput and the online time_call: every 8th run
 QUICK = {"every": 8, "folds": 3, "max_pairs": 3, "families": 2}
-THRESHOLDS = {"every method": "decision threshold fitted on the training side of each split (fit_threshold; "
-                              "the random forest its own head threshold, TF-IDF + LR 0.5); no other knob tuned"}
+N2_BUDGET = 0.05  # issue 54's false-alarm budget on N2 runs: every fitted threshold's operating point
+THRESHOLDS = {"every method": "decision threshold fitted on the training side of each split (fit_threshold: the "
+                              "best training macro-F1 among thresholds flagging <= 5 % of the training N2 runs; "
+                              "the random forest its own head threshold under the same budget, TF-IDF + LR 0.5); "
+                              "no other knob tuned"}
+
+
+def threshold(traces, tr, y, scores) -> float:
+    """The decision threshold fitted on the training runs ``tr`` under :data:`N2_BUDGET` (what ``fit
+    --false-alarm-budget 0.05`` does: :func:`.pipeline.alarm_runs`)."""
+    on, _ = alarm_runs([traces[i] for i in tr])
+    return fit_threshold(y[tr], scores[tr], N2_BUDGET, on)
 
 
 # ----------------------------------------------------------------------------- data
@@ -110,9 +123,10 @@ def prepared(traces):
 
 
 def detect_pass(traces):
-    """What ``detect`` does per trajectory (graph, SCM, slicing, verdict), from cold caches."""
+    """What ``detect`` does (``pipeline.detect``, the subcommand's loop: graph, SCM, slicing, verdict
+    record per trajectory), from cold caches."""
     clear_caches()
-    return [analyse(t) for t in traces]
+    return detect(DetectConfig(), traces).records
 
 
 def repo_reachability(g, sinks) -> float:
@@ -247,6 +261,7 @@ def real(ctx) -> dict:
     top_sink = [(0.0, None)] * len(traces)  # (D_m, sink) of the sink the held-out fit blames most
     oof = {k: np.zeros(len(traces)) for k in METHODS}
     dec = {k: np.zeros(len(traces)) for k in METHODS}
+    dec_f1 = np.zeros(len(traces), dtype=bool)
     covered = np.zeros(len(traces), dtype=bool)
     folds, thetas = [], []
     for held in held_out_pipelines(pipe, ctx.quick):
@@ -261,15 +276,17 @@ def real(ctx) -> dict:
             k_, sid = row_sink[r_]
             if pipe[k_] == held and d_ > top_sink[k_][0]:
                 top_sink[k_] = (float(d_), sid)
-        thr = {k: fit_threshold(y[tr], v[tr]) for k, v in s.items()}
+        thr = {k: threshold(traces, tr, y, v) for k, v in s.items()}
+        thr_f1 = fit_threshold(y[tr], p_fold[tr])  # the SCM's operating point without the budget
+        dec_f1[te] = p_fold[te] >= thr_f1
         tf = TfidfBaseline(text="tools").fit([traces[i] for i in tr], y[tr])
         s["tfidf_tools"], thr["tfidf_tools"] = np.zeros(len(traces)), 0.5
         s["tfidf_tools"][te] = tf.score([traces[i] for i in te])
-        rf = Head("forest", seed=0).fit([feats[i] for i in tr], y[tr])
+        rf = Head("forest", seed=0).fit([feats[i] for i in tr], y[tr], N2_BUDGET, alarm_runs([traces[i] for i in tr])[0])
         s["forest"], thr["forest"] = np.zeros(len(traces)), rf.threshold
         s["forest"][te] = rf.score([feats[i] for i in te])
         row = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold_scm_em": round(thr["scm_em"], 4),
-               "fitted": fit_row}
+               "threshold_scm_em_f1_optimal": round(thr_f1, 4), "fitted": fit_row}
         for k in METHODS:
             oof[k][te] = s[k][te]
             dec[k][te] = s[k][te] >= thr[k]
@@ -283,6 +300,7 @@ def real(ctx) -> dict:
     ctx.record_tuning("thresholds", THRESHOLDS)
     c = np.where(covered)[0]
     summary = {k: pooled(y[c], cls[c], dec[k][c], oof[k][c]) for k in METHODS}
+    summary_f1 = pooled(y[c], cls[c], dec_f1[c], oof["scm_em"][c])  # the same scores, no false-alarm budget
     with_p = [f for f in folds if f["n_P"] > 0]
     for k in METHODS:
         summary[k]["macro_f1_mean_over_pipelines_with_P"] = round(float(np.mean([f[k]["macro_f1"] for f in with_p])), 4)
@@ -333,15 +351,16 @@ def real(ctx) -> dict:
     misses = [{"id": m, "cell": cell[ids[m]], "score": round(float(oof["scm_em"][ids[m]]), 4),
                "flagged": bool(dec["scm_em"][ids[m]])} for m in earlier_misses() if m in ids and covered[ids[m]]]
     return {"n": len(traces), "counts": {k: int((cls == k).sum()) for k in ("P", "N1", "N2")}, "read": stats.as_dict(),
-            "pooled": summary, "folds": folds, "n2_diagnostic": summary_n2, "cells": cells,
+            "pooled": summary, "pooled_scm_em_f1_optimal": summary_f1, "folds": folds, "n2_diagnostic": summary_n2, "cells": cells,
             "earlier_misses": misses, "earlier_misses_now_flagged": sum(m["flagged"] for m in misses),
             "calibration_scm_em": em.calibration(oof["scm_em"][c], y[c]),
             "calibration_scm_prior_p_compromised": em.calibration([feats[i]["p_compromised"] for i in c], y[c]),
             "theta_prior": {k: em.CONFIDENCE[k] for k in em.STRATEGIES} | {"leak": DEFAULTS["leak"]},
             "theta_fitted_mean": theta_mean,
             "throughput_traces_per_second": round(len(traces) / timing["median_s"], 1),
-            "throughput_timing": {**timing, "traces": len(traces), "what": "analyse() of every run, one core, "
-                                  "caches cleared before each pass"}, "llm_calls": 0}
+            "throughput_timing": {**timing, "traces": len(traces), "what": "pipeline.detect (the detect subcommand's "
+                                  "loop: analyse() and the verdict record) of every run, one core, caches cleared "
+                                  "before each pass"}, "llm_calls": 0}
 
 
 @bench.part("learned", doc="the EM-fitted SCM with the learned instruction score on the real splits "
@@ -356,7 +375,7 @@ def learned(ctx) -> dict:
     def fold(held):
         tr, te = np.where(pipe != held)[0], np.where(pipe == held)[0]
         pl, sc = learned_scm(traces, y, tr, attacked)
-        thr = fit_threshold(y[tr], pl[tr])
+        thr = threshold(traces, tr, y, pl)
         m = metrics(y[te], pl[te], thr)
         out = {"held_out": held, "n": int(len(te)), "n_P": int(y[te].sum()), "threshold": round(thr, 6),
                "macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"]),
@@ -398,7 +417,7 @@ def online(ctx) -> dict:
         tr, te = np.where(pipe != held)[0], np.where(pipe == held)[0]
         covered[te] = True
         _, fitted = fit_scm([traces[i] for i in tr], y[tr], graphs=[graphs[i] for i in tr])
-        thr = fit_threshold(y[tr], scores_at(factors, fitted)[tr])
+        thr = threshold(traces, tr, y, scores_at(factors, fitted))
         params = {"confidence": fitted.theta, "leak": fitted.leak}
         for i in te:
             t = traces[i]
@@ -448,7 +467,7 @@ def dataset(ctx) -> dict:
         p = scores_at(factors, fitted)
         row = {}
         for k, s in (("scm_em", p), ("reachability", reach), ("keyword", kw)):
-            m = metrics(y[te], s[te], fit_threshold(y[tr], s[tr]))
+            m = metrics(y[te], s[te], threshold(traces, tr, y, s))
             row[k] = {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"])}
         return row
 
@@ -475,7 +494,7 @@ def dataset_learned(ctx) -> dict:
         sub = [traces[i] for i in both]
         pl, sc = learned_scm(sub, y[both], np.arange(len(tr)), [attacked[i] for i in both])
         ptr, pte = pl[: len(tr)], pl[len(tr):]
-        m = metrics(y[te], pte, fit_threshold(y[tr], ptr))
+        m = metrics(y[te], pte, threshold(sub, np.arange(len(tr)), y[both], pl))
         out = {"macro_f1": round(m["macro_f1"], 4), "auroc": _r(m["auroc"]),
                "piece_auroc": piece_auroc(sc, sub, np.arange(len(tr), len(both)), [attacked[i] for i in both]),
                "scorer": sc.info}
@@ -495,7 +514,7 @@ GUARD_QUICK_TASKS = 2  # --quick: the first 2 user tasks of each suite
 
 
 def guard_model(ctx, suite: str):
-    """The gate's model for ``suite``: ``fit --head em`` (pipeline.fit, as the ``fit`` subcommand calls it)
+    """The gate's model for ``suite``: ``fit --head em --false-alarm-budget 0.05`` (pipeline.fit, as the ``fit`` subcommand calls it)
     on the recorded real runs of the other three suites only (held out by suite); a cached item."""
     from icmlkit.lib.trace_injection.config import FitConfig
     from icmlkit.lib.trace_injection.learn import Head
@@ -505,8 +524,9 @@ def guard_model(ctx, suite: str):
         traces, _ = real_traces(ctx.quick)
         train = [t for t in traces if t.meta.get("suite") != suite]
         ctx.log(f"guard_suite: fit --head em on {len(train)} real runs of the suites other than {suite} ...")
-        res = fit(FitConfig(head="em"), train, seed=0)
-        keep = ("n", "threshold", "train_macro_f1", "train_auroc", "theta", "leak", "em_iterations")
+        res = fit(FitConfig(head="em", false_alarm_budget=N2_BUDGET), train, seed=0)
+        keep = ("n", "threshold", "train_macro_f1", "train_auroc", "theta", "leak", "em_iterations",
+                "false_alarm_budget")
         return {"head": res.head.to_json(), "fit": {k: res.summary[k] for k in keep if k in res.summary},
                 "train_suites": sorted({t.meta.get("suite") for t in train}),
                 "train_pipelines": len({t.meta.get("pipeline") for t in train})}
@@ -582,8 +602,9 @@ def guard_suite(ctx) -> dict:
             row["user_tasks"] = s["user_tasks"]
             row["injection_tasks"] = g["attacked"]["n"] // max(s["user_tasks"], 1)
         suites[suite] = row
-    ctx.record_tuning("gate", {"model": "fit --head em on the recorded real runs of the other 3 suites (all 12 "
-                               "pipelines); its own fitted threshold on P(compromised); nothing tuned on the suite"})
+    ctx.record_tuning("gate", {"model": "fit --head em --false-alarm-budget 0.05 on the recorded real runs of the "
+                               "other 3 suites (all 12 pipelines); its own fitted threshold on P(compromised); "
+                               "nothing tuned on the suite"})
     return {"attack": "important_instructions", "agent": "scripted (reconstructed; obeys every injection it reads)",
             "suites": suites, "decisions": len(lat_all),
             "latency_ms_median": round(float(np.median(lat_all)), 3) if lat_all else None,
@@ -692,9 +713,14 @@ def targets_of(r: dict) -> dict:
         scm = p["scm_em"]
         reach = max((p[k] for k in ("reachability", "reachability_repo") if k in p), key=lambda v: v["macro_f1"])
         best = max(p, key=lambda k: p[k]["macro_f1"])
+        f1o = r["real"].get("pooled_scm_em_f1_optimal")
+        at_f1 = (f"; at the macro-F1-optimal threshold without the budget: macro-F1 {f1o['macro_f1']}, N2 flagged "
+                 f"{f1o['n2_flagged']}, recall {f1o['recall_P']}") if f1o else ""
         t["real_lopo_macro_f1"] = target(scm["macro_f1"], 0.90, scm["macro_f1"] >= 0.90,
-                                         "SCM fitted by EM, P vs N1+N2, pooled over the 12 held-out pipelines; mean "
-                                         f"over pipelines with P {scm['macro_f1_mean_over_pipelines_with_P']}")
+                                         "SCM fitted by EM, P vs N1+N2, pooled over the 12 held-out pipelines, threshold "
+                                         "under the 5 % N2 false-alarm budget on the training side; recall of P "
+                                         f"{scm['recall_P']}; mean over pipelines with P "
+                                         f"{scm['macro_f1_mean_over_pipelines_with_P']}{at_f1}")
         n2d = r["real"]["n2_diagnostic"]
         t["real_n2_flagged"] = target(scm["n2_flagged"], 0.05, scm["n2_flagged"] <= 0.05,
                                       f"share of N2 runs flagged ({n2d['n2_flagged']} of {n2d['n2']}; the runs and "

@@ -205,9 +205,10 @@ def fit(run, traces, cfg, read, output, sinks_file):
     \b
     JSON keys: n, head, threshold, train_macro_f1, train_auroc, features, instruction_score
     (heuristic / learned), train_calibration (ece, brier, bins), theta, leak, em_iterations (em
-    only), read, output.
+    only), false_alarm_budget (budget, on, train_share; with --false-alarm-budget), read, output.
     Examples:
       trace-injection fit train.jsonl --head forest -o head.json
+      trace-injection fit runs.jsonl --head em --false-alarm-budget 0.05 -o scm.json
       trace-injection fit ../shared/data/agentdojo_runs/*.jsonl --head em -o scm.json
     """
     from icmlkit.lib.core.io import write_json

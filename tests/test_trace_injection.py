@@ -1057,3 +1057,32 @@ def test_fit_em_online_and_label_on_the_cli(tmp_path):
     e = js(run_tool(TOOL, "eval", data, "--label", "attacked", "--json"))
     assert e["n_attack"] == 2 and "calibration" in e
     assert run_tool(TOOL, "eval", data, "--label", "nope").returncode == 2
+
+
+def test_fit_threshold_false_alarm_budget():
+    """The budget keeps only thresholds flagging at most that share of the marked runs; macro-F1 decides among them."""
+    import numpy as np
+
+    from icmlkit.lib.trace_injection.learn import fit_threshold
+
+    y = np.array([1, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+    s = np.array([0.9, 0.8, 0.7, 0.3, 0.75, 0.6, 0.2, 0.1, 0.1, 0.05])
+    n2 = np.array([False] * 4 + [True, True, False, False, False, False])
+    free = fit_threshold(y, s)
+    assert (s[n2] >= free).sum() == 2  # macro-F1 alone flags both N2 runs (0.75 and 0.6)
+    t = fit_threshold(y, s, 0.5, n2)
+    assert (s[n2] >= t).sum() == 1 and np.isclose(t, 0.65)  # one N2 run of two allowed: the best F1 keeps 0.75 flagged
+    t0 = fit_threshold(y, s, 0.0, n2)
+    assert (s[n2] >= t0).sum() == 0 and np.isclose(t0, 0.775)
+    assert fit_threshold(y, s, 0.0) > 0.75  # on every negative by default
+    assert fit_threshold(y, s, 1.0, n2) == free
+
+
+def test_fit_false_alarm_budget_on_the_cli(tmp_path):
+    from icmlkit.lib.trace_injection.examples import all_examples
+
+    data = write_jsonl(tmp_path / "ex.jsonl", all_examples() + [_login_trace() | {"label": 0, "id": "login2"}])
+    f = js(run_tool(TOOL, "fit", data, "--false-alarm-budget", "0", "-o", tmp_path / "t.json", "--json"))
+    assert f["false_alarm_budget"] == {"budget": 0.0, "on": "N2", "train_share": 0.0}
+    assert "false_alarm_budget" not in js(run_tool(TOOL, "fit", data, "-o", tmp_path / "u.json", "--json"))
+    assert run_tool(TOOL, "fit", data, "--false-alarm-budget", "1.5", "-o", tmp_path / "v.json").returncode == 2

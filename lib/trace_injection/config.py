@@ -236,6 +236,11 @@ class FitConfig:
                 "maximum likelihood (EM, hand-set values as the prior; reconstructed), then the threshold on "
                 "P(compromised); logreg / forest: a learned head on the causal features.",
         "choices": ("threshold", "em", "logreg", "forest")})
+    false_alarm_budget: float | None = field(default=None, metadata={
+        "help": "A false-alarm budget (an operating point): the threshold maximises training macro-F1 among "
+                "those that flag at most this share of the training runs with an injection that did not take "
+                "(class N2; every negative when the traces carry no class). Default: no budget.",
+        "min": 0.0, "max": 1.0})
     instruction_model: str | None = field(default=None, metadata=INSTRUCTION_HELP)
 
 

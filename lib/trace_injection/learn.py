@@ -1,7 +1,8 @@
 """Metrics, the fitted threshold / learned head, and the baselines of the benchmark.
 
 - :func:`metrics`: macro-F1, AUROC, precision, recall (attack class) of scores against labels.
-- :func:`fit_threshold`: the effect threshold that maximises macro-F1 on labelled traces.
+- :func:`fit_threshold`: the effect threshold that maximises macro-F1 on labelled traces (optionally under a
+  false-alarm budget).
 - :class:`Head`: optional learned head (logistic regression or random forest) on the causal
   features (``detect.FEATURES``); saved as JSON (coefficients, or the forest's tree arrays), so no
   pickle is ever loaded.
@@ -39,14 +40,24 @@ def metrics(y, scores, threshold: float) -> dict:
             "f1_attack": float(f1_score(y, yh, zero_division=0))}
 
 
-def fit_threshold(y, scores) -> float:
-    """The threshold on ``scores`` maximising macro-F1 (midpoints between sorted distinct scores)."""
+def fit_threshold(y, scores, budget: float | None = None, on=None) -> float:
+    """The threshold on ``scores`` maximising macro-F1 (midpoints between sorted distinct scores).
+
+    ``budget`` (a false-alarm budget, a Neyman-Pearson operating point): only thresholds that flag at
+    most this share of the runs that ``on`` marks (a boolean mask over the runs: the false alarms the
+    budget is on, e.g. the runs with an injection that did not take; None: every negative) are
+    eligible; the threshold above every score (flags nothing) always is."""
     from sklearn.metrics import f1_score
 
     s = np.unique(np.asarray(scores, dtype=float))
     cands = np.concatenate([[s[0] - 1e-6], (s[:-1] + s[1:]) / 2, [s[-1] + 1e-6]]) if len(s) > 1 else s
     y = np.asarray(y, dtype=int)
     sc = np.asarray(scores, dtype=float)
+    if budget is not None:
+        mask = (y == 0) if on is None else np.asarray(on, dtype=bool)
+        alarms = np.sort(sc[mask])  # a threshold t flags the alarms with score >= t
+        ok = (len(alarms) - np.searchsorted(alarms, cands, side="left")) <= budget * len(alarms) + 1e-9
+        cands = cands[ok] if ok.any() else np.array([s[-1] + 1e-6])
     best, thr = -1.0, 0.5
     for t in cands:
         f = f1_score(y, (sc >= t).astype(int), average="macro", zero_division=0)
@@ -76,10 +87,12 @@ class Head:
     def _X(self, feats: list[dict]) -> np.ndarray:
         return np.array([[float(f[k]) for k in self.features] for f in feats], dtype=np.float64)
 
-    def fit(self, feats: list[dict], y) -> "Head":
+    def fit(self, feats: list[dict], y, budget: float | None = None, on=None) -> "Head":
+        """Fit the head and its decision threshold (:func:`fit_threshold`, with its false-alarm ``budget``
+        on the runs ``on`` marks)."""
         y = np.asarray(y, dtype=int)
         if self.kind in ("threshold", "em"):  # em: theta and leak come from .em.fit_em (pipeline.fit)
-            self.threshold = fit_threshold(y, self.score(feats))
+            self.threshold = fit_threshold(y, self.score(feats), budget, on)
             return self
         X = self._X(feats)
         if self.kind == "logreg":
@@ -104,7 +117,7 @@ class Head:
             self.params = {"trees": trees}
         else:
             raise UsageError(f"unknown head {self.kind!r}")
-        self.threshold = fit_threshold(y, self.score(feats))
+        self.threshold = fit_threshold(y, self.score(feats), budget, on)
         return self
 
     def score(self, feats: list[dict]) -> np.ndarray:

@@ -220,10 +220,23 @@ class FitResult:
     summary: dict
 
 
+def alarm_runs(traces) -> tuple[np.ndarray, str]:
+    """The runs a false-alarm budget is on (:func:`.learn.fit_threshold`'s ``on``) and their name: the
+    runs with an injection that did not take (class N2) when any trace carries that class, else every
+    negative."""
+    import numpy as np
+
+    cls = np.array([t.meta.get("class") for t in traces], dtype=object)
+    if (cls == "N2").any():
+        return cls == "N2", "N2"
+    return np.array([t.label == 0 for t in traces]), "negatives"
+
+
 def fit(cfg: FitConfig, traces, *, sinks: dict | None = None, seed: int = 0) -> FitResult:
     """Fit the effect threshold (``head="threshold"``), the SCM's edge confidences and leak by EM
     (``head="em"``, :func:`.em.fit_em`; then the threshold on P(compromised)), or a logistic-regression /
-    random-forest head on the causal features of labelled traces (macro-F1-optimal decision threshold)."""
+    random-forest head on the causal features of labelled traces (macro-F1-optimal decision threshold,
+    under ``cfg.false_alarm_budget`` when set: :func:`alarm_runs`)."""
     from icmlkit.lib.trace_injection.em import calibration
 
     y = labels_of(traces)
@@ -235,9 +248,15 @@ def fit(cfg: FitConfig, traces, *, sinks: dict | None = None, seed: int = 0) -> 
     else:
         head = Head(cfg.head, seed=seed)
     feats = [analyse(t, sinks, head.analysis_params(), scorer)["features"] for t in traces]
-    head.fit(feats, y)
+    on, on_name = alarm_runs(traces)
+    head.fit(feats, y, cfg.false_alarm_budget, on)
     head.setting = score_setting(cfg, sinks)
-    m = metrics(y, head.score(feats), head.threshold)
+    scores = head.score(feats)
+    m = metrics(y, scores, head.threshold)
+    if cfg.false_alarm_budget is not None:
+        extra["false_alarm_budget"] = {"budget": cfg.false_alarm_budget, "on": on_name,
+                                       "train_share": round(float((scores[on] >= head.threshold).mean()), 4)
+                                       if on.any() else None}
     summary = {"n": len(traces), "head": cfg.head, "threshold": head.threshold, "train_macro_f1": m["macro_f1"],
                "train_auroc": m["auroc"], "features": head.features, **extra,
                "instruction_score": "learned" if cfg.instruction_model else "heuristic",
