@@ -23,8 +23,9 @@ Steps (method sheet attribute-tokens.md):
    times the running "thinking ratio"; per-hop vectors and ratios returned.
 
 Never L x H x N^2 in memory on the recompute path: at most H x 32 x N probabilities and
-H x 128 x d contributions (token-wise: H x 32 x 128 x d) exist at once. Accumulation in float32
-(float64 when the model runs in float64).
+H x 128 x d contributions (token-wise: H x 32 x 128 x d) are computed at once; between hops,
+:class:`HopMemo` keeps up to 2 GiB of the contributions and attention rows that the next hop reads
+again. Accumulation in float32 (float64 when the model runs in float64).
 """
 from __future__ import annotations
 
@@ -178,7 +179,9 @@ def capture(model, input_ids, attention: str = "recompute") -> ModelCache:
             handles.append(layer.self_attn.q_proj.register_forward_hook(post(i, "q_raw")))
             handles.append(layer.self_attn.k_proj.register_forward_hook(post(i, "k_raw")))
         with torch.inference_mode():
-            model(input_ids=ids, use_cache=False)
+            # the decoder body only: the hooks read every layer, nothing reads the logits, so the LM
+            # head's N x vocab product (~15 % of a forward pass on a 1.5B model) is not computed
+            getattr(model, "model", model)(input_ids=ids, use_cache=False)
     finally:
         for h in handles:
             h.remove()
@@ -250,8 +253,42 @@ def _head_values(cache: ModelCache, layer: LayerCache):
     return layer.v.repeat_interleave(cache.n_rep, dim=0) if cache.n_rep > 1 else layer.v
 
 
-def alpha_bar(cache: ModelCache, layer: LayerCache, sinks, weights, sink_chunk: int = 32):
-    """sum_i w_i alpha_ij^h over the sinks, 32 sink rows at a time: [Hq, N]."""
+MEMO_BYTES = 2 << 30
+
+
+class HopMemo:
+    """What one hop computes and the next hop would compute again, kept for it: per (layer, source
+    chunk) the head contributions ``u = v W_O`` (they do not depend on the sinks), and per (layer,
+    sink chunk) the attention rows (reused when the next hop's chunk holds the same sinks: hop h >= 2,
+    or an output span that is all of G). At most ``limit`` bytes (default 2 GiB); what does not fit
+    is recomputed, so the numbers are the same either way."""
+
+    def __init__(self, limit: int = MEMO_BYTES):
+        self.limit, self.used, self.store = limit, 0, {}
+
+    def get(self, key, make, check=None):
+        """The value stored under ``key`` (when its ``check`` tensor equals the stored one), else
+        ``make()``, stored while the budget allows."""
+        import torch
+
+        hit = self.store.get(key)
+        if hit is not None and (check is None or torch.equal(hit[0], check)):
+            return hit[1]
+        val = make()
+        nb = val.numel() * val.element_size()
+        if hit is None and self.used + nb <= self.limit:
+            self.store[key] = (check, val)
+            self.used += nb
+        return val
+
+    def freeze(self) -> None:
+        """Store nothing more (before the last hop: what it computes is not read again)."""
+        self.limit = self.used
+
+
+def alpha_bar(cache: ModelCache, layer: LayerCache, sinks, weights, sink_chunk: int = 32, *, memo=None, li=None):
+    """sum_i w_i alpha_ij^h over the sinks, 32 sink rows at a time: [Hq, N]. ``memo``
+    (:class:`HopMemo`, with the layer index ``li``) keeps the attention rows for the next hop."""
     import torch
 
     hq = layer.q.shape[0]
@@ -260,14 +297,19 @@ def alpha_bar(cache: ModelCache, layer: LayerCache, sinks, weights, sink_chunk: 
     sinks, weights = sinks[nz], weights[nz]
     for a in range(0, len(sinks), sink_chunk):
         idx = sinks[a:a + sink_chunk]
-        acc += torch.einsum("hbn,b->hn", sink_probs(cache, layer, idx), weights[a:a + sink_chunk])
+        if memo is None:
+            probs = sink_probs(cache, layer, idx)
+        else:
+            probs = memo.get(("probs", li, a), lambda: sink_probs(cache, layer, idx), check=idx)
+        acc += torch.einsum("hbn,b->hn", probs, weights[a:a + sink_chunk])
     return acc
 
 
 def span_shares(cache: ModelCache, sinks, weights=None, *, chunk_tokens: int = 128, sink_chunk: int = 32,
-                threshold: float = 0.0):
+                threshold: float = 0.0, memo: HopMemo | None = None):
     """Step 3: per-layer token shares e_l(j) of the (weighted) span: returns (T [N], E [L, N],
-    residual share [L]). ``weights`` default to 1 (plain sums); they are normalised to sum 1."""
+    residual share [L]). ``weights`` default to 1 (plain sums); they are normalised to sum 1.
+    ``memo``: a :class:`HopMemo` shared by the hops of one recursion (same numbers, less work)."""
     import torch
 
     dt = cache.dtype
@@ -283,11 +325,13 @@ def span_shares(cache: ModelCache, sinks, weights=None, *, chunk_tokens: int = 1
         for li, layer in enumerate(cache.layers):
             x_s = w @ layer.x_mid[sinks]
             r_s = w @ layer.x_prev[sinks]
-            abar = alpha_bar(cache, layer, sinks, w, sink_chunk)
+            abar = alpha_bar(cache, layer, sinks, w, sink_chunk, memo=memo, li=li)
             v = _head_values(cache, layer)
             tok = torch.zeros(n, dtype=dt)
             for a in range(0, n, chunk_tokens):
-                u = torch.einsum("hnk,hkd->hnd", v[:, a:a + chunk_tokens], layer.w_o)
+                def head_u(a=a):
+                    return torch.einsum("hnk,hkd->hnd", v[:, a:a + chunk_tokens], layer.w_o)
+                u = head_u() if memo is None else memo.get(("u", li, a), head_u)
                 c = abar[:, a:a + chunk_tokens, None] * u
                 p = prox(c, x_s)
                 if threshold > 0:
@@ -364,7 +408,8 @@ def recursive(cache: ModelCache, *, prompt_len: int, gen_span: tuple, output_spa
     keep = ~stop & (torch.arange(n) <= g1)
     in_p = torch.arange(n) < prompt_len
     in_g = (torch.arange(n) >= g0) & (torch.arange(n) <= g1)
-    kw = dict(chunk_tokens=chunk_tokens, sink_chunk=sink_chunk, threshold=threshold)
+    kw = dict(chunk_tokens=chunk_tokens, sink_chunk=sink_chunk, threshold=threshold,
+              memo=HopMemo() if hops > 0 else None)
 
     sinks = torch.arange(o0, o1 + 1)
     w = (~stop[sinks]).to(cache.dtype)
@@ -378,7 +423,9 @@ def recursive(cache: ModelCache, *, prompt_len: int, gen_span: tuple, output_spa
     ratios = [ratio]
     final = torch.where(in_p, t, torch.zeros_like(t))
     gsinks = torch.arange(g0, g1 + 1)
-    for _ in range(hops):
+    for k in range(hops):
+        if k == hops - 1:
+            kw["memo"].freeze()
         wg = vecs[-1][gsinks]
         if float(wg.sum()) <= 0 or ratio <= 0:
             vecs.append(torch.zeros_like(t))
