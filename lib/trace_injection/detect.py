@@ -109,16 +109,22 @@ def slice_and_chain(g: TraceGraph, parents: dict, candidates: list, sink: str, m
             "bottlenecks": bottlenecks}
 
 
-def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer=None, graph=None) -> dict:
+def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer=None, graph=None,
+            features: bool = True) -> dict:
     """Run CausalTrace on one trace; returns the verdict with graph, chain and features.
 
     ``params`` override :data:`.config.DEFAULTS`; ``confidence`` (strategy -> theta, e.g. from
     :func:`.em.fit_em`) and ``leak`` set the SCM; ``sink_id`` restricts the verdict to one sink call
     and ``light`` skips what a gate does not need (per-candidate effects, the reachability verdict,
-    slicing; online mode). ``graph`` reuses a graph built by :func:`.graph.build_graph` for this trace."""
+    slicing; online mode). ``graph`` reuses a graph built by :func:`.graph.build_graph` for this trace.
+    ``features`` False: only ``effect`` and ``p_compromised`` among the features (what the threshold and
+    em heads read), and the graph built without the edges into a final answer that nothing depends on
+    (unless the answer is a verdict sink, ``answer_sink``): the same verdict, faster (``detect``)."""
     from icmlkit.lib.trace_injection import em
     p = {**DEFAULTS, **(params or {})}
-    g = reweight(graph if graph is not None else build_graph(trace, sinks, p, scorer), p.get("confidence"))
+    if graph is None:
+        graph = build_graph(trace, sinks, p, scorer, answer_edges=features or bool(p["answer_sink"]))
+    g = reweight(graph, p.get("confidence"))
     parents, leak, order = _node_params(g, bool(p.get("include_state", False)), p["leak"])
     cands = [n for n, v in g.nodes.items() if v.candidate]
     sinks_after = verdict_sinks(g, p)
@@ -143,30 +149,11 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
     if best["sink"] is not None and not p.get("light"):
         cs = [c for c, v in best["per_candidate"].items()]
         chain_info = slice_and_chain(g, parents, cs, best["sink"], p["max_depth"])
-    # features of the learned head (the repository's feature names where they exist)
-    trig = g.trigger_edges()
-    cross = [e for e in trig if not g.nodes[e.src].trusted and g.nodes[e.src].kind != "ACTION"
-             and g.nodes[e.dst].kind == "ACTION" and e.strategy != "produced"]
-    cross_sink = max((e.confidence for e in cross if e.type == "data_dependency" and g.nodes[e.dst].sink
-                      and (g.nodes[e.src].candidate)), default=0.0)
-    seq = [e.confidence for e in g.edges if e.strategy == "sequence" and g.nodes[e.dst].sink]
     theta = em.theta_vector(p.get("confidence"))
     p_comp = float(em.probability(em.sink_factors([g], [sinks_after]), theta, p["leak"])[0][0])
-    feats = {
-        "effect": effect,
-        "p_compromised": p_comp,
-        "p_blocked": best["p_blocked"] if best["p_blocked"] is not None else 0.0,
-        "reach_effect": reach_best,
-        "max_candidate_effect": max(best["per_candidate"].values(), default=0.0),
-        "n_candidates": len(cands),
-        "max_candidate_score": max((g.nodes[c].score for c in cands), default=0.0),
-        "n_sinks_after": len(sinks_after),
-        "cross_domain_data_dependency": cross_sink,
-        "num_cross_domain_edges": len(cross),
-        "chain_depth": max(0, len(chain_info["chain_nodes"]) - 1),
-        "max_bottleneck_score": max((b["score"] for b in chain_info["bottlenecks"]), default=0.0),
-        "min_sequence_support": min(seq, default=1.0),
-    }
+    feats = {"effect": effect, "p_compromised": p_comp}
+    if features:
+        feats.update(_head_features(g, best, reach_best, cands, sinks_after, chain_info))
     return {
         "id": trace.id,
         "attack": bool(effect >= threshold),
@@ -185,6 +172,31 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
         "slice": chain_info["slice"],
         "features": feats,
         "graph": g,
+    }
+
+
+def _head_features(g: TraceGraph, best: dict, reach_best: float, cands: list, sinks_after: list,
+                   chain_info: dict) -> dict:
+    """The features of the learned heads besides effect and p_compromised (the repository's feature
+    names where they exist)."""
+    trig = g.trigger_edges()
+    cross = [e for e in trig if not g.nodes[e.src].trusted and g.nodes[e.src].kind != "ACTION"
+             and g.nodes[e.dst].kind == "ACTION" and e.strategy != "produced"]
+    cross_sink = max((e.confidence for e in cross if e.type == "data_dependency" and g.nodes[e.dst].sink
+                      and (g.nodes[e.src].candidate)), default=0.0)
+    seq = [e.confidence for e in g.edges if e.strategy == "sequence" and g.nodes[e.dst].sink]
+    return {
+        "p_blocked": best["p_blocked"] if best["p_blocked"] is not None else 0.0,
+        "reach_effect": reach_best,
+        "max_candidate_effect": max(best["per_candidate"].values(), default=0.0),
+        "n_candidates": len(cands),
+        "max_candidate_score": max((g.nodes[c].score for c in cands), default=0.0),
+        "n_sinks_after": len(sinks_after),
+        "cross_domain_data_dependency": cross_sink,
+        "num_cross_domain_edges": len(cross),
+        "chain_depth": max(0, len(chain_info["chain_nodes"]) - 1),
+        "max_bottleneck_score": max((b["score"] for b in chain_info["bottlenecks"]), default=0.0),
+        "min_sequence_support": min(seq, default=1.0),
     }
 
 

@@ -151,13 +151,41 @@ def _marked(src: Node, strategy: str) -> str:
     return f"named_{strategy}" if src.named_by is not None else strategy
 
 
-def build_graph(trace: Trace, sinks: dict | None = None, params: dict | None = None, scorer=None) -> TraceGraph:
+def build_graph(trace: Trace, sinks: dict | None = None, params: dict | None = None, scorer=None,
+                answer_edges: bool = True) -> TraceGraph:
     """Build the typed graph of ``trace`` (Steps 1-2). ``scorer(piece, heuristic_score)`` optionally
-    rescores instruction-likeness (the LLM judge); its call count is the caller's business."""
+    rescores instruction-likeness (the LLM judge); its call count is the caller's business.
+
+    ``answer_edges`` False leaves out the edges into the final answers that no other node can depend on
+    (:func:`terminal_answers`): a caller whose result reads only the verdict sinks' ancestry (``detect``
+    without ``--answer-sink`` and without a learned head) gets the same verdict without matching every
+    sentence of the answer against every earlier text."""
     b = GraphBuilder(trace.id, sinks, params, scorer)
+    if not answer_edges:
+        b.skip_edges = terminal_answers(trace, b.sinks)
     for ev in trace.events:
         b.add(ev)
     return b.graph()
+
+
+def terminal_answers(trace: Trace, sinks: dict) -> set:
+    """The final-answer calls (sink category ``answer``) of ``trace`` that no later event can depend on:
+    no later event is their result (``parent_call``) or consumes a token they produced, no later event of
+    another agent can take over from them (delegation), and they create no state. Such a node has no
+    edge out of it, so the edges into it change nothing on any other node's ancestry (nor any sink's
+    verdict)."""
+    out, events = set(), trace.events
+    for k, ev in enumerate(events):
+        if ev.kind != "ACTION" or sink_category(ev.function, sinks) != "answer" or \
+                STATE_RE.search((ev.function or "").lower()):
+            continue
+        later = events[k + 1:]
+        produced = set(ev.produced)
+        if any(e.parent_call == ev.id or produced.intersection(e.consumed) or
+               (ev.agent is not None and e.agent is not None and e.agent != ev.agent) for e in later):
+            continue
+        out.add(ev.id)
+    return out
 
 
 def _prepare(raw: str, trusted: bool, threshold: float, scorer=None) -> tuple:
@@ -205,6 +233,7 @@ class GraphBuilder:
     online gate extends one builder per trajectory instead of rebuilding each prefix)."""
 
     indexed = True  # test a value only against the texts it can match (False: against every text; the tests)
+    skip_edges: set = frozenset()  # calls whose incoming edges are left out (build_graph's terminal answers)
 
     def __init__(self, trace_id: str, sinks: dict | None = None, params: dict | None = None, scorer=None):
         self.id = trace_id
@@ -271,7 +300,8 @@ class GraphBuilder:
         if ev.agent is not None:
             self.prev_agent = ev.agent
         if ev.kind == "ACTION":
-            self._action_edges(node, ev)
+            if ev.id not in self.skip_edges:
+                self._action_edges(node, ev)
             # state_enablement: earlier state-creating calls -> this call (capability, not cause)
             for a in self.state_actions:
                 self._edge(a, ev.id, "state_enablement", 1.0, "state")

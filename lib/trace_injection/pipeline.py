@@ -134,11 +134,13 @@ def detect(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head |
         return online(cfg, traces, sinks=sinks, head=head, progress=progress)
     scorer = make_scorer(cfg)
     params = {"threshold": cfg.threshold, **(head.analysis_params() if head else {})}
+    # only a learned head reads the features beyond effect and p_compromised (analyse's ``features``)
+    features = head is not None and head.kind not in ("threshold", "em")
     t0 = time.perf_counter()
     records = []
     for t in (progress(traces) if progress else traces):
         before = scorer.calls if scorer else 0
-        res = analyse(t, sinks, params, scorer)
+        res = analyse(t, sinks, params, scorer, features=features)
         calls = (scorer.calls - before) if scorer else 0
         score = None
         if head is not None:
