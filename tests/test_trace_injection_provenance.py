@@ -333,35 +333,32 @@ def test_agent_pipeline_imports_after_the_suites_are_read():
     assert done.returncode == 0, done.stderr[-800:]
 
 
-def test_detect_without_features_gives_the_same_verdicts_without_the_answer_edges():
-    """analyse(features=False) (detect without a learned head) leaves out the edges into a final answer nothing
-    depends on: the same verdict records; an answer that a later event depends on keeps its edges."""
+def test_detect_without_features_builds_the_graph_up_to_the_last_sink_only():
+    """analyse(features=False) (detect without a learned head) stops the graph after the last call that can be
+    a verdict sink: the same verdict records; a run without a sink call gets an empty graph."""
     from icmlkit.lib.trace_injection.config import DEFAULT_SINKS
     from icmlkit.lib.trace_injection.detect import analyse, verdict_record
-    from icmlkit.lib.trace_injection.graph import build_graph, terminal_answers
+    from icmlkit.lib.trace_injection.graph import verdict_horizon
     from icmlkit.lib.trace_injection.schema import Event, Trace
 
-    answered = 0
+    cut = 0
     for t in _traces():
         full, fast = analyse(t), analyse(t, features=False)
         assert verdict_record(fast) == verdict_record(full)
         assert set(fast["features"]) == {"effect", "p_compromised"} and len(full["features"]) > 2
-        skipped = terminal_answers(t, DEFAULT_SINKS)
-        answered += bool(skipped)
-        for a in skipped:
-            assert not any(e.dst == a for e in fast["graph"].edges) and not any(e.src == a for e in full["graph"].edges)
-        # with the answer as a verdict sink its edges stay
+        h = verdict_horizon(t.events, DEFAULT_SINKS)
+        kept = {e.id for e in t.events[: h + 1]}
+        assert {v.event for v in fast["graph"].nodes.values()} == kept
+        cut += h + 1 < len(t.events)
+        # with the answer as a verdict sink the answer stays
         on = analyse(t, params={"answer_sink": True}, features=False)
-        assert _key(on["graph"]) == _key(build_graph(t, params={"answer_sink": True}))
-    assert answered
-    # an answer whose result a later event reads, or after which another agent takes over, keeps its edges
+        assert verdict_record(on) == verdict_record(analyse(t, params={"answer_sink": True}))
+    assert cut
     evs = [Event("u", "TASK", True, text="Summarise the page www.a-site.com please.", index=0),
-           Event("c", "ACTION", False, function="get_webpage", args={"url": "www.a-site.com"}, index=1, agent="a"),
+           Event("c", "ACTION", False, function="get_webpage", args={"url": "www.a-site.com"}, index=1),
            Event("o", "OBSERVATION", False, text="The page says hello world to everyone.", parent_call="c", index=2),
-           Event("r", "ACTION", False, function="respond", args={"text": "The page says hello world."}, index=3,
-                 agent="a")]
-    assert terminal_answers(Trace("x", evs), DEFAULT_SINKS) == {"r"}
-    later = Event("s", "ACTION", False, function="send_email", args={"body": "hi"}, index=4, agent="b")
-    assert terminal_answers(Trace("x", evs + [later]), DEFAULT_SINKS) == set()
-    read = Event("o2", "OBSERVATION", False, text="ok", parent_call="r", index=4)
-    assert terminal_answers(Trace("x", evs + [read]), DEFAULT_SINKS) == set()
+           Event("r", "ACTION", False, function="respond", args={"text": "The page says hello world."}, index=3)]
+    assert verdict_horizon(evs, DEFAULT_SINKS) == 1 and verdict_horizon(evs, DEFAULT_SINKS, answer_sink=True) == 3
+    assert verdict_horizon(evs[:1], DEFAULT_SINKS) == -1
+    r = analyse(Trace("x", evs[:1] + evs[2:]), features=False)
+    assert r["graph"].nodes == {} and (r["effect"], r["p_compromised"], r["sink"]) == (0.0, 0.0, None)

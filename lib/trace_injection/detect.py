@@ -118,12 +118,12 @@ def analyse(trace, sinks: dict | None = None, params: dict | None = None, scorer
     and ``light`` skips what a gate does not need (per-candidate effects, the reachability verdict,
     slicing; online mode). ``graph`` reuses a graph built by :func:`.graph.build_graph` for this trace.
     ``features`` False: only ``effect`` and ``p_compromised`` among the features (what the threshold and
-    em heads read), and the graph built without the edges into a final answer that nothing depends on
-    (unless the answer is a verdict sink, ``answer_sink``): the same verdict, faster (``detect``)."""
+    em heads read), and the graph (and ``candidates``) only up to the last call that can be a verdict
+    sink (``build_graph(verdict_only=True)``): the same verdict, faster (``detect``)."""
     from icmlkit.lib.trace_injection import em
     p = {**DEFAULTS, **(params or {})}
     if graph is None:
-        graph = build_graph(trace, sinks, p, scorer, answer_edges=features or bool(p["answer_sink"]))
+        graph = build_graph(trace, sinks, p, scorer, verdict_only=not features)
     g = reweight(graph, p.get("confidence"))
     parents, leak, order = _node_params(g, bool(p.get("include_state", False)), p["leak"])
     cands = [n for n, v in g.nodes.items() if v.candidate]

@@ -152,40 +152,33 @@ def _marked(src: Node, strategy: str) -> str:
 
 
 def build_graph(trace: Trace, sinks: dict | None = None, params: dict | None = None, scorer=None,
-                answer_edges: bool = True) -> TraceGraph:
+                verdict_only: bool = False) -> TraceGraph:
     """Build the typed graph of ``trace`` (Steps 1-2). ``scorer(piece, heuristic_score)`` optionally
     rescores instruction-likeness (the LLM judge); its call count is the caller's business.
 
-    ``answer_edges`` False leaves out the edges into the final answers that no other node can depend on
-    (:func:`terminal_answers`): a caller whose result reads only the verdict sinks' ancestry (``detect``
-    without ``--answer-sink`` and without a learned head) gets the same verdict without matching every
-    sentence of the answer against every earlier text."""
+    ``verdict_only``: stop after the last call that can be a verdict sink (:func:`verdict_horizon`).
+    Every edge points into an event from earlier ones, so nothing later is an ancestor of a verdict
+    sink: the verdict (effect, P(compromised), chain, slice, reachability) is the same, and a run
+    without any sink call gets an empty graph (``detect`` without a learned head)."""
     b = GraphBuilder(trace.id, sinks, params, scorer)
-    if not answer_edges:
-        b.skip_edges = terminal_answers(trace, b.sinks)
-    for ev in trace.events:
+    events = trace.events
+    if verdict_only:
+        events = events[: verdict_horizon(events, b.sinks, bool(b.p["answer_sink"])) + 1]
+    for ev in events:
         b.add(ev)
     return b.graph()
 
 
-def terminal_answers(trace: Trace, sinks: dict) -> set:
-    """The final-answer calls (sink category ``answer``) of ``trace`` that no later event can depend on:
-    no later event is their result (``parent_call``) or consumes a token they produced, no later event of
-    another agent can take over from them (delegation), and they create no state. Such a node has no
-    edge out of it, so the edges into it change nothing on any other node's ancestry (nor any sink's
-    verdict)."""
-    out, events = set(), trace.events
-    for k, ev in enumerate(events):
-        if ev.kind != "ACTION" or sink_category(ev.function, sinks) != "answer" or \
-                STATE_RE.search((ev.function or "").lower()):
-            continue
-        later = events[k + 1:]
-        produced = set(ev.produced)
-        if any(e.parent_call == ev.id or produced.intersection(e.consumed) or
-               (ev.agent is not None and e.agent is not None and e.agent != ev.agent) for e in later):
-            continue
-        out.add(ev.id)
-    return out
+def verdict_horizon(events, sinks: dict, answer_sink: bool = False) -> int:
+    """The index of the last call of ``events`` that can be a verdict sink (a sink call; the final
+    answer only with ``answer_sink``), -1 when there is none."""
+    for k in range(len(events) - 1, -1, -1):
+        ev = events[k]
+        if ev.kind == "ACTION":
+            cat = sink_category(ev.function, sinks)
+            if cat is not None and (cat != "answer" or answer_sink):
+                return k
+    return -1
 
 
 def _prepare(raw: str, trusted: bool, threshold: float, scorer=None) -> tuple:
@@ -233,7 +226,6 @@ class GraphBuilder:
     online gate extends one builder per trajectory instead of rebuilding each prefix)."""
 
     indexed = True  # test a value only against the texts it can match (False: against every text; the tests)
-    skip_edges: set = frozenset()  # calls whose incoming edges are left out (build_graph's terminal answers)
 
     def __init__(self, trace_id: str, sinks: dict | None = None, params: dict | None = None, scorer=None):
         self.id = trace_id
@@ -300,8 +292,7 @@ class GraphBuilder:
         if ev.agent is not None:
             self.prev_agent = ev.agent
         if ev.kind == "ACTION":
-            if ev.id not in self.skip_edges:
-                self._action_edges(node, ev)
+            self._action_edges(node, ev)
             # state_enablement: earlier state-creating calls -> this call (capability, not cause)
             for a in self.state_actions:
                 self._edge(a, ev.id, "state_enablement", 1.0, "state")
