@@ -30,8 +30,9 @@ each example's result is a cached item, the toy training checkpoints every 500 s
   paired bootstrap CIs of the Recall@10% differences; single-threaded (~25 min);
 - ``qwen_timing``: FlashTrace (hops 1) vs token-wise IFR on Qwen at M in {32, 128, 512} (a ~200-token
   prompt); token-wise at 512 measured, or extrapolated (linear in M x N through the smaller M) when the fit
-  predicts more than 7 min (the payload says which); run holding both CPU locks (~6 min; ~18 min if
-  token-wise at 512 is run).
+  predicts more than ``qwen_tokenwise_max_s`` (the payload says which); glibc's malloc set to reuse freed
+  memory first (``steady_allocator``: under its defaults token-wise IFR's large temporaries spent most of
+  their time in page faults); run holding both CPU locks (~6 min).
 
 No method has a knob tuned: each runs at its stated setting (IG 8 steps, 16 in the toy timing;
 FlashTrace hops 1). ``--quick``: a 20-step one-layer toy model, 6 toy / 2 teacher-forced / 1 correct
@@ -437,6 +438,24 @@ def qwen_vt_hops(ctx) -> dict:
             "per_example": per}
 
 
+def steady_allocator() -> str:
+    """Have glibc's malloc keep and reuse freed memory (``mallopt``: M_MMAP_MAX 0, so no block gets
+    its own mmap; M_TRIM_THRESHOLD 2 GiB, so the heap is not given back), for the rest of the process.
+    Under glibc's defaults every block over 32 MB is a fresh mmap whose pages the kernel faults in and
+    zeroes on first touch: token-wise IFR's [H, 32, 128, d] temporaries (302 MB on Qwen) then spent most
+    of their time in the kernel (measured, Qwen M = 512, 2 layers: 71 s wall, 40.6 M minor faults, 89 s
+    of system time; 14.3 s and 0.3 M faults with this setting), and whether a later block reused freed
+    memory depended on what ran before it in the process. Returns the setting, recorded in the payload."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 2 ** 31 - 1) == 1   # M_MMAP_MAX, M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        ok = False
+    return "glibc mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=2^31-1" if ok else "default (mallopt unavailable)"
+
+
 @bench.part("qwen_timing", doc="Qwen2.5-Coder-1.5B-Instruct: seconds of FlashTrace (hops 1) and token-wise IFR vs "
             "target length M up to 512 (token-wise at 512 measured, or extrapolated when it would pass the "
             "budget)", hours=0.25)
@@ -449,10 +468,12 @@ def qwen_timing(ctx) -> dict:
     (the payload says which): linear in M x N, the (sink, source) pairs token-wise IFR scores, with
     N = prompt + M (its intercept ~ one forward pass); the straight line in M alone is recorded as a
     lower bound. Threads: torch's default (2 on this machine; run it holding
-    both CPU locks). Each time_call is a cached item (a killed run resumes)."""
+    both CPU locks). Each time_call is a cached item (a killed run resumes). Both methods run under
+    :func:`steady_allocator` (set first, for the whole process)."""
     import numpy as np
     import torch
 
+    allocator = steady_allocator()
     s = sizes(ctx)
     qwen = api.load(QWEN)
     lengths, P = s["qwen_lengths"], s["qwen_prompt"]
@@ -487,7 +508,7 @@ def qwen_timing(ctx) -> dict:
         ctx.log(f"qwen timing M={M}: flashtrace {ft[-1]['median_s']:.2f} s, token-wise {tw[-1]['median_s']:.2f} s")
     ratios = [speed_ratio(b, a) for a, b in zip(ft, tw)]
     return {"model": QWEN, "target_lengths": list(lengths), "n_prompt_tokens": n_prompt, "n_tokens": ns,
-            "threads": torch.get_num_threads(),
+            "threads": torch.get_num_threads(), "allocator": allocator,
             "methods": ["flashtrace", "ifr-tokenwise"],
             "seconds": {"flashtrace": [round(r["median_s"], 3) for r in ft],
                         "ifr-tokenwise": [round(r["median_s"], 3) for r in tw]},

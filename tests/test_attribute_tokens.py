@@ -144,6 +144,36 @@ def test_hop_ratios_on_a_hand_example(monkeypatch):
     assert float(res.final[1]) == 0.0 and res.ratios[0] == pytest.approx(0.7 / 0.8)
 
 
+@pytest.mark.parametrize("budget", [0, 10_000, None], ids=["nothing-kept", "part-kept", "all-kept"])
+def test_the_hop_memo_changes_no_number_and_capture_skips_the_lm_head(monkeypatch, budget):
+    """Hops that reuse the previous hop's u = v W_O and attention rows (HopMemo) give bit-identical
+    numbers to hops that recompute them, whatever part of them fits the budget; capture never runs
+    the LM head (nothing reads the logits)."""
+    model = _llama(dtype=torch.float32, attn="sdpa")
+    model.lm_head.register_forward_hook(lambda *a: pytest.fail("capture ran the LM head"))
+    cache = ifr.capture(model, IDS)
+    stop = np.zeros(len(IDS), dtype=bool)
+    stop[[4, 14]] = True
+    kw = dict(prompt_len=10, gen_span=(10, 22), output_span=(10, 22), stop_mask=stop, hops=2,
+              chunk_tokens=5, sink_chunk=3)
+    calls = []
+    probs = ifr.sink_probs
+    monkeypatch.setattr(ifr, "sink_probs", lambda *a: calls.append(1) or probs(*a))
+    monkeypatch.setattr(ifr, "MEMO_BYTES", 0)
+    ref = ifr.recursive(cache, **kw)
+    n_ref, calls[:] = len(calls), []
+    monkeypatch.setattr(ifr, "MEMO_BYTES", 1 << 30 if budget is None else budget)
+    got = ifr.recursive(cache, **kw)
+    assert (len(calls) == n_ref) == (budget == 0)   # attention rows reused when kept
+    assert torch.equal(got.final, ref.final) and got.ratios == ref.ratios
+    assert all(torch.equal(a, b) for a, b in zip(got.hops, ref.hops))
+    # the same numbers as composing span_shares by hand (hop 1 weighted by T_0 on G)
+    keep = torch.as_tensor(~stop)
+    t0 = torch.where(keep, ifr.span_shares(cache, torch.arange(10, 23), keep[10:].float(), chunk_tokens=5,
+                                           sink_chunk=3)[0], torch.tensor(0.0))
+    assert torch.equal(t0, ref.hops[0])
+
+
 def test_recall_rise_rise_ap_on_hand_scores():
     scores = np.array([0.9, 0.1, 0.8, 0.0, 0.3, 0.2, 0.05, 0.0, 0.0, 0.01, 0.0, 0.0])
     gold = np.zeros(12, dtype=bool)

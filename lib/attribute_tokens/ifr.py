@@ -263,8 +263,8 @@ class HopMemo:
     or an output span that is all of G). At most ``limit`` bytes (default 2 GiB); what does not fit
     is recomputed, so the numbers are the same either way."""
 
-    def __init__(self, limit: int = MEMO_BYTES):
-        self.limit, self.used, self.store = limit, 0, {}
+    def __init__(self, limit: int | None = None):
+        self.limit, self.used, self.store = MEMO_BYTES if limit is None else limit, 0, {}
 
     def get(self, key, make, check=None):
         """The value stored under ``key`` (when its ``check`` tensor equals the stored one), else
