@@ -50,9 +50,9 @@ import numpy as np
 from _common import Bench, table, target, time_call
 from icmlkit.lib.core.io import shared_data_dir
 from icmlkit.lib.trace_injection import em
-from icmlkit.lib.trace_injection.config import DEFAULTS, DetectConfig, GenerateConfig, ReadConfig
+from icmlkit.lib.trace_injection.config import DEFAULT_SINKS, DEFAULTS, DetectConfig, GenerateConfig, ReadConfig
 from icmlkit.lib.trace_injection.detect import analyse, online_scores, verdict_sinks
-from icmlkit.lib.trace_injection.graph import build_graph, clear_caches
+from icmlkit.lib.trace_injection.graph import build_graph, clear_caches, verdict_horizon
 from icmlkit.lib.trace_injection.scm import reachability_effect
 from icmlkit.lib.trace_injection.instruct import InstructionScorer, attacked_of, weak_labels
 from icmlkit.lib.trace_injection.learn import (Head, TfidfBaseline, chain_product, copy_rule, fit_threshold,
@@ -130,6 +130,13 @@ def detect_pass(traces):
     record per trajectory), from cold caches."""
     clear_caches()
     return detect(DetectConfig(), traces).records
+
+
+def full_pass(traces):
+    """The whole graph of every event and every feature (``analyse`` as ``fit`` and ``eval`` run it), from
+    cold caches: the figure beside ``detect``'s, which builds each graph only up to the run's last sink call."""
+    clear_caches()
+    return [analyse(t)["effect"] for t in traces]
 
 
 def repo_reachability(g, sinks) -> float:
@@ -243,10 +250,12 @@ def harmful_index(t):
             "8 baselines; calibration; throughput", hours=0.04)
 def real(ctx) -> dict:
     traces, stats = real_traces(ctx.quick)
-    ctx.log(f"{len(traces)} recorded runs; building graphs ...")
-    graphs, res, sinks = prepared(traces)
-    ctx.log("throughput: detect over every run, cold caches ...")
+    # timed first, before this part holds every run's graph in memory (which a detect run never does)
+    ctx.log(f"{len(traces)} recorded runs; throughput: detect over every run, cold caches ...")
     timing = time_call(lambda: detect_pass(traces), repeats=1 if ctx.quick else 3)
+    timing_full = time_call(lambda: full_pass(traces), repeats=1 if ctx.quick else 3)
+    ctx.log("building graphs ...")
+    graphs, res, sinks = prepared(traces)
     y = np.array([t.label for t in traces])
     cls = np.array([t.meta["class"] for t in traces])
     pipe = np.array([t.meta["pipeline"] for t in traces])
@@ -362,8 +371,14 @@ def real(ctx) -> dict:
             "theta_fitted_mean": theta_mean,
             "throughput_traces_per_second": round(len(traces) / timing["median_s"], 1),
             "throughput_timing": {**timing, "traces": len(traces), "what": "pipeline.detect (the detect subcommand's "
-                                  "loop: analyse() and the verdict record) of every run, one core, caches cleared "
-                                  "before each pass"}, "llm_calls": 0}
+                                  "loop: the graph up to the run's last sink call, SCM, slicing, the verdict record) "
+                                  "of every run, one core, caches cleared before each pass"},
+            "throughput_full_graph_traces_per_second": round(len(traces) / timing_full["median_s"], 1),
+            "throughput_full_graph_timing": {**timing_full, "traces": len(traces), "what": "analyse() with every "
+                                             "feature (the whole graph, as fit and eval build it), one core, caches "
+                                             "cleared before each pass"},
+            "runs_without_sink_call": sum(verdict_horizon(t.events, DEFAULT_SINKS) < 0 for t in traces),
+            "llm_calls": 0}
 
 
 @bench.part("learned", doc="the EM-fitted SCM with the learned instruction score on the real splits "
@@ -756,8 +771,12 @@ def targets_of(r: dict) -> dict:
             t["scm_learned_beats_reachability_by_0.02"] = target(
                 g2, 0.02, g2 >= 0.02, f"macro-F1 SCM + learned score {lv['macro_f1']} vs reachability {reach['macro_f1']}")
         tp = r["real"]["throughput_traces_per_second"]
-        t["throughput"] = target(tp, 1000, tp >= 1000, "trajectories per second on one core, detect's full analysis "
-                                 "(graph, SCM, slicing) of every real run from cold caches (earlier 207)")
+        t["throughput"] = target(tp, 1000, tp >= 1000, "trajectories per second on one core, detect (pipeline.detect: "
+                                 "the graph up to each run's last sink call, which is all the verdict reads, SCM, "
+                                 "slicing, verdict record) of every real run from cold caches (earlier 207); the "
+                                 "whole graph with every feature (fit, eval): "
+                                 f"{r['real'].get('throughput_full_graph_traces_per_second')} traj/s; runs without "
+                                 f"a sink call: {r['real'].get('runs_without_sink_call')} of {r['real']['n']}")
         d = r["real"]["n2_diagnostic"]
         t["real_n2_flagged_acted_on_injection"] = target(
             d["n2_flagged_calling_attacker_value"], None, True,

@@ -289,3 +289,21 @@ def limit_threads(n: int):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def long_lived_inputs():
+    """Run a batch loop with the objects alive at its start (the loaded inputs) kept out of the garbage
+    collector's full passes (``gc.freeze``; undone afterwards): a loop over thousands of parsed records
+    that allocates as it goes otherwise re-scans all of them on every full collection. Nothing changes
+    but time; a caller that froze the heap itself (before a fork) is left as it was."""
+    import gc
+
+    mine = gc.get_freeze_count() == 0
+    if mine:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if mine:
+            gc.unfreeze()

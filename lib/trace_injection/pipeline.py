@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from icmlkit.lib.core.errors import InputError
+from icmlkit.lib.core.runtime import long_lived_inputs
 from icmlkit.lib.trace_injection.config import DetectConfig, ExplainConfig, FitConfig, GenerateConfig, ReadConfig
 from icmlkit.lib.trace_injection.detect import analyse, edge_recall_counts, online_scores, verdict_record
 from icmlkit.lib.trace_injection.learn import Head, metrics
@@ -138,15 +139,16 @@ def detect(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head |
     features = head is not None and head.kind not in ("threshold", "em")
     t0 = time.perf_counter()
     records = []
-    for t in (progress(traces) if progress else traces):
-        before = scorer.calls if scorer else 0
-        res = analyse(t, sinks, params, scorer, features=features)
-        calls = (scorer.calls - before) if scorer else 0
-        score = None
-        if head is not None:
-            score = float(head.score([res["features"]])[0])
-            res["attack"] = bool(score >= head.threshold)
-        records.append(verdict_record(res, calls, score))
+    with long_lived_inputs():
+        for t in (progress(traces) if progress else traces):
+            before = scorer.calls if scorer else 0
+            res = analyse(t, sinks, params, scorer, features=features)
+            calls = (scorer.calls - before) if scorer else 0
+            score = None
+            if head is not None:
+                score = float(head.score([res["features"]])[0])
+                res["attack"] = bool(score >= head.threshold)
+            records.append(verdict_record(res, calls, score))
     secs = time.perf_counter() - t0
     summary = {"n": len(records), "attacks": sum(r["attack"] for r in records),
                "llm_calls": sum(r["llm_calls"] for r in records), "seconds": round(secs, 3),
