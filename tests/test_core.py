@@ -564,3 +564,22 @@ def test_number_list_parses_and_refuses_naming_the_flag():
     for bad, kw in (("a,1", {}), ("", {}), ("1,0", {"positive": True})):
         with pytest.raises(UsageError, match="--x"):
             number_list(bad, "--x", **kw)
+
+
+def test_long_lived_inputs_freezes_and_restores_the_heap():
+    import gc
+
+    from icmlkit.lib.core.runtime import long_lived_inputs
+
+    assert gc.get_freeze_count() == 0
+    with long_lived_inputs():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own freeze (before a fork) is left as it was
+    try:
+        n = gc.get_freeze_count()
+        with long_lived_inputs():
+            pass
+        assert gc.get_freeze_count() == n
+    finally:
+        gc.unfreeze()
