@@ -26,6 +26,12 @@ Edges (Step 2), each with a confidence, from four inference strategies in order:
     instruction-like segment these are the ``marked_*`` strategies, out of the plain part of a span
     whose source the task names the ``named_*`` ones (provenance), each fitted apart by EM.
 
+One piece of content is one cause (**reconstructed**, issue 54): a text repeated verbatim in several
+tool outputs (the same injected block on every web page the agent visits, the same page read twice)
+makes one instruction edge and one overlap edge into a call, from its first occurrence, not one per
+copy; the copies are not independent causes, and a noisy-OR of k copies would count one weak cue k
+times.
+
 A call's result is not evidence for what the call itself sent (**reconstructed**): a value that
 occurs in the arguments of the call that produced a text makes no content edge from that text and
 no task support through it, and a result of function f spelling out f makes no instruction edge
@@ -467,12 +473,14 @@ class GraphBuilder:
                             default=0.0)
                     if 1.0 - s * s > referenced[k]:
                         referenced[k], ref_task[k] = 1.0 - s * s, named_by
+        copies = set()  # one piece of content is one cause: a verbatim copy of an earlier text makes no edge
         for i, (sid, text) in enumerate(items):
             src, echo = srcs[i], echoes[i]
             # instruction pattern from an injection candidate -> trust_transfer
             if src.candidate and not (echo is not None and echo[0] == fn):  # a result of fn names fn: an echo
                 fm = C.function_match(fn, text)
-                if fm >= 0.5:
+                if fm >= 0.5 and text.norm not in copies:
+                    copies.add(text.norm)
                     named = [m and C.match(v, text)[0] and not (echo is not None and C.match(v, echo[1])[0])
                              for v, m in zip(named_values, may_named)]
                     frac = (sum(named) / len(named)) if named else 1.0
@@ -481,7 +489,11 @@ class GraphBuilder:
         # (values found in no earlier text do not count; reconstructed)
         sourced = [any(st[k][0] > 0 for _, st in overlaps) for k in range(len(long_values))]
         n_sourced = max(1, sum(sourced))
+        copies = set()
         for sid, st in overlaps:
+            if self.texts[sid].norm in copies:
+                continue  # (as above: the first occurrence of a text repeated verbatim is the cause)
+            copies.add(self.texts[sid].norm)
             best, how = max(st, key=lambda x: (x[0], x[1] == ""))
             share = sum(1 for x, _ in st if x > 0) / n_sourced
             strat = "overlap" if best >= 1.0 else "fuzzy"
