@@ -260,9 +260,10 @@ def toy(ctx) -> dict:
 @bench.part("toy_timing", doc="toy decoder: seconds vs target length M for flashtrace, token-wise IFR, IG; "
             "M = 8 / 512 at three prompt lengths", hours=0.05)
 def toy_timing(ctx) -> dict:
+    allocator = steady_allocator()  # every timing part under the same allocator setting as qwen_timing
     bundle, _ = toy_model(ctx)
-    return timing_parts(ctx, bundle, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace", "ifr-tokenwise"],
-                        sizes(ctx)["toy_prompt"], TC_TIMING_TOY)
+    return {**timing_parts(ctx, bundle, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace", "ifr-tokenwise"],
+                           sizes(ctx)["toy_prompt"], TC_TIMING_TOY), "allocator": allocator}
 
 
 @bench.part("smol_correct", doc="SmolLM2 on the short items it answers correctly (its own reply attributed): "
@@ -300,8 +301,10 @@ def smol_forced(ctx) -> dict:
 @bench.part("smol_timing", doc="SmolLM2: seconds vs target length M for flashtrace, token-wise IFR, IG; "
             "FlashTrace at M = 8 / 512 at three prompt lengths", hours=0.2)
 def smol_timing(ctx) -> dict:
+    allocator = steady_allocator()  # every timing part under the same allocator setting as qwen_timing
     smol = api.load("smollm2")
-    return timing_parts(ctx, smol, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace"], sizes(ctx)["smol_prompt"], TC)
+    return {**timing_parts(ctx, smol, ["flashtrace", "ifr-tokenwise", "ig"], ["flashtrace"], sizes(ctx)["smol_prompt"],
+                           TC), "allocator": allocator}
 
 
 # ----------------------------------------------------------------------------- Qwen: multi-hop VT, timing
