@@ -248,13 +248,13 @@ _WHOLE_WORD = re.compile(r"(?= ([^ ]+) )")  # every word between two spaces (ove
 LONG_TEXT = 2000  # characters: a text this long gets its shingle set only when a value may reach the threshold
 
 
-@lru_cache(maxsize=1 << 18)
 def overlap(value: "Value", source: "Text", min_overlap: int = 10, similarity: float = 0.6) -> tuple[float, str]:
     """(strength in [0, 1], normalisation) with which ``value`` is taken from ``source``: 1 when its
     normalised form is contained (length >= min_overlap), or its canonical form in the source's
     canonical form (the normalisation named, :func:`match`); else the fraction of its
     min_overlap-shingles found in the source when that fraction >= ``similarity`` (never for a
-    one-token identifier: ``US133...`` is not ``US122...``), else 0."""
+    one-token identifier: ``US133...`` is not ``US122...``), else 0. Kept per pair on the value
+    (:func:`overlap_known`)."""
     return overlap_known(value, source, min_overlap, similarity)
 
 
@@ -276,7 +276,6 @@ def clear_caches() -> None:
     """Empty the per-value, per-pair and per-word caches of this module (values, matches, overlaps,
     word forms, stems; the per-pair results live on the cached values and texts, :meth:`Value.memo`)."""
     value.cache_clear()
-    overlap.cache_clear()
     _expand.cache_clear()
     stem.cache_clear()
 

@@ -120,6 +120,12 @@ class Head:
         self.threshold = fit_threshold(y, self.score(feats), budget, on)
         return self
 
+    @property
+    def reads_features(self) -> bool:
+        """Whether :meth:`score` reads the causal features beyond ``effect`` and ``p_compromised`` (a
+        learned head; the threshold and em heads read one of those two)."""
+        return self.kind not in ("threshold", "em")
+
     def score(self, feats: list[dict]) -> np.ndarray:
         if self.kind == "threshold":
             return np.array([float(f["effect"]) for f in feats])

@@ -135,8 +135,7 @@ def detect(cfg: DetectConfig, traces, *, sinks: dict | None = None, head: Head |
         return online(cfg, traces, sinks=sinks, head=head, progress=progress)
     scorer = make_scorer(cfg)
     params = {"threshold": cfg.threshold, **(head.analysis_params() if head else {})}
-    # only a learned head reads the features beyond effect and p_compromised (analyse's ``features``)
-    features = head is not None and head.kind not in ("threshold", "em")
+    features = head is not None and head.reads_features
     t0 = time.perf_counter()
     records = []
     with long_lived_inputs():
